@@ -1,0 +1,35 @@
+# Shared by bin/serve and bin/test: make sure Java and the project's virtualenv are there.
+# Idempotent and quiet when nothing is missing. Sourced, not run.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="$ROOT/.venv"
+
+_apt_install() {
+  if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null; then
+    echo "[setup] installing Debian packages: $*" >&2
+    apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
+  else
+    echo "[setup] please install: $* (needs root and apt-get)" >&2
+    return 1
+  fi
+}
+
+if ! command -v java >/dev/null; then
+  _apt_install openjdk-17-jre-headless
+fi
+
+# Reinstall when pyproject.toml changed since the last install.
+STAMP="$VENV/.installed-$(sha1sum "$ROOT/pyproject.toml" | cut -c1-12)-${SETUP_EXTRAS:-run}"
+if [ ! -f "$STAMP" ]; then
+  echo "[setup] preparing $VENV (first run takes a few minutes: pyspark is large)" >&2
+  [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
+  "$VENV/bin/pip" install -q --upgrade pip >/dev/null
+  if [ -n "${SETUP_EXTRAS:-}" ]; then
+    "$VENV/bin/pip" install -q -e "$ROOT[$SETUP_EXTRAS]"
+  else
+    "$VENV/bin/pip" install -q -e "$ROOT"
+  fi
+  rm -f "$VENV"/.installed-*
+  touch "$STAMP"
+fi
+export PATH="$VENV/bin:$PATH"

@@ -1,0 +1,122 @@
+"""Structure of a dataflow graph: non-incrementing cycles and minimal path summaries ``Psi``.
+
+:func:`find_cycles` answers seed 004's ``find_cycles`` question (does some cycle fail to
+advance timestamps, and along which transitions?); :func:`path_summaries` computes Naiad's
+``Psi[l1, l2]``, the antichain of minimal summaries over all paths from ``l1`` to ``l2``.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict, deque
+
+from tracker.antichain import Antichain
+from tracker.graph import Graph, Location, Transition
+from tracker.timestamp import PathSummary
+
+Summaries = dict[tuple[Location, Location], Antichain[PathSummary]]
+"""``Psi``: for each connected pair ``(from, to)``, the minimal path summaries."""
+
+
+def find_cycles(graph: Graph) -> list[Transition]:
+    """Every transition lying on a cycle made only of edges and zero-summary connections.
+
+    A graph is acceptable iff this is empty. The answer is exact: a zero-summary transition
+    ``a -> b`` is returned iff ``b`` leads back to ``a`` through zero-summary transitions (both
+    ends in one strongly connected component of the zero-summary subgraph), so transitions that
+    merely lead into or out of a cycle are not blamed. Sorted, for stable messages.
+
+    >>> from tracker.graph import Edge, Node
+    >>> g = Graph.build(1, [Node(0, 1, 1)], [Edge(Location.source(0, 0), Location.target(0, 0))])
+    >>> [str(t) for t in find_cycles(g)]
+    ['(0,0,source) -> (0,0,target) +(0,)', '(0,0,target) -> (0,0,source) +(0,)']
+    """
+    zero = [t for t in graph.transitions() if t.summary.is_zero()]
+    component = _strong_components(graph.locations(), zero)
+    return sorted({t for t in zero if component[t.src] == component[t.dst]}, key=_transition_key)
+
+
+def path_summaries(graph: Graph) -> Summaries:
+    """``Psi`` for every pair ``(l1, l2)`` such that ``l2`` is reachable from ``l1``.
+
+    Includes ``(l, l)`` with the zero summary (the empty path), since a time at ``l`` is
+    itself a time that may appear at ``l``. Requires a graph without non-incrementing cycles
+    (otherwise minimal summaries still exist but the search may revisit locations needlessly).
+
+    >>> from tracker.graph import Edge, Node
+    >>> g = Graph.build(1, [Node(0, 1, 1, connections=None)], [])
+    >>> psi = path_summaries(g)
+    >>> psi[(Location.target(0, 0), Location.source(0, 0))]
+    Antichain([(0,)])
+    """
+    outgoing: dict[Location, list[Transition]] = defaultdict(list)
+    for t in graph.transitions():
+        outgoing[t.src].append(t)
+    zero = PathSummary.zero(graph.arity)
+    result: Summaries = {}
+    for origin in graph.locations():
+        reached: dict[Location, Antichain[PathSummary]] = {origin: Antichain([zero])}
+        # Label-correcting search: a location is re-expanded only with summaries that entered
+        # its antichain, and strictly advancing cycles stop entering, so this terminates.
+        queue: deque[tuple[Location, PathSummary]] = deque([(origin, zero)])
+        while queue:
+            here, summary = queue.popleft()
+            if summary not in reached[here]:
+                continue  # evicted by a better summary found since it was queued
+            for step in outgoing[here]:
+                combined = summary.followed_by(step.summary)
+                if combined is None:
+                    continue
+                antichain = reached.setdefault(step.dst, Antichain())
+                if antichain.insert(combined):
+                    queue.append((step.dst, combined))
+        for dest, antichain in reached.items():
+            result[(origin, dest)] = antichain
+    return result
+
+
+def _strong_components(locations: list[Location], transitions: list[Transition]) -> dict[Location, int]:
+    """Tarjan's algorithm, iterative so deep graphs do not hit the recursion limit."""
+    successors: dict[Location, list[Location]] = defaultdict(list)
+    for t in transitions:
+        successors[t.src].append(t.dst)
+    index: dict[Location, int] = {}
+    low: dict[Location, int] = {}
+    component: dict[Location, int] = {}
+    stack: list[Location] = []
+    on_stack: set[Location] = set()
+    counter = 0
+    for root in locations:
+        if root in index:
+            continue
+        work: list[tuple[Location, int]] = [(root, 0)]
+        while work:
+            node, child = work.pop()
+            if child == 0:
+                index[node] = low[node] = counter
+                counter += 1
+                stack.append(node)
+                on_stack.add(node)
+            children = successors[node]
+            if child < len(children):
+                work.append((node, child + 1))
+                nxt = children[child]
+                if nxt not in index:
+                    work.append((nxt, 0))
+                elif nxt in on_stack:
+                    low[node] = min(low[node], index[nxt])
+                continue
+            if low[node] == index[node]:
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component[member] = index[node]
+                    if member == node:
+                        break
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[node])
+    return component
+
+
+def _transition_key(t: Transition) -> tuple:
+    return (t.src.node, t.src.kind, t.src.port, t.dst.node, t.dst.kind, t.dst.port, tuple(t.summary))
