@@ -82,9 +82,15 @@ def accumulate(batches: Iterable[Iterable[Update]]) -> dict[tuple[Location, Time
     return {key: count for key, count in counts.items() if count != 0}
 
 
-def frontiers(graph: Graph, counts: dict[tuple[Location, Timestamp], int]) -> dict[Location, list[Timestamp]]:
-    """Every location's frontier: the minimal ``s(t)`` over positive ``(l, t)`` and ``s`` in ``Psi[l, L]``."""
-    psi = path_summaries(graph)
+def frontiers(
+    graph: Graph,
+    counts: dict[tuple[Location, Timestamp], int],
+    psi: dict[tuple[Location, Location], Antichain[PathSummary]] | None = None,
+) -> dict[Location, list[Timestamp]]:
+    """Every location's frontier: the minimal ``s(t)`` over positive ``(l, t)`` and ``s`` in ``Psi[l, L]``.
+
+    Pass ``psi`` (from :func:`path_summaries` of this oracle) to avoid recomputing it."""
+    psi = path_summaries(graph) if psi is None else psi
     result: dict[Location, list[Timestamp]] = {}
     active = [(loc, time) for (loc, time), count in counts.items() if count > 0]
     for target in graph.locations():
@@ -95,3 +101,25 @@ def frontiers(graph: Graph, counts: dict[tuple[Location, Timestamp], int]) -> di
         ]
         result[target] = sorted(t for t in set(reached) if not any(less_equal(o, t) and o != t for o in reached))
     return result
+
+
+def fixpoint_frontiers(graph: Graph, counts: dict[tuple[Location, Timestamp], int]) -> dict[Location, list[Timestamp]]:
+    """Every location's frontier by iterating the upward closure to a fixed point from scratch.
+
+    Seed 004's ``frontier`` without any incremental trick: start from the active pointstamps,
+    push every time along every transition each round, keep the lower envelope, stop when a
+    round changes nothing. Polynomial, so it also serves as the naive baseline of benchmarks.
+    """
+    reach: dict[Location, Antichain[Timestamp]] = {loc: Antichain() for loc in graph.locations()}
+    for (loc, time), count in counts.items():
+        if count > 0:
+            reach[loc].insert(tuple(time))
+    changed = True
+    while changed:
+        changed = False
+        for step in graph.transitions():
+            for time in list(reach[step.src]):
+                moved = step.summary.results_in(time)
+                if moved is not None and reach[step.dst].insert(moved):
+                    changed = True
+    return {loc: antichain.elements() for loc, antichain in reach.items()}

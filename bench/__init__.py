@@ -1,0 +1,1 @@
+"""Benchmarks: every performance figure of the project. ``python -m bench`` lists them."""

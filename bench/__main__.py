@@ -1,0 +1,51 @@
+"""``python -m bench`` lists the benchmarks; ``python -m bench NAME [--quick]`` runs one.
+
+A benchmark is a module ``bench/NAME.py`` with ``run(quick: bool) -> dict`` that prints a
+readable table and returns ``{"name": ..., "figures": {...}, "targets": {...}}``; this runner
+prints that dict as the last line, as one JSON object, so runs can be compared over time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import pkgutil
+import sys
+from pathlib import Path
+
+_NOT_BENCHMARKS = {"__main__", "workloads", "report"}
+
+
+def available() -> dict[str, str]:
+    """Benchmark names and the first line of each one's docstring."""
+    found: dict[str, str] = {}
+    for info in pkgutil.iter_modules([str(Path(__file__).parent)]):
+        if info.name.startswith("_") or info.name in _NOT_BENCHMARKS:
+            continue
+        module = importlib.import_module(f"bench.{info.name}")
+        if callable(getattr(module, "run", None)):
+            found[info.name] = (module.__doc__ or "").strip().splitlines()[0] if module.__doc__ else ""
+    return found
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
+    parser.add_argument("name", nargs="?", help="benchmark to run; omit to list them")
+    parser.add_argument("--quick", action="store_true", help="a short run (smaller workloads, fewer repetitions)")
+    args = parser.parse_args(argv)
+    benchmarks = available()
+    if not args.name:
+        for name, summary in sorted(benchmarks.items()):
+            print(f"{name:12} {summary}")
+        return 0
+    if args.name not in benchmarks:
+        print(f"unknown benchmark {args.name!r}; available: {', '.join(sorted(benchmarks))}", file=sys.stderr)
+        return 2
+    result = importlib.import_module(f"bench.{args.name}").run(quick=args.quick)
+    print(json.dumps(result, sort_keys=True))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,123 @@
+"""Dataflow shapes shared by the benchmarks: chains, PageRank-like loops, random graphs.
+
+Each builder returns a validated :class:`~tracker.graph.Graph`; node 0 is always an input
+(no inputs, one output) so the default initial pointstamps hold one capability there.
+"""
+
+from __future__ import annotations
+
+import random
+
+from tracker.graph import Connection, Edge, Graph, Location, Node
+from tracker.timestamp import PathSummary
+
+
+def chain(operators: int, arity: int = 1) -> Graph:
+    """An input followed by ``operators - 1`` one-in-one-out operators in a line."""
+    nodes = [Node(0, 0, 1, "input")] + [Node(i, 1, 1, f"map{i}") for i in range(1, operators)]
+    edges = [Edge(Location.source(i, 0), Location.target(i + 1, 0)) for i in range(operators - 1)]
+    return Graph.build(arity, nodes, edges)
+
+
+def loop(operators: int) -> Graph:
+    """Seed 004's PageRank shape, stretched: input -> pagerank(2 inputs) -> ``operators - 3``
+    operators in the loop body -> feedback (+1 iteration) -> back into pagerank. Arity 2:
+    ``(epoch, iteration)``."""
+    body = max(operators - 3, 1)
+    feedback = 2 + body
+    nodes = [Node(0, 0, 1, "input"), Node(1, 2, 1, "pagerank")]
+    nodes += [Node(2 + i, 1, 1, f"body{i}") for i in range(body)]
+    nodes.append(Node(feedback, 1, 1, "feedback", (Connection(0, 0, (PathSummary((0, 1)),)),)))
+    edges = [Edge(Location.source(0, 0), Location.target(1, 0)), Edge(Location.source(1, 0), Location.target(2, 0))]
+    edges += [Edge(Location.source(2 + i, 0), Location.target(3 + i, 0)) for i in range(body)]
+    edges.append(Edge(Location.source(feedback, 0), Location.target(1, 1)))
+    return Graph.build(2, nodes, edges)
+
+
+def random_graph(operators: int, seed: int = 1, feedback_every: int = 10) -> Graph:
+    """A random layered DAG of one- and two-input operators, with a feedback operator (+1)
+    closing a loop back to an earlier operator every ``feedback_every`` operators. Arity 1."""
+    rng = random.Random(seed)
+    nodes: list[Node] = [Node(0, 0, 1, "input")]
+    edges: list[Edge] = []
+    for i in range(1, operators):
+        if i % feedback_every == 0 and i > 2:
+            nodes.append(Node(i, 1, 1, f"feedback{i}", (Connection(0, 0, (PathSummary((1,)),)),)))
+        else:
+            nodes.append(Node(i, 2 if rng.random() < 0.3 else 1, 1, f"op{i}"))
+    for node in nodes[1:]:
+        for port in range(node.inputs):
+            upstream = rng.randrange(max(0, node.id - 5), node.id)
+            edges.append(Edge(Location.source(upstream, 0), Location.target(node.id, port)))
+    # Feedback outputs loop back into a fresh input port of an earlier operator.
+    extended = {n.id: n for n in nodes}
+    plain = [n.id for n in nodes[1:] if not n.name.startswith("feedback")]
+    for node in nodes:
+        if node.name.startswith("feedback"):
+            back = rng.choice([p for p in plain if p < node.id])
+            old = extended[back]
+            extended[back] = Node(old.id, old.inputs + 1, old.outputs, old.name)
+            edges.append(Edge(Location.source(node.id, 0), Location.target(back, old.inputs)))
+    return Graph.build(1, [extended[i] for i in sorted(extended)], edges)
+
+
+class Simulation:
+    """Protocol-following update batches for a graph, as workers would report them.
+
+    Holds the messages in flight (at targets) and the input capabilities. Each :meth:`step`
+    either advances an input's epoch (``+1`` at the new epoch, ``-1`` at the old, and a message
+    for the old epoch on each outgoing edge) or processes one message: ``-1`` where it was,
+    ``+1`` for each message it produces downstream (times advanced by the connection's summary;
+    a message crossing a feedback stops after ``max_rounds`` iterations so loops end). Deterministic
+    for a seed.
+    """
+
+    def __init__(self, graph: Graph, seed: int = 7, max_rounds: int = 3) -> None:
+        self.graph = graph
+        self.rng = random.Random(seed)
+        self.max_rounds = max_rounds
+        self.downstream: dict[Location, list[Location]] = {}
+        for edge in graph.edges:
+            self.downstream.setdefault(edge.source, []).append(edge.target)
+        self.inputs = [loc for loc, _, _ in graph.default_initial()]
+        self.epoch = {loc: graph.default_initial()[0][1] for loc in self.inputs}
+        self.messages: list[tuple[Location, tuple[int, ...]]] = []
+        self.nodes = {n.id: n for n in graph.nodes}
+
+    def initial(self) -> list[tuple[Location, tuple[int, ...], int]]:
+        """The registration's initial pointstamps."""
+        return self.graph.default_initial()
+
+    def step(self) -> list[tuple[Location, tuple[int, ...], int]]:
+        """One atomic batch of updates."""
+        if not self.messages or self.rng.random() < 0.05:
+            source = self.rng.choice(self.inputs)
+            old = self.epoch[source]
+            new = (old[0] + 1, *old[1:])
+            self.epoch[source] = new
+            batch = [(source, new, 1), (source, old, -1)]
+            for target in self.downstream.get(source, []):
+                self.messages.append((target, old))
+                batch.append((target, old, 1))
+            return batch
+        index = self.rng.randrange(len(self.messages))
+        self.messages[index], self.messages[-1] = self.messages[-1], self.messages[index]
+        target, time = self.messages.pop()
+        batch = [(target, time, -1)]
+        node = self.nodes[target.node]
+        for conn in self.graph.connections(node):
+            if conn.input != target.port:
+                continue
+            summary = conn.summaries[0]
+            moved = summary.results_in(time)
+            if moved is None or (not summary.is_zero() and self._loop_ends(moved)):
+                continue
+            for dest in self.downstream.get(Location.source(node.id, conn.output), []):
+                self.messages.append((dest, moved))
+                batch.append((dest, moved, 1))
+        return batch
+
+    def _loop_ends(self, moved: tuple[int, ...]) -> bool:
+        if self.graph.arity > 1:
+            return moved[-1] > self.max_rounds
+        return self.rng.random() < 1 / self.max_rounds
