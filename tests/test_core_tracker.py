@@ -142,3 +142,15 @@ def test_bad_batch_changes_nothing() -> None:
     with pytest.raises(GraphError, match="delta must be an integer"):
         tracker.apply([(Location.source(1, 0), (1,), 1.5)])
     assert (tracker.frontiers(), tracker.pointstamps()) == before
+
+
+@settings(max_examples=40, deadline=None)
+@given(data=st.data())
+def test_tracker_matches_fixpoint_on_larger_graphs(data: st.DataObject) -> None:
+    """Graphs too large for path enumeration, against the from-scratch fixed point."""
+    graph = data.draw(acyclic_graphs(max_nodes=25))
+    batches = data.draw(update_batches(graph, max_batches=15))
+    tracker = Tracker(graph)
+    for index, batch in enumerate(batches):
+        tracker.apply(batch)
+        assert tracker.frontiers() == oracle.fixpoint_frontiers(graph, oracle.accumulate(batches[: index + 1]))
