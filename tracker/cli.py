@@ -5,6 +5,7 @@ and the pure core never imports Spark or FastAPI.
 
     tracker serve [--host 127.0.0.1] [--port 8000] [--warehouse ./warehouse] [--engine native|spark]
     tracker jobs cycles|summaries|propagate|incremental --warehouse PATH --dataflow ID [--master URL]
+    tracker report --warehouse PATH --dataflow ID [--json] [--as-of ISO] [--limit N]
 """
 
 from __future__ import annotations
@@ -25,6 +26,57 @@ def _jobs(args: argparse.Namespace) -> int:
     from spark_jobs.cli import run_job
 
     return run_job(args)
+
+
+def _report(args: argparse.Namespace) -> int:
+    from spark_jobs.report import run_report
+
+    return run_report(args)
+
+
+def _example(args: argparse.Namespace) -> int:
+    from tracker.cluster import example_main
+
+    return example_main(args)
+
+
+def _worker(args: argparse.Namespace) -> int:
+    from tracker.cluster import worker_main
+
+    return worker_main(args)
+
+
+def _add_worker_commands(commands: argparse._SubParsersAction) -> None:
+    """``example`` (run an example on several worker processes) and ``worker`` (one process)."""
+    url = os.environ.get("TRACKER_URL", "http://127.0.0.1:8000")
+    example = commands.add_parser("example", help="run an example dataflow on worker processes against the service")
+    example.add_argument("name", choices=["wordcount", "components"])
+    example.add_argument("--url", default=url, help="service URL (env TRACKER_URL)")
+    example.add_argument("--token", help="admin token (default: env TRACKER_ADMIN_TOKEN)")
+    example.add_argument("--workers", type=int, default=2, help="worker processes")
+    example.add_argument("--epochs", type=int, help="input epochs (default: the example's)")
+    example.add_argument("--seed", type=int, help="input seed (default: the example's)")
+    example.add_argument("--delay", type=float, default=0.0, help="random delay of each data message, seconds")
+    example.add_argument("--timeout", type=float, default=120.0)
+    example.add_argument("--check", action="store_true",
+                         help="compare with the sequential reference (exit 1 if not equal)")
+    example.add_argument("--stats", action="store_true", help="print the workers' statistics as JSON")
+    example.set_defaults(func=_example)
+
+    worker = commands.add_parser("worker", help="run one worker process of an example (used by `example`)")
+    worker.add_argument("name", choices=["wordcount", "components"])
+    worker.add_argument("--url", default=url)
+    worker.add_argument("--dataflow", required=True)
+    worker.add_argument("--token", required=True, help="the dataflow's token")
+    worker.add_argument("--index", type=int, required=True)
+    worker.add_argument("--addresses", required=True, help="host:port of every worker, comma-separated, in order")
+    worker.add_argument("--config", default="{}", help="the example's config as JSON")
+    worker.add_argument("--delay", type=float, default=0.0)
+    worker.add_argument("--progress-delay", type=float, default=0.0)
+    worker.add_argument("--seed", type=int, default=0)
+    worker.add_argument("--timeout", type=float, default=120.0)
+    worker.add_argument("--trace", help="write every callback (recv/notify) to this JSON-lines file")
+    worker.set_defaults(func=_worker)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -50,6 +102,16 @@ def build_parser() -> argparse.ArgumentParser:
     jobs.add_argument("--master", default=os.environ.get("SPARK_MASTER"),
                       help="Spark master URL (env SPARK_MASTER; default local[*])")
     jobs.set_defaults(func=_jobs)
+
+    report = commands.add_parser("report", help="print a dataflow's frontiers, epoch clear times and stuck "
+                                 "locations from the Delta tables alone (no service, no Spark)")
+    report.add_argument("--warehouse", default=os.environ.get("TRACKER_WAREHOUSE", "./warehouse"))
+    report.add_argument("--dataflow", required=True, help="dataflow id")
+    report.add_argument("--json", action="store_true", help="print JSON instead of text tables")
+    report.add_argument("--as-of", default=None, help="ISO time 'now' is measured at (default: now, UTC)")
+    report.add_argument("--limit", type=int, default=10, help="how many stuck locations to list")
+    report.set_defaults(func=_report)
+    _add_worker_commands(commands)
     return parser
 
 

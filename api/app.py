@@ -1,0 +1,228 @@
+"""The FastAPI application: lifespan (recovery, background tasks), error handling, body limit.
+
+Every client mistake is a 4xx with a JSON body ``{"error": ..., "detail": ...}``: malformed JSON
+400, oversized body 413, a body that does not fit the schema 422 (naming the field), a graph or
+update the tracker refuses 422 (naming the culprit). Only a bug in the service answers 500.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from api import background
+from api.config import Settings
+from api.service import RegistrationError, Service
+
+log = logging.getLogger("tracker.app")
+_DOCUMENTED_ERRORS = {"400": "malformed JSON", "401": "missing or unknown token",
+                      "403": "the token may not access this", "404": "unknown dataflow or version",
+                      "413": "body too large", "422": "invalid request"}
+_NAMES = {400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found", 405: "method_not_allowed",
+          409: "conflict", 413: "body_too_large", 422: "invalid_request"}
+
+
+class BodyLimit:
+    """Refuse request bodies over ``limit`` bytes with 413, whether or not they declare a length."""
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        for name, value in scope.get("headers", ()):
+            if name == b"content-length":
+                try:
+                    too_big = int(value) > self.limit
+                except ValueError:
+                    too_big = False
+                if too_big:
+                    await self._refuse(send)
+                    return
+                # The HTTP server enforces the declared length, so the body cannot exceed it.
+                await self.app(scope, receive, send)
+                return
+        # No declared length (chunked): read the body first, up to the limit, then replay it.
+        chunks: list[bytes] = []
+        seen = 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                await self.app(scope, _replay([message], receive), send)
+                return
+            chunk = message.get("body", b"")
+            seen += len(chunk)
+            if seen > self.limit:
+                await self._refuse(send)
+                return
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        body = {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+        await self.app(scope, _replay([body], receive), send)
+
+    async def _refuse(self, send: Send) -> None:
+        detail = f"request bodies are limited to {self.limit} bytes"
+        response = JSONResponse({"error": "body_too_large", "detail": detail},
+                                status_code=413)
+        await response({"type": "http"}, _no_receive, send)
+
+
+def _replay(messages: list[Message], then: Receive) -> Receive:
+    """``messages`` first, then the real ``receive`` (which reports the client disconnecting)."""
+    pending = list(messages)
+
+    async def receive() -> Message:
+        if pending:
+            return pending.pop(0)
+        return await then()
+
+    return receive
+
+
+async def _no_receive() -> Message:
+    return {"type": "http.disconnect"}
+
+
+def _readable(errors: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{"loc": ".".join(str(p) for p in e.get("loc", ())), "msg": e.get("msg"), "type": e.get("type")}
+            for e in errors]
+
+
+def _openapi(app: FastAPI) -> dict[str, Any]:
+    """FastAPI's document plus the schemas of bodies parsed by hand (``ProgressRequest``)."""
+    if app.openapi_schema is None:
+        from fastapi.openapi.utils import get_openapi
+
+        from api.models import ErrorBody, ProgressRequest
+
+        schema = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
+        components = schema.setdefault("components", {}).setdefault("schemas", {})
+        body = ProgressRequest.model_json_schema(ref_template="#/components/schemas/{model}")
+        components.update(body.pop("$defs", {}))
+        components["ProgressRequest"] = body
+        components["ErrorBody"] = ErrorBody.model_json_schema(ref_template="#/components/schemas/{model}")
+        error = {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}}
+        # Every client mistake on an authenticated route answers ErrorBody (see the handlers
+        # above), including FastAPI's own 422, whose default schema would be wrong here.
+        for path, operations in schema.get("paths", {}).items():
+            if not (path.startswith("/v1") or path.startswith("/dashboard/api")):
+                continue
+            for operation in operations.values():
+                responses = operation.setdefault("responses", {})
+                for code, text in _DOCUMENTED_ERRORS.items():
+                    if code == "422" or code not in responses:
+                        responses[code] = {"description": responses.get(code, {}).get("description", text), **error}
+        app.openapi_schema = schema
+    return app.openapi_schema
+
+
+def create_app(settings: Settings, admin_token: str) -> FastAPI:
+    """The application for ``settings`` (``uvicorn`` serves it; tests start it the same way)."""
+    service = Service(settings, admin_token)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if settings.delta:
+            try:
+                from api.store import Store
+
+                service.store = Store(settings.warehouse)
+            except Exception:
+                log.exception("Delta storage unavailable; running on the write-ahead log alone")
+        started = time.perf_counter()
+        await asyncio.to_thread(service.recover)
+        log.info("recovered", extra={"dataflows": len(service.dataflows),
+                                     "seconds": round(time.perf_counter() - started, 3)})
+        loop = asyncio.get_running_loop()
+        if settings.spark:
+            loop.run_in_executor(service.spark_pool, background.start_spark, service)
+        stop = asyncio.Event()
+        flusher = asyncio.create_task(background.flush_loop(service, stop))
+        tasks = []
+        if settings.spark and settings.audit_seconds > 0:
+            tasks.append(asyncio.create_task(background.audit_loop(service)))
+        if settings.engine == "spark":
+            from api.engine import engine_loop
+
+            tasks.append(asyncio.create_task(engine_loop(service)))
+        yield
+        for task in tasks:
+            task.cancel()
+        stop.set()  # the flusher finishes its commit in progress, flushes the rest and returns
+        try:
+            await asyncio.wait_for(flusher, 30)
+        except Exception:
+            log.exception("final Delta flush failed; the log still holds every batch")
+        service.wal.close()
+        service.delta_pool.shutdown(wait=False, cancel_futures=True)
+        service.spark_pool.shutdown(wait=False, cancel_futures=True)
+
+    app = FastAPI(
+        title="Timely progress tracker",
+        version="1.0.0",
+        description="Progress tracking for timely dataflow as a service: register a graph, report atomic "
+                    "progress batches, query and stream exact frontiers. See docs/service.md.",
+        lifespan=lifespan,
+    )
+    app.state.service = service
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, error: RequestValidationError) -> JSONResponse:
+        errors = list(error.errors())
+        if any(e.get("type") == "json_invalid" for e in errors):
+            return JSONResponse({"error": "malformed_json", "detail": _readable(errors)}, status_code=400)
+        return JSONResponse({"error": "invalid_request", "detail": _readable(errors)}, status_code=422)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, error: StarletteHTTPException) -> JSONResponse:
+        body = error.detail if isinstance(error.detail, dict) else {
+            "error": _NAMES.get(error.status_code, "error"), "detail": error.detail}
+        return JSONResponse(body, status_code=error.status_code, headers=getattr(error, "headers", None))
+
+    @app.exception_handler(RegistrationError)
+    async def refused(request: Request, error: RegistrationError) -> JSONResponse:
+        return JSONResponse(error.body, status_code=422)
+
+    @app.exception_handler(Exception)
+    async def crashed(request: Request, error: Exception) -> JSONResponse:
+        log.exception("unhandled error", extra={"path": request.url.path})
+        return JSONResponse({"error": "internal_error", "detail": "see the service log"}, status_code=500)
+
+    @app.get("/healthz", summary="Liveness")
+    async def healthz() -> dict[str, Any]:
+        """Open (no token): the service is up and serving."""
+        return {"status": "ok", "dataflows": len(service.dataflows), "engine": settings.engine,
+                "spark": "ready" if service.spark is not None else (service.spark_error or
+                                                                     ("starting" if settings.spark else "disabled")),
+                "delta": service.store is not None, "uptime_seconds": round(time.time() - service.started, 1)}
+
+    @app.get("/metrics", summary="Prometheus metrics", response_class=Response,
+             responses={200: {"content": {"text/plain": {}}}})
+    async def metrics() -> Response:
+        """Prometheus text exposition (open, like ``/healthz``)."""
+        return Response(service.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    from api import dashboard
+    from api.routes import router as rest
+    from api.ws import router as sockets
+
+    app.include_router(rest)
+    app.include_router(sockets)
+    app.include_router(dashboard.router)
+    app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
+    app.add_middleware(BodyLimit, limit=settings.max_body)  # type: ignore[arg-type]
+    return app

@@ -1,0 +1,76 @@
+"""Service settings: command-line arguments first, then environment variables, then defaults."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+
+def _env_float(name: str, default: float) -> float:
+    value = os.environ.get(name)
+    return float(value) if value else default
+
+
+def _env_int(name: str, default: int) -> int:
+    value = os.environ.get(name)
+    return int(value) if value else default
+
+
+@dataclass
+class Settings:
+    """Everything the service can be told. Environment names are given per field."""
+
+    host: str = "127.0.0.1"
+    port: int = 8000
+    warehouse: Path = Path("./warehouse")  # TRACKER_WAREHOUSE
+    engine: str = "native"  # TRACKER_ENGINE: native | spark
+    master: str | None = None  # SPARK_MASTER
+    admin_token: str | None = None  # TRACKER_ADMIN_TOKEN
+    spark: bool = True  # TRACKER_SPARK=0 disables Spark (registration check, audits)
+    spark_check: bool = True  # TRACKER_SPARK_CHECK=0 skips the Spark registration check
+    delta: bool = True  # TRACKER_DELTA=0 keeps everything in the write-ahead log only
+    flush_seconds: float = 1.0  # TRACKER_FLUSH_SECONDS: WAL -> Delta progress
+    compact_seconds: float = 5.0  # TRACKER_COMPACT_SECONDS: pointstamps/frontiers/frontier_changes
+    audit_seconds: float = 60.0  # TRACKER_AUDIT_SECONDS: Spark audit period (0 disables)
+    segment_bytes: int = 64 * 1024 * 1024  # TRACKER_WAL_SEGMENT_BYTES: WAL rotation size
+    subscriber_queue: int = 1024  # TRACKER_SUBSCRIBER_QUEUE: events buffered per subscriber
+    history: int = 100_000  # TRACKER_HISTORY: versions of frontier changes kept in memory
+    max_body: int = 1024 * 1024  # TRACKER_MAX_BODY: request and WebSocket message limit, bytes
+    log_level: str = "info"  # TRACKER_LOG_LEVEL
+
+    @classmethod
+    def from_env(cls, args: argparse.Namespace | None = None) -> Settings:
+        """Settings from ``tracker serve`` arguments (if any) and the environment."""
+        env = os.environ
+        settings = cls(
+            host=env.get("TRACKER_HOST", "127.0.0.1"),
+            port=_env_int("TRACKER_PORT", 8000),
+            warehouse=Path(env.get("TRACKER_WAREHOUSE", "./warehouse")),
+            engine=env.get("TRACKER_ENGINE", "native"),
+            master=env.get("SPARK_MASTER"),
+            admin_token=env.get("TRACKER_ADMIN_TOKEN") or None,
+            spark=env.get("TRACKER_SPARK", "1").lower() not in ("0", "false", "no", "off"),
+            spark_check=env.get("TRACKER_SPARK_CHECK", "1").lower() not in ("0", "false", "no", "off"),
+            delta=env.get("TRACKER_DELTA", "1").lower() not in ("0", "false", "no", "off"),
+            flush_seconds=_env_float("TRACKER_FLUSH_SECONDS", 1.0),
+            compact_seconds=_env_float("TRACKER_COMPACT_SECONDS", 5.0),
+            audit_seconds=_env_float("TRACKER_AUDIT_SECONDS", 60.0),
+            segment_bytes=_env_int("TRACKER_WAL_SEGMENT_BYTES", 64 * 1024 * 1024),
+            subscriber_queue=_env_int("TRACKER_SUBSCRIBER_QUEUE", 1024),
+            history=_env_int("TRACKER_HISTORY", 100_000),
+            max_body=_env_int("TRACKER_MAX_BODY", 1024 * 1024),
+            log_level=env.get("TRACKER_LOG_LEVEL", "info"),
+        )
+        if args is not None:
+            settings.host = args.host
+            settings.port = args.port
+            settings.warehouse = Path(args.warehouse)
+            settings.engine = args.engine
+            settings.master = args.master or settings.master
+        if settings.engine not in ("native", "spark"):
+            raise ValueError(f"--engine must be native or spark, got {settings.engine!r}")
+        if settings.engine == "spark":
+            settings.spark = True
+        return settings

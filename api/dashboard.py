@@ -1,0 +1,82 @@
+"""The built-in web dashboard: the page, its static assets, and one history route it reads.
+
+The page (``/dashboard``; ``/`` redirects there) holds no data and is served without a token.
+It asks for a token once, keeps it in the browser's ``localStorage`` and calls the ``/v1`` API
+with ``Authorization: Bearer``; the live frontier comes from the SSE stream read with
+``fetch()`` (``EventSource`` cannot send that header). The front-end libraries (Cytoscape.js
+for the graph, uPlot for the plots) are vendored under ``api/static/vendor`` with their
+licences, so the page works offline. See docs/dashboard.md.
+
+The history route returns what happened before the page was opened, from the Delta tables:
+``frontier_changes`` for the frontier plot and ``progress`` for the throughput plot. It uses
+the same dependency as the ``/v1`` routes, so the same tokens and the same 401/403/404 apply.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query
+from fastapi.responses import FileResponse, JSONResponse, RedirectResponse
+from fastapi.staticfiles import StaticFiles
+
+from api.deps import DataflowDep, ServiceDep
+
+STATIC = Path(__file__).resolve().parent / "static"
+"""Where the page, its script, its style sheet and the vendored libraries live."""
+
+router = APIRouter()
+router.mount("/static", StaticFiles(directory=STATIC), name="static")
+
+
+@router.get("/", include_in_schema=False)
+async def root() -> RedirectResponse:
+    """The service's home is the dashboard."""
+    return RedirectResponse("/dashboard", status_code=307)
+
+
+@router.get("/dashboard", include_in_schema=False)
+async def dashboard() -> FileResponse:
+    """The dashboard page (no data in it: it fetches everything with the user's token)."""
+    # no-cache: the page is tiny, and a stale copy after an upgrade would load mismatched scripts.
+    return FileResponse(STATIC / "dashboard.html", media_type="text/html", headers={"Cache-Control": "no-cache"})
+
+
+def _history(root: Path, dataflow_id: str, limit: int) -> dict[str, Any]:
+    """The last ``limit`` frontier changes and the per-second throughput, from Delta."""
+    import polars as pl
+
+    from spark_jobs.report import throughput
+    from spark_jobs.storage import Warehouse
+
+    wh = Warehouse(root)
+    changes = pl.from_arrow(wh.read("frontier_changes", dataflow_id))
+    progress = pl.from_arrow(wh.read("progress", dataflow_id))
+    assert isinstance(changes, pl.DataFrame) and isinstance(progress, pl.DataFrame)
+    changes = changes.sort("version", maintain_order=True).tail(limit)
+    rate = throughput(progress)
+    return {
+        "frontier_changes": [
+            {"version": r["version"], "location": {"node": r["node"], "port": r["port"], "kind": r["kind"]},
+             "time": r["time"], "diff": r["diff"], "at": r["at"].timestamp()}
+            for r in changes.iter_rows(named=True)
+        ],
+        "throughput": [{"second": r["second"].timestamp(), "batches": r["batches"], "updates": r["updates"]}
+                       for r in rate.iter_rows(named=True)],
+    }
+
+
+@router.get("/dashboard/api/dataflows/{id}/history", summary="Frontier-change and throughput history (Delta)",
+            tags=["dashboard"])
+async def history(dataflow: DataflowDep, service: ServiceDep,
+                  limit: Annotated[int, Query(ge=1, le=100_000)] = 20_000) -> JSONResponse:
+    """``{"frontier_changes": [{"version", "location", "time", "diff", "at"}], "throughput":
+    [{"second", "batches", "updates"}]}`` (times in epoch seconds) as compacted into Delta; empty
+    lists when the service runs without Delta storage. Live changes come from the SSE stream."""
+    store = service.store
+    if store is None:
+        return JSONResponse({"frontier_changes": [], "throughput": [], "delta": False})
+    body = await asyncio.to_thread(_history, Path(store.warehouse.root), dataflow.id, limit)
+    return JSONResponse({**body, "delta": True})

@@ -1,0 +1,63 @@
+"""FastAPI dependencies: the service, the caller, the dataflow being addressed."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import Depends, Header, HTTPException, Path, Request
+
+from api.auth import Principal, bearer, forbidden, unauthorized
+from api.dataflows import Dataflow
+from api.service import Service
+
+
+def get_service(request: Request) -> Service:
+    """The :class:`Service` of this app."""
+    return request.app.state.service
+
+
+ServiceDep = Annotated[Service, Depends(get_service)]
+
+
+def principal(
+    service: ServiceDep,
+    authorization: Annotated[str | None, Header(description="Bearer <admin or dataflow token>")] = None,
+) -> Principal:
+    """Who is calling; 401 for a missing or unknown token."""
+    found = service.authenticate(bearer(authorization))
+    if found is None:
+        raise unauthorized("unknown token")
+    return found
+
+
+PrincipalDep = Annotated[Principal, Depends(principal)]
+
+
+def admin(caller: PrincipalDep) -> Principal:
+    """Only the admin token; 403 for a dataflow token."""
+    if not caller.admin:
+        raise forbidden("only the admin token may do this")
+    return caller
+
+
+def lookup(service: Service, caller: Principal, dataflow_id: str) -> Dataflow:
+    """The dataflow if ``caller`` may access it: 403 for another dataflow's token (whether or
+    not the id exists, so tokens do not reveal other ids), 404 for the admin and a bad id."""
+    if not caller.may_access(dataflow_id):
+        raise forbidden("this token belongs to another dataflow")
+    dataflow = service.dataflows.get(dataflow_id)
+    if dataflow is None or not dataflow.ready:
+        raise HTTPException(404, {"error": "unknown_dataflow", "detail": f"no dataflow with id {dataflow_id!r}"})
+    return dataflow
+
+
+def dataflow_dep(
+    service: ServiceDep,
+    caller: PrincipalDep,
+    dataflow_id: Annotated[str, Path(alias="id", max_length=64, description="dataflow id")],
+) -> Dataflow:
+    """The addressed dataflow (see :func:`lookup`)."""
+    return lookup(service, caller, dataflow_id)
+
+
+DataflowDep = Annotated[Dataflow, Depends(dataflow_dep)]

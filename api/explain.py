@@ -1,0 +1,116 @@
+"""``frontier/explain``: which active pointstamps hold a (location, time) back, and along which path.
+
+A notification at ``L`` for ``t`` is safe iff no active pointstamp ``(l, t')`` (positive count)
+has a path summary ``s`` in ``Psi[l, L]`` with ``s(t') <= t``. For each pointstamp that does,
+the answer gives the pointstamp, the summary, the time it could arrive at ``L`` as, and one
+concrete path (the transitions a record would follow), so a user can see why a dataflow is stuck.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict, deque
+from typing import Any
+
+from api.models import location_json
+from tracker.antichain import Antichain
+from tracker.graph import Graph, Location, Transition
+from tracker.timestamp import PathSummary, Timestamp, less_equal
+
+MAX_BLOCKERS = 50
+
+
+def _search(graph: Graph, origin: Location) -> tuple[dict[Location, Antichain[PathSummary]],
+                                                      dict[tuple[Location, PathSummary], Transition | None]]:
+    """Minimal summaries from ``origin`` to everywhere, remembering how each was reached."""
+    outgoing: dict[Location, list[Transition]] = defaultdict(list)
+    for step in graph.transitions():
+        outgoing[step.src].append(step)
+    zero = PathSummary.zero(graph.arity)
+    reached: dict[Location, Antichain[PathSummary]] = {origin: Antichain([zero])}
+    parent: dict[tuple[Location, PathSummary], Transition | None] = {(origin, zero): None}
+    queue: deque[tuple[Location, PathSummary]] = deque([(origin, zero)])
+    while queue:
+        here, summary = queue.popleft()
+        if summary not in reached[here]:
+            continue
+        for step in outgoing[here]:
+            combined = summary.followed_by(step.summary)
+            if combined is None:
+                continue
+            if reached.setdefault(step.dst, Antichain()).insert(combined):
+                parent.setdefault((step.dst, combined), step)
+                queue.append((step.dst, combined))
+    return reached, parent
+
+
+def _path(parent: dict[tuple[Location, PathSummary], Transition | None], end: Location,
+          summary: PathSummary) -> list[Transition]:
+    steps: list[Transition] = []
+    here, acc = end, summary
+    while True:
+        step = parent.get((here, acc))
+        if step is None:
+            break
+        steps.append(step)
+        here = step.src
+        acc = PathSummary(a - b for a, b in zip(acc, step.summary, strict=True))
+    steps.reverse()
+    return steps
+
+
+def _describe(path: list[Transition], start: Location, time: Timestamp) -> str:
+    text = [f"{start}@{list(time)}"]
+    current = time
+    for step in path:
+        moved = step.summary.results_in(current)
+        current = moved if moved is not None else current
+        via = "edge" if step.src.kind == "source" else f"operator {step.src.node} +{list(step.summary)}"
+        text.append(f" --{via}--> {step.dst}@{list(current)}")
+    return "".join(text)
+
+
+def explain(graph: Graph, counts: dict[tuple[Location, Timestamp], int], frontier: list[Timestamp],
+            version: int, location: Location, time: Timestamp) -> dict[str, Any]:
+    """The ``ExplainResponse`` body for ``(location, time)`` given the active counts."""
+    searches: dict[Location, Any] = {}
+    blockers: list[dict[str, Any]] = []
+    total = 0
+    for (origin, when), count in sorted(counts.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+        if count <= 0:
+            continue
+        if origin not in searches:
+            searches[origin] = _search(graph, origin)
+        reached, parent = searches[origin]
+        best: tuple[Timestamp, PathSummary] | None = None
+        for summary in reached.get(location, ()):
+            arrives = summary.results_in(when)
+            if arrives is not None and less_equal(arrives, time) and (best is None or arrives < best[0]):
+                best = (arrives, summary)
+        if best is None:
+            continue
+        total += 1
+        if len(blockers) >= MAX_BLOCKERS:
+            continue
+        arrives, summary = best
+        path = _path(parent, location, summary)
+        blockers.append({
+            "location": location_json(origin), "time": list(when), "count": count,
+            "summary": list(summary), "arrives_as": list(arrives),
+            "path": [{"from": location_json(s.src), "to": location_json(s.dst), "summary": list(s.summary)}
+                     for s in path],
+            "text": f"{count} x {origin}@{list(when)} can reach {location} as {list(arrives)} <= {list(time)}: "
+                    + _describe(path, origin, when),
+        })
+    safe = total == 0
+    if safe:
+        explanation = (f"Safe: no active pointstamp can reach {location} at a time <= {list(time)}, so a "
+                       f"notification for {list(time)} at {location} may be delivered "
+                       f"(frontier: {[list(t) for t in frontier]}).")
+    else:
+        shown = "" if total <= len(blockers) else f" (the first {len(blockers)} are listed)"
+        explanation = (f"Not safe yet: {total} active pointstamp(s) could still result in a time <= {list(time)} "
+                       f"at {location}{shown}. The frontier there is {[list(t) for t in frontier]}. Each blocker "
+                       f"must be retired (its count brought to zero) or advanced before {list(time)} can be "
+                       f"notified.")
+    return {"version": version, "location": location_json(location), "time": list(time), "safe_to_notify": safe,
+            "frontier": [list(t) for t in frontier], "blockers": blockers, "explanation": explanation}

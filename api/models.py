@@ -1,0 +1,230 @@
+"""Pydantic models for every JSON body of the v1 surface (DESIGN.md section 3).
+
+Integers are strict (``true``, ``1.5`` and ``"3"`` are refused, not coerced) because a silently
+coerced time or delta would corrupt occurrence counts; the shapes that depend on the dataflow
+(arity, known locations) are checked afterwards against the graph.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
+
+from tracker.graph import Location
+
+NonNegInt = StrictInt
+Kind = Literal["source", "target"]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class LocationModel(_Model):
+    """An operator port: ``{"node": 3, "port": 0, "kind": "target"}``."""
+
+    node: StrictInt = Field(ge=0)
+    port: StrictInt = Field(ge=0)
+    kind: Kind
+
+    def to_location(self) -> Location:
+        """As the core's :class:`~tracker.graph.Location`."""
+        return Location(self.node, self.port, self.kind)
+
+
+class PortRef(_Model):
+    """One end of an edge: ``{"node", "port"}`` (the kind follows from the side)."""
+
+    node: StrictInt = Field(ge=0)
+    port: StrictInt = Field(ge=0)
+
+
+class ConnectionModel(_Model):
+    """An internal connection from ``input`` to ``output`` with an antichain of summaries."""
+
+    input: StrictInt = Field(ge=0)
+    output: StrictInt = Field(ge=0)
+    summaries: list[list[StrictInt]] = Field(min_length=1, max_length=1024)
+
+
+class NodeModel(_Model):
+    """An operator; omitted ``connections`` means every input reaches every output unchanged."""
+
+    id: StrictInt = Field(ge=0)
+    name: StrictStr = Field(default="", max_length=200)
+    inputs: StrictInt = Field(ge=0, le=4096)
+    outputs: StrictInt = Field(ge=0, le=4096)
+    connections: list[ConnectionModel] | None = None
+
+
+class EdgeModel(_Model):
+    """A channel from an operator output to an operator input."""
+
+    source: PortRef
+    target: PortRef
+
+
+class UpdateModel(_Model):
+    """A change to an occurrence count: ``{"location", "time": [..], "delta"}``."""
+
+    location: LocationModel
+    time: list[StrictInt] = Field(max_length=64)
+    delta: StrictInt
+
+
+class RegisterRequest(_Model):
+    """Body of ``POST /v1/dataflows``."""
+
+    name: StrictStr = Field(min_length=1, max_length=200)
+    timestamp_arity: StrictInt = Field(default=1, ge=1, le=64)
+    nodes: list[NodeModel] = Field(max_length=100_000)
+    edges: list[EdgeModel] = Field(default_factory=list, max_length=1_000_000)
+    initial: list[UpdateModel] | None = None
+
+
+class RegisterResponse(BaseModel):
+    """The new dataflow's id and its token (shown once; only its hash is stored)."""
+
+    id: str
+    token: str
+
+
+class ProgressRequest(_Model):
+    """An atomic batch of updates from one worker, identified by ``(worker, seq)``.
+
+    A worker's first ``seq`` is 0 and each next batch has the next integer.
+    """
+
+    worker: StrictStr = Field(min_length=1, max_length=200)
+    seq: StrictInt = Field(ge=0)
+    updates: list[UpdateModel] = Field(max_length=100_000)
+
+
+class ProgressResponse(BaseModel):
+    """``applied``: this request changed the state; ``duplicate``: it had been applied already."""
+
+    applied: bool
+    duplicate: bool
+    version: int
+
+
+class LocationFrontier(BaseModel):
+    """One location's frontier: the minimal times that may still appear there."""
+
+    location: LocationModel
+    frontier: list[list[int]]
+
+
+class FrontierResponse(BaseModel):
+    """Every (matching) location's frontier as of ``version``."""
+
+    version: int
+    locations: list[LocationFrontier]
+
+
+class PointstampRow(BaseModel):
+    """A non-zero occurrence count."""
+
+    location: LocationModel
+    time: list[int]
+    count: int
+
+
+class SummaryRow(BaseModel):
+    """``Psi[from, to]``: the minimal summaries of the paths from ``from`` to ``to``."""
+
+    model_config = ConfigDict(populate_by_name=True)
+
+    from_: LocationModel = Field(alias="from")
+    to: LocationModel
+    summaries: list[list[int]]
+
+
+class FrontierChangeModel(BaseModel):
+    """A time entering (+1) or leaving (-1) a location's frontier."""
+
+    location: LocationModel
+    time: list[int]
+    diff: int
+
+
+class DataflowStatus(BaseModel):
+    """What the service knows about a dataflow beyond its state."""
+
+    state: str = "active"
+    spark_check: str = Field(description="pending | agreed | disagreed | skipped | error")
+    spark_detail: str | None = None
+    audit: dict[str, Any] | None = Field(default=None, description="last Spark audit of the live frontier")
+    durable_version: int = 0
+    frontier_version: int = Field(default=0, description="the version the frontier is exact for; with "
+                                  "--engine spark it may trail durable_version (-1: not computed yet)")
+    engine: str = "native"
+    delta_version: int = Field(default=0, description="highest version in the Delta progress table")
+    workers: dict[str, int] = Field(default_factory=dict, description="last seq per worker")
+
+
+class DataflowSummary(BaseModel):
+    """A dataflow in the listing."""
+
+    id: str
+    name: str
+    timestamp_arity: int
+    version: int
+    created_at: str
+
+
+class DataflowDetail(DataflowSummary):
+    """A dataflow with its graph and status."""
+
+    nodes: list[NodeModel]
+    edges: list[EdgeModel]
+    status: DataflowStatus
+
+
+class PathStep(BaseModel):
+    """One transition on a path: an edge (zero summary) or an internal connection."""
+
+    model_config = ConfigDict(populate_by_name=True)
+
+    from_: LocationModel = Field(alias="from")
+    to: LocationModel
+    summary: list[int]
+
+
+class Blocker(BaseModel):
+    """An active pointstamp that holds a (location, time) back, and why."""
+
+    location: LocationModel
+    time: list[int]
+    count: int
+    summary: list[int] = Field(description="a minimal path summary s with s(time) <= the queried time")
+    arrives_as: list[int] = Field(description="s(time): the earliest time it can reach the queried location as")
+    path: list[PathStep]
+    text: str
+
+
+class ExplainResponse(BaseModel):
+    """Why a notification at (location, time) is or is not safe yet."""
+
+    version: int
+    location: LocationModel
+    time: list[int]
+    safe_to_notify: bool
+    frontier: list[list[int]]
+    blockers: list[Blocker]
+    explanation: str
+
+
+class ErrorBody(BaseModel):
+    """Every 4xx answer: a machine-readable ``error`` and a human ``detail``."""
+
+    model_config = ConfigDict(extra="allow")
+
+    error: str
+    detail: Any = None
+
+
+def location_json(location: Location) -> dict[str, Any]:
+    """A core location as its JSON shape (faster than going through the model)."""
+    return {"node": location.node, "port": location.port, "kind": location.kind}

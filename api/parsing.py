@@ -1,0 +1,98 @@
+"""The hot path's parser for progress batches: strict, exact errors, and cheap.
+
+``POST .../progress`` and the WebSocket carry the most traffic, and building pydantic models for
+every update cost as much as the tracker's own work (measured: ~6 us of parsing + ~5 us of
+conversion per update against ~12 us of ``Tracker.apply``). This parser checks exactly what
+:class:`api.models.ProgressRequest` declares (the model stays the documented schema) and, in the
+same pass, what the graph requires, returning core updates ready for ``Tracker.apply``.
+
+Shape mistakes raise :class:`InvalidRequest` (``invalid_request``, like pydantic's 422),
+mistakes against the graph raise :class:`~tracker.graph.GraphError` (``invalid_update``), and
+undecodable JSON raises :class:`MalformedJSON` (400).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from tracker.graph import Graph, GraphError, Location, Update
+
+_BATCH_KEYS = frozenset(("worker", "seq", "updates"))
+_UPDATE_KEYS = frozenset(("location", "time", "delta"))
+_LOCATION_KEYS = frozenset(("node", "port", "kind"))
+MAX_UPDATES = 100_000
+
+
+class MalformedJSON(ValueError):
+    """The body is not JSON."""
+
+
+class InvalidRequest(ValueError):
+    """The body does not have the documented shape; ``loc`` says where."""
+
+    def __init__(self, loc: str, msg: str) -> None:
+        super().__init__(f"{loc}: {msg}")
+        self.loc = loc
+        self.msg = msg
+
+    def detail(self) -> list[dict[str, str]]:
+        """Pydantic-like error list."""
+        return [{"loc": self.loc, "msg": self.msg, "type": "invalid"}]
+
+
+def _is_int(value: Any) -> bool:
+    return type(value) is int  # bool and float are refused on purpose
+
+
+def parse_progress(data: bytes | str, graph: Graph) -> tuple[str, int, list[Update]]:
+    """``(worker, seq, updates)`` of a progress body, fully validated against ``graph``."""
+    try:
+        body = json.loads(data)
+    except (ValueError, UnicodeDecodeError) as error:
+        raise MalformedJSON(str(error)) from None
+    if type(body) is not dict:
+        raise InvalidRequest("body", "must be an object with worker, seq and updates")
+    keys = body.keys()
+    if keys != _BATCH_KEYS:
+        missing, extra = sorted(_BATCH_KEYS - keys), sorted(keys - _BATCH_KEYS)
+        raise InvalidRequest("body", f"missing fields {missing}" if missing else f"unexpected fields {extra}")
+    worker, seq, updates = body["worker"], body["seq"], body["updates"]
+    if type(worker) is not str or not 1 <= len(worker) <= 200:
+        raise InvalidRequest("body.worker", "must be a string of 1 to 200 characters")
+    if not _is_int(seq) or seq < 0:
+        raise InvalidRequest("body.seq", "must be a non-negative integer")
+    if type(updates) is not list:
+        raise InvalidRequest("body.updates", "must be a list")
+    if len(updates) > MAX_UPDATES:
+        raise InvalidRequest("body.updates", f"at most {MAX_UPDATES} updates per batch")
+    arity = graph.arity
+    result: list[Update] = []
+    append = result.append
+    has_location = graph.has_location
+    for index, item in enumerate(updates):
+        where = f"body.updates.{index}"
+        if type(item) is not dict or item.keys() != _UPDATE_KEYS:
+            raise InvalidRequest(where, "must be an object with location, time and delta")
+        loc, time, delta = item["location"], item["time"], item["delta"]
+        if type(loc) is not dict or loc.keys() != _LOCATION_KEYS:
+            raise InvalidRequest(f"{where}.location", "must be an object with node, port and kind")
+        node, port, kind = loc["node"], loc["port"], loc["kind"]
+        if not _is_int(node) or not _is_int(port) or node < 0 or port < 0:
+            raise InvalidRequest(f"{where}.location", "node and port must be non-negative integers")
+        if kind != "source" and kind != "target":
+            raise InvalidRequest(f"{where}.location.kind", "must be 'source' or 'target'")
+        if type(time) is not list or not all(_is_int(x) for x in time):
+            raise InvalidRequest(f"{where}.time", "must be a list of integers")
+        if not _is_int(delta):
+            raise InvalidRequest(f"{where}.delta", "must be an integer")
+        location = Location(node, port, kind)
+        if not has_location(location):
+            raise GraphError(f"update {index}: unknown location {location}")
+        if len(time) != arity:
+            raise GraphError(
+                f"update {index}: time {time} has {len(time)} coordinates, the dataflow's arity is {arity}")
+        if any(x < 0 for x in time):
+            raise GraphError(f"update {index}: time {time} must hold non-negative integers only")
+        append((location, tuple(time), delta))
+    return worker, seq, result

@@ -1,0 +1,207 @@
+"""The v1 REST routes (DESIGN.md section 3). Thin: each calls into the service or the dataflow."""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Depends, HTTPException, Query, Request
+from fastapi.responses import JSONResponse
+from sse_starlette import EventSourceResponse
+
+from api import streams
+from api.dataflows import Dataflow, SequenceGap
+from api.deps import DataflowDep, PrincipalDep, ServiceDep, admin
+from api.explain import explain
+from api.models import (
+    DataflowDetail,
+    DataflowSummary,
+    ErrorBody,
+    ExplainResponse,
+    FrontierResponse,
+    ProgressResponse,
+    RegisterRequest,
+    RegisterResponse,
+    SummaryRow,
+    location_json,
+)
+from api.parsing import InvalidRequest, MalformedJSON, parse_progress
+from api.service import Service
+from tracker.graph import GraphError, Location
+
+router = APIRouter(prefix="/v1")
+
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    400: {"model": ErrorBody, "description": "malformed JSON"},
+    401: {"model": ErrorBody, "description": "missing or unknown token"},
+    403: {"model": ErrorBody, "description": "the token belongs to another dataflow"},
+    404: {"model": ErrorBody, "description": "unknown dataflow"},
+    413: {"model": ErrorBody, "description": "body too large"},
+    422: {"model": ErrorBody, "description": "invalid request"},
+}
+NodeQ = Annotated[int | None, Query(ge=0, le=2**31 - 1)]
+KindQ = Annotated[Literal["source", "target"] | None, Query()]
+
+
+def _summary(d: Dataflow) -> dict[str, Any]:
+    return {"id": d.id, "name": d.name, "timestamp_arity": d.graph.arity, "version": d.durable_version,
+            "created_at": d.created_at}
+
+
+async def submit(service: Service, dataflow: Dataflow, data: bytes) -> dict[str, Any]:
+    """Parse, apply and wait for the durability of one batch (the body of ``POST .../progress``
+    or of a WebSocket message); raises HTTPException for 400, 409 and 422."""
+    started = time.perf_counter()
+    metrics = service.metrics
+    try:
+        worker, seq, updates = parse_progress(data, dataflow.graph)
+        outcome = dataflow.submit(worker, seq, updates, service.wal, data)
+    except MalformedJSON as error:
+        metrics.batches.labels("rejected").inc()
+        raise HTTPException(400, {"error": "malformed_json", "detail": str(error)}) from None
+    except InvalidRequest as error:
+        metrics.batches.labels("rejected").inc()
+        raise HTTPException(422, {"error": "invalid_request", "detail": error.detail()}) from None
+    except GraphError as error:
+        metrics.batches.labels("rejected").inc()
+        raise HTTPException(422, {"error": "invalid_update", "detail": str(error)}) from None
+    except SequenceGap as gap:
+        metrics.batches.labels("gap").inc()
+        raise HTTPException(409, {"error": "sequence_gap", "expected": gap.expected, "worker": worker, "seq": seq,
+                                  "detail": f"worker {worker!r} sent seq {seq}; expected {gap.expected}"}) from None
+    await outcome.durable
+    if outcome.applied:
+        metrics.batches.labels("applied").inc()
+        metrics.updates.inc(outcome.updates)
+        metrics.apply_latency.observe(time.perf_counter() - started)
+    else:
+        metrics.batches.labels("duplicate").inc()
+    return {"applied": outcome.applied, "duplicate": outcome.duplicate, "version": outcome.version,
+            "worker": worker, "seq": seq}
+
+
+@router.post("/dataflows", status_code=201, response_model=RegisterResponse, responses=_ERRORS,
+             dependencies=[Depends(admin)], summary="Register a dataflow graph")
+async def register(body: RegisterRequest, service: ServiceDep) -> JSONResponse:
+    """Validate the graph (422 naming the problem or the offending cycle), store it durably and
+    return its id and token. The Spark cycle check and summaries run in the background; see
+    ``status.spark_check``."""
+    dataflow, token = await service.register(body)
+    return JSONResponse({"id": dataflow.id, "token": token}, status_code=201)
+
+
+@router.get("/dataflows", response_model=list[DataflowSummary], responses=_ERRORS, summary="List dataflows")
+async def list_dataflows(service: ServiceDep, caller: PrincipalDep) -> list[dict[str, Any]]:
+    """Every dataflow the token may see (the admin: all; a dataflow token: its own)."""
+    return [_summary(d) for d in service.dataflows.values() if d.ready and caller.may_access(d.id)]
+
+
+@router.get("/dataflows/{id}", response_model=DataflowDetail, responses=_ERRORS, summary="A dataflow")
+async def get_dataflow(dataflow: DataflowDep) -> dict[str, Any]:
+    """The graph, arity, version and status (Spark check, last audit, Delta lag, workers)."""
+    reg = dataflow.registration
+    return {**_summary(dataflow), "nodes": reg["nodes"], "edges": reg["edges"], "status": dataflow.status()}
+
+
+@router.post("/dataflows/{id}/progress", response_model=ProgressResponse, summary="Report a progress batch",
+             openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
+                 "schema": {"$ref": "#/components/schemas/ProgressRequest"}}}}},
+             responses={**_ERRORS, 409: {"model": ErrorBody, "description": "sequence gap; see `expected`"}})
+async def progress(request: Request, dataflow: DataflowDep, service: ServiceDep) -> JSONResponse:
+    """Apply an atomic batch keyed by ``(worker, seq)``; answered once it is durable.
+
+    The body (schema ``ProgressRequest``) is parsed by :mod:`api.parsing`, which checks the
+    same schema and the graph in one cheap pass."""
+    result = await submit(service, dataflow, await request.body())
+    return JSONResponse({k: result[k] for k in ("applied", "duplicate", "version")})
+
+
+@router.get("/dataflows/{id}/frontier", response_model=FrontierResponse, responses=_ERRORS,
+            summary="Frontiers, now or as of a past version")
+async def frontier(dataflow: DataflowDep, node: NodeQ = None, port: NodeQ = None, kind: KindQ = None,
+                   version: Annotated[int | None, Query(ge=0)] = None) -> JSONResponse:
+    """Every location's frontier (optionally filtered), as of ``version`` if given."""
+    try:
+        at, view = dataflow.frontier_at(version)
+    except LookupError as error:
+        raise HTTPException(404, {"error": "unknown_version", "detail": str(error)}) from None
+
+    def where(loc: Location) -> bool:
+        return (node is None or loc.node == node) and (port is None or loc.port == port) and (
+            kind is None or loc.kind == kind)
+
+    return JSONResponse({"version": at, "locations": dataflow.frontier_rows(view, where)})
+
+
+@router.get("/dataflows/{id}/pointstamps", responses=_ERRORS, summary="Non-zero occurrence counts",
+            response_model=list[dict[str, Any]])
+async def pointstamps(dataflow: DataflowDep, service: ServiceDep) -> JSONResponse:
+    """``[{"location", "time", "count"}]`` as of the durable version."""
+    counts = service.snapshot_counts(dataflow)
+    rows = sorted(counts.items(), key=lambda kv: (kv[0][0].node, kv[0][0].kind, kv[0][0].port, kv[0][1]))
+    return JSONResponse([{"location": location_json(loc), "time": list(t), "count": c} for (loc, t), c in rows])
+
+
+@router.get("/dataflows/{id}/summaries", response_model=list[SummaryRow], responses=_ERRORS,
+            summary="Minimal path summaries Psi")
+async def summaries(dataflow: DataflowDep, from_node: NodeQ = None, from_port: NodeQ = None, from_kind: KindQ = None,
+                    to_node: NodeQ = None, to_port: NodeQ = None, to_kind: KindQ = None) -> JSONResponse:
+    """``Psi`` rows, optionally filtered on either end."""
+    def ok(loc: Location, n: int | None, p: int | None, k: str | None) -> bool:
+        return (n is None or loc.node == n) and (p is None or loc.port == p) and (k is None or loc.kind == k)
+
+    rows = [
+        {"from": location_json(a), "to": location_json(b), "summaries": [list(s) for s in chain.elements()]}
+        for (a, b), chain in dataflow.psi().items()
+        if ok(a, from_node, from_port, from_kind) and ok(b, to_node, to_port, to_kind)
+    ]
+    rows.sort(key=lambda r: (r["from"]["node"], r["from"]["kind"], r["from"]["port"],
+                             r["to"]["node"], r["to"]["kind"], r["to"]["port"]))
+    return JSONResponse(rows)
+
+
+@router.get("/dataflows/{id}/frontier/explain", response_model=ExplainResponse, responses=_ERRORS,
+            summary="Why a notification is (not) safe yet")
+async def frontier_explain(
+    dataflow: DataflowDep, service: ServiceDep,
+    node: Annotated[int, Query(ge=0, le=2**31 - 1)], port: Annotated[int, Query(ge=0, le=2**31 - 1)],
+    kind: Annotated[Literal["source", "target"], Query()],
+    time: Annotated[str, Query(max_length=1000, description="comma-separated coordinates, e.g. 2,7")],
+) -> JSONResponse:
+    """The active pointstamps that hold ``(location, time)`` back, each with its summary and
+    one path, and a sentence saying what it means."""
+    location = Location(node, port, kind)
+    if not dataflow.graph.has_location(location):
+        raise HTTPException(422, {"error": "unknown_location", "detail": f"{location} is not a port of this dataflow"})
+    try:
+        parts = [int(x) for x in time.split(",")]
+    except ValueError:
+        raise HTTPException(422, {"error": "invalid_time",
+                                  "detail": f"time must be comma-separated integers, got {time!r}"}) from None
+    if len(parts) != dataflow.graph.arity or any(x < 0 for x in parts):
+        raise HTTPException(422, {"error": "invalid_time", "detail": f"time must have {dataflow.graph.arity} "
+                                  "non-negative coordinates"})
+    version, view = dataflow.frontier_at()
+    counts = service.snapshot_counts(dataflow)
+    return JSONResponse(explain(dataflow.graph, counts, sorted(view.get(location, ())), version, location,
+                                tuple(parts)))
+
+
+@router.get("/dataflows/{id}/frontier/stream", responses={**_ERRORS, 200: {
+    "content": {"text/event-stream": {}},
+    "description": "SSE: `snapshot` (or the missed `changes` after `Last-Event-ID`), then `changes`; "
+                   "`resync` + `snapshot` if the subscriber fell behind"}},
+    summary="Frontier changes as Server-Sent Events")
+async def frontier_stream(request: Request, dataflow: DataflowDep, service: ServiceDep) -> EventSourceResponse:
+    """SSE stream; ``id`` = version; send ``Last-Event-ID`` to resume without gap or duplicate."""
+    metrics = service.metrics
+    subscriber, first = streams.attach(dataflow, request.headers.get("last-event-id"),
+                                       service.settings.subscriber_queue, metrics.resyncs.inc)
+    metrics.subscribers.labels("sse").inc()
+
+    def detach() -> None:
+        dataflow.subscribers.discard(subscriber)
+        metrics.subscribers.labels("sse").dec()
+
+    return EventSourceResponse(streams.sse_events(dataflow, subscriber, first, detach), ping=15,
+                               headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})

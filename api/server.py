@@ -1,0 +1,78 @@
+"""``tracker serve``: structured logging, the admin token, and uvicorn running the app."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from datetime import UTC, datetime
+from typing import Any
+
+import uvicorn
+
+from api.app import create_app
+from api.auth import load_admin_token
+from api.config import Settings
+
+_STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime", "taskName"}
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: time, level, logger, message, and every ``extra`` field."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        for key, value in vars(record).items():
+            if key not in _STANDARD and not key.startswith("_"):
+                entry[key] = value
+        if record.exc_info:
+            entry["exc"] = self.formatException(record.exc_info)
+        return json.dumps(entry, default=str)
+
+
+def configure_logging(level: str) -> None:
+    """JSON lines on stderr for the service's and uvicorn's loggers."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+    for name in ("uvicorn", "uvicorn.error"):
+        logging.getLogger(name).handlers[:] = []
+        logging.getLogger(name).propagate = True
+    logging.getLogger("uvicorn.access").disabled = True  # one line per request would dominate the hot path
+    for noisy in ("py4j", "pyspark"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def build(settings: Settings) -> Any:
+    """The app for ``settings``, after logging and the admin token are set up."""
+    configure_logging(settings.log_level)
+    settings.warehouse.mkdir(parents=True, exist_ok=True)
+    token = load_admin_token(settings.warehouse, settings.admin_token)
+    return create_app(settings, token)
+
+
+def app_from_env() -> Any:
+    """Factory for ``uvicorn --factory api.server:app_from_env`` (settings from the environment)."""
+    return build(Settings.from_env())
+
+
+def serve(args: argparse.Namespace) -> int:
+    """Run the service until interrupted; the exit code."""
+    settings = Settings.from_env(args)
+    app = build(settings)
+    logging.getLogger("tracker.server").info(
+        "starting", extra={"host": settings.host, "port": settings.port, "warehouse": str(settings.warehouse),
+                           "engine": settings.engine, "spark": settings.spark})
+    config = uvicorn.Config(app, host=settings.host, port=settings.port, log_config=None, access_log=False,
+                            ws_max_size=settings.max_body, lifespan="on", timeout_graceful_shutdown=5)
+    server = uvicorn.Server(config)
+    server.run()
+    return 0 if server.started else 1

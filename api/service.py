@@ -1,0 +1,259 @@
+"""The service object: registered dataflows, registration, recovery, and the durable log.
+
+Durability (see docs/service.md): every acknowledged registration and batch is a record in the
+write-ahead log (:mod:`api.wal`, group commit, one ``fdatasync`` shared by concurrent requests).
+A background task copies durable batches to the Delta ``progress`` table about every second
+and compacts ``pointstamps``, ``frontiers`` and ``frontier_changes`` (:mod:`api.background`).
+Recovery rebuilds each dataflow from its registration, then the Delta ``progress`` table, then
+the log records with a version beyond the table's, so every acknowledged batch is applied
+exactly once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+from typing import Any
+
+from api.auth import Principal, matches, new_token, token_hash
+from api.config import Settings
+from api.dataflows import Dataflow, decode_updates, encode_updates
+from api.metrics import Metrics
+from api.models import RegisterRequest, location_json
+from api.parsing import parse_progress
+from api.wal import WriteAheadLog
+from tracker.graph import Connection, Edge, Graph, GraphError, Location, Node, Update
+from tracker.reachability import Tracker
+from tracker.structure import find_cycles
+from tracker.timestamp import PathSummary
+
+log = logging.getLogger("tracker.service")
+
+
+class RegistrationError(Exception):
+    """A graph the service refuses; ``body`` is the 422 answer."""
+
+    def __init__(self, body: dict[str, Any]) -> None:
+        super().__init__(body.get("detail") or body.get("error"))
+        self.body = body
+
+
+def registration_record(req: RegisterRequest) -> dict[str, Any]:
+    """The JSON form of a registration kept in the log (the request, normalised)."""
+    return {
+        "name": req.name,
+        "arity": req.timestamp_arity,
+        "nodes": [n.model_dump(exclude_none=True) for n in req.nodes],
+        "edges": [e.model_dump() for e in req.edges],
+        "initial": None if not req.initial else [
+            [u.location.node, u.location.port, u.location.kind, u.time, u.delta] for u in req.initial
+        ],
+    }
+
+
+def build_graph(record: dict[str, Any]) -> tuple[Graph, list[Update]]:
+    """Validate a registration: the graph, its cycles, its initial pointstamps.
+
+    Raises :class:`RegistrationError` with the exact 422 body. Pure CPU: run it off the loop.
+    """
+    arity = record["arity"]
+    nodes = [
+        Node(n["id"], n["inputs"], n["outputs"], n.get("name", ""),
+             None if n.get("connections") is None else tuple(
+                 Connection(c["input"], c["output"], tuple(PathSummary(tuple(s)) for s in c["summaries"]))
+                 for c in n["connections"]))
+        for n in record["nodes"]
+    ]
+    edges = [Edge(Location.source(e["source"]["node"], e["source"]["port"]),
+                  Location.target(e["target"]["node"], e["target"]["port"])) for e in record["edges"]]
+    try:
+        graph = Graph.build(arity, nodes, edges)
+    except GraphError as error:
+        raise RegistrationError({"error": "invalid_graph", "detail": str(error)}) from None
+    if not graph.locations():
+        raise RegistrationError({"error": "invalid_graph", "detail": "the graph has no operator ports"})
+    cycles = find_cycles(graph)
+    if cycles:
+        raise RegistrationError({
+            "error": "non_incrementing_cycle",
+            "detail": "every cycle must strictly advance timestamps; these transitions lie on a cycle of edges "
+                      "and zero-summary connections: " + ", ".join(map(str, cycles)),
+            "cycle": [{"from": location_json(t.src), "to": location_json(t.dst), "summary": list(t.summary)}
+                      for t in cycles],
+        })
+    if record.get("initial"):
+        try:
+            initial = graph.check_updates((Location(n, p, k), t, d) for n, p, k, t, d in record["initial"])
+        except GraphError as error:
+            raise RegistrationError({"error": "invalid_graph", "detail": f"initial pointstamps: {error}"}) from None
+    else:
+        initial = graph.default_initial()
+    return graph, initial
+
+
+class Service:
+    """All dataflows of one service process, and the machinery around them."""
+
+    def __init__(self, settings: Settings, admin_token: str) -> None:
+        self.settings = settings
+        self.metrics = Metrics()
+        self.admin_hash = token_hash(admin_token)
+        self.dataflows: dict[str, Dataflow] = {}
+        self.token_index: dict[str, str] = {}
+        self.wal = WriteAheadLog(settings.warehouse / "_wal", on_sync=self.metrics.on_sync)
+        self.store: Any = None
+        self.delta_pool = ThreadPoolExecutor(1, thread_name_prefix="delta")
+        self.spark_pool = ThreadPoolExecutor(1, thread_name_prefix="spark")
+        self.spark: Any = None
+        self.spark_error: str | None = None
+        self.started = time.time()
+        self.rotation: tuple[int, dict[str, int]] | None = None
+        self.delta_uncertain = False  # the last progress commit failed: its outcome is unknown
+
+    # -- auth -----------------------------------------------------------------------------
+
+    def authenticate(self, token: str) -> Principal | None:
+        """The principal of a token, or ``None`` if it is nobody's."""
+        presented = token_hash(token)
+        if matches(presented, self.admin_hash):
+            return Principal(admin=True)
+        dataflow_id = self.token_index.get(presented)
+        if dataflow_id is not None and matches(presented, self.dataflows[dataflow_id].token_hash):
+            return Principal(admin=False, dataflow_id=dataflow_id)
+        return None
+
+    # -- registration ---------------------------------------------------------------------
+
+    async def register(self, req: RegisterRequest) -> tuple[Dataflow, str]:
+        """Validate (off the loop), log durably, and make the dataflow live; returns it and
+        its token. Raises :class:`RegistrationError`."""
+        record = registration_record(req)
+        graph, initial = await asyncio.to_thread(build_graph, record)
+        tracker = await asyncio.to_thread(self._tracker_with, graph, initial)
+        dataflow_id = uuid.uuid4().hex
+        token = new_token()
+        created = datetime.now(UTC).isoformat()
+        record.update({"t": "register", "df": dataflow_id, "token": token_hash(token), "created_at": created})
+        dataflow = self._new_dataflow(record, graph, tracker, initial)
+        self.dataflows[dataflow_id] = dataflow  # in the registry (and log headers) before it is durable
+        await self.wal.enqueue(record)
+        dataflow.ready = True
+        self.token_index[dataflow.token_hash] = dataflow_id
+        self.metrics.dataflows.set(len(self.dataflows))
+        log.info("registered dataflow", extra={"dataflow": dataflow_id, "dataflow_name": req.name,
+                                               "locations": len(graph.locations())})
+        self.after_registration(dataflow)
+        return dataflow, token
+
+    def _new_dataflow(self, record: dict[str, Any], graph: Graph, tracker: Tracker, initial: list[Update]) -> Dataflow:
+        dataflow = Dataflow(
+            id=record["df"], name=record["name"], graph=graph, registration=record, token_hash=record["token"],
+            created_at=record["created_at"], tracker=tracker, history_limit=self.settings.history,
+            engine_mode=self.settings.engine,
+        )
+        dataflow.reset_published()
+        dataflow.on_publish = self._on_publish
+        dataflow.unflushed.append((0, "_initial", 0, initial, time.time()))
+        if not (self.settings.spark and self.settings.spark_check):
+            dataflow.spark_check = "skipped"
+        return dataflow
+
+    def after_registration(self, dataflow: Dataflow) -> None:
+        """Background work that must not delay the answer: graph tables, Spark check."""
+        from api import background
+
+        loop = asyncio.get_running_loop()
+        if self.store is not None:
+            loop.run_in_executor(self.delta_pool, background.write_graph, self, dataflow)
+        if self.settings.spark and self.settings.spark_check:
+            loop.run_in_executor(self.spark_pool, background.spark_check, self, dataflow)
+
+    def _on_publish(self, dataflow: Dataflow, version: int, changes: list[Any]) -> None:
+        self.metrics.frontier_changes.inc(len(changes))
+
+    # -- recovery -------------------------------------------------------------------------
+
+    def recover(self) -> None:
+        """Rebuild every dataflow: registration, Delta ``progress``, then the log beyond it."""
+        registrations: dict[str, dict[str, Any]] = {}
+        batches: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for _segment, record in self.wal.recover():
+            if record.get("t") == "register":
+                registrations.setdefault(record["df"], record)
+            elif record.get("t") == "batch":
+                batches[record["df"]].append(record)
+        for dataflow_id, record in registrations.items():
+            graph, initial = build_graph(record)
+            dataflow = self._new_dataflow(record, graph, self._tracker_with(graph, initial), initial)
+            from_delta = self.store.progress(dataflow_id) if self.store is not None else {}
+            if 0 in from_delta:
+                dataflow.unflushed.clear()
+            for version in sorted(v for v in from_delta if v >= 1):
+                worker, seq, updates = from_delta[version]
+                self._replay(dataflow, version, worker, seq, updates)
+            dataflow.delta_version = dataflow.version
+            for batch in batches.get(dataflow_id, []):
+                if batch["v"] <= dataflow.version:
+                    continue  # already in Delta: applying it again would count it twice
+                if "_raw" in batch:  # the request body as received (validated before it was logged)
+                    worker, seq, updates = parse_progress(batch["_raw"], graph)
+                else:
+                    worker, seq, updates = batch["w"], batch["s"], decode_updates(batch["u"])
+                self._replay(dataflow, batch["v"], worker, seq, updates)
+                dataflow.unflushed.append((batch["v"], worker, seq, updates, batch["at"]))
+            if self.store is not None:
+                compacted = self.store.max_change_version(dataflow_id)
+                dataflow.uncompacted = [u for u in dataflow.uncompacted if u[0] > compacted]
+                dataflow.compacted_version = compacted
+            else:
+                dataflow.uncompacted.clear()
+            if dataflow.engine_mode == "spark":
+                dataflow.reset_published()  # Spark recomputes the frontier from the recovered counts
+            dataflow.ready = True
+            self.dataflows[dataflow_id] = dataflow
+            self.token_index[dataflow.token_hash] = dataflow_id
+            log.info("recovered dataflow", extra={"dataflow": dataflow_id, "version": dataflow.version,
+                                                  "delta_version": dataflow.delta_version})
+        self.metrics.dataflows.set(len(self.dataflows))
+        self.wal.open()
+
+    @staticmethod
+    def _replay(dataflow: Dataflow, version: int, worker: str, seq: int, updates: list[Update]) -> None:
+        changes = dataflow.replay(version, worker, seq, updates)
+        dataflow.durable_version = version
+        if dataflow.engine_mode == "native":
+            dataflow.frontier_version = version
+            dataflow.record_changes(version, changes, notify=False)
+
+    def log_header(self) -> list[dict[str, Any]]:
+        """The records a new log segment starts with: every live registration."""
+        return [d.registration for d in self.dataflows.values()]
+
+    def snapshot_counts(self, dataflow: Dataflow) -> dict[tuple[Location, tuple[int, ...]], int]:
+        """Occurrence counts as of the frontier's version: in-flight batches (not durable yet)
+        and, with the Spark engine, batches Spark has not folded in yet, subtracted."""
+        counts = dataflow.tracker.pointstamps()
+        later = [item[3] for item in dataflow.inflight()] + [updates for _, updates in dataflow.spark_queue]
+        for updates in later:
+            for loc, t, d in updates:
+                key = (loc, t)
+                counts[key] = counts.get(key, 0) - d
+        return {k: c for k, c in counts.items() if c != 0}
+
+    def _tracker_with(self, graph: Graph, initial: list[Update]) -> Any:
+        if self.settings.engine == "spark":
+            from api.engine import CountsOnly
+
+            tracker: Any = CountsOnly(graph)
+        else:
+            tracker = Tracker(graph)
+        tracker.apply(initial, validated=True)
+        return tracker
+
+
+__all__ = ["RegistrationError", "Service", "build_graph", "encode_updates", "registration_record"]

@@ -1,0 +1,583 @@
+// The built-in dashboard: plain JavaScript, no build step. Cytoscape.js draws the graph and
+// uPlot the plots (both vendored under /static/vendor). Data come from the /v1 API with the
+// user's bearer token; the live frontier from the SSE stream, read with fetch() because
+// EventSource cannot send an Authorization header. See docs/dashboard.md.
+"use strict";
+
+const TOKEN_KEY = "tracker.token";
+const MAX_SERIES = 10;        // frontier plot: one line per operator input, at most this many
+const MAX_POINTS = 2000;      // per plot; older points are dropped
+const MAX_EXPLAINED = 30;     // "held back by" queries per refresh
+const $ = (sel) => document.querySelector(sel);
+
+const state = {
+  token: localStorage.getItem(TOKEN_KEY),
+  dataflow: null,           // GET /v1/dataflows/{id}
+  frontiers: new Map(),     // "node:port:kind" -> Map(timeKey -> time array)
+  version: 0,
+  abort: null,              // AbortController of the current dataflow's requests and stream
+  cy: null,
+  plots: {frontier: null, throughput: null},
+  series: {keys: [], x: [], ys: []},
+  rate: {x: [], batches: [], lastVersion: null, lastAt: null},
+  selected: null,
+  explainTimer: null,
+};
+window.dashboard = state; // for debugging in the console (and the browser test)
+
+// ---------------------------------------------------------------- helpers
+
+const locKey = (l) => `${l.node}:${l.port}:${l.kind}`;
+const locText = (l) => `(${l.node},${l.port},${l.kind})`;
+const timeText = (t) => `(${t.join(", ")})`;
+const portId = (l) => `${l.kind === "target" ? "t" : "s"}-${l.node}-${l.port}`;
+
+function compareTimes(a, b) {
+  for (let i = 0; i < Math.min(a.length, b.length); i++) if (a[i] !== b[i]) return a[i] - b[i];
+  return a.length - b.length;
+}
+
+function frontierOf(key) {
+  return [...(state.frontiers.get(key) || new Map()).values()].sort(compareTimes);
+}
+
+function frontierText(times) {
+  return times.length ? "{" + times.map(timeText).join(", ") + "}" : "{} (done)";
+}
+
+class AuthError extends Error {}
+
+async function api(path, options = {}) {
+  const headers = {...(options.headers || {}), Authorization: `Bearer ${state.token}`};
+  const response = await fetch(path, {...options, headers});
+  if (response.status === 401) throw new AuthError("the token was refused");
+  return response;
+}
+
+async function apiJson(path, options = {}) {
+  const response = await api(path, options);
+  if (!response.ok) throw new Error(`${path}: HTTP ${response.status} ${await response.text()}`);
+  return response.json();
+}
+
+function setConn(text, cls) {
+  const pill = $("#conn");
+  pill.textContent = text;
+  pill.className = "pill " + (cls || "");
+}
+
+function handleError(error) {
+  if (error.name === "AbortError") return;
+  if (error instanceof AuthError) {
+    localStorage.removeItem(TOKEN_KEY);
+    state.token = null;
+    showLogin("That token was refused (401). Enter the admin token or a dataflow's token.");
+    return;
+  }
+  console.error(error);
+  setConn(String(error.message || error).slice(0, 80), "error");
+}
+
+// ---------------------------------------------------------------- token
+
+function showLogin(message) {
+  $("#login").hidden = false;
+  $("#app").hidden = true;
+  $("#forget-token").hidden = true;
+  $("#login-error").textContent = message || "";
+  $("#token").focus();
+}
+
+async function start() {
+  if (!state.token) return showLogin();
+  $("#login").hidden = true;
+  $("#app").hidden = false;
+  $("#forget-token").hidden = false;
+  try {
+    await loadList();
+    const wanted = decodeURIComponent(location.hash.slice(1));
+    if (wanted) await openDataflow(wanted);
+  } catch (error) {
+    handleError(error);
+  }
+}
+
+$("#token-form").addEventListener("submit", (event) => {
+  event.preventDefault();
+  state.token = $("#token").value.trim();
+  localStorage.setItem(TOKEN_KEY, state.token);
+  $("#token").value = "";
+  start();
+});
+
+$("#forget-token").addEventListener("click", () => {
+  localStorage.removeItem(TOKEN_KEY);
+  state.token = null;
+  if (state.abort) state.abort.abort();
+  showLogin();
+});
+
+$("#refresh").addEventListener("click", () => loadList().catch(handleError));
+window.addEventListener("hashchange", () => {
+  const id = decodeURIComponent(location.hash.slice(1));
+  if (id && (!state.dataflow || state.dataflow.id !== id)) openDataflow(id).catch(handleError);
+});
+
+// ---------------------------------------------------------------- dataflow list
+
+async function loadList() {
+  const flows = await apiJson("/v1/dataflows");
+  const list = $("#dataflows");
+  list.replaceChildren();
+  for (const flow of flows) {
+    const item = document.createElement("li");
+    item.dataset.id = flow.id;
+    item.className = state.dataflow && state.dataflow.id === flow.id ? "selected" : "";
+    item.append(flow.name);
+    const meta = document.createElement("small");
+    meta.textContent = `${flow.id.slice(0, 8)} · arity ${flow.timestamp_arity} · v${flow.version}`;
+    item.append(meta);
+    item.addEventListener("click", () => { location.hash = encodeURIComponent(flow.id); });
+    list.append(item);
+  }
+  if (!flows.length) list.innerHTML = '<li class="hint">none registered yet</li>';
+}
+
+async function openDataflow(id) {
+  if (state.abort) state.abort.abort();
+  const abort = new AbortController();
+  state.abort = abort;
+  state.frontiers = new Map();
+  state.selected = null;
+  state.rate = {x: [], batches: [], lastVersion: null, lastAt: null};
+  for (const item of document.querySelectorAll("#dataflows li")) {
+    item.classList.toggle("selected", item.dataset.id === id);
+  }
+  const flow = await apiJson(`/v1/dataflows/${encodeURIComponent(id)}`, {signal: abort.signal});
+  state.dataflow = flow;
+  $("#empty").hidden = true;
+  $("#view").hidden = false;
+  $("#title").textContent = `${flow.name} (${flow.id})`;
+  $("#explain").textContent = "";
+  drawGraph(flow);
+  buildFrontierTable(flow);
+  await loadHistory(flow, abort.signal);
+  streamFrontier(flow, abort.signal);  // runs until the dataflow changes (reconnects on its own)
+  pollThroughput(flow, abort.signal);
+}
+
+// ---------------------------------------------------------------- graph drawing
+
+function nodeConnections(node) {
+  // Omitted connections mean every input to every output with the zero summary (DESIGN 3).
+  if (node.connections) return node.connections;
+  const zero = new Array(state.dataflow.timestamp_arity).fill(0);
+  const all = [];
+  for (let i = 0; i < node.inputs; i++) for (let o = 0; o < node.outputs; o++) {
+    all.push({input: i, output: o, summaries: [zero]});
+  }
+  return all;
+}
+
+function ranks(flow) {
+  // Breadth-first depth from the operators without inputs: left to right, loops go back.
+  const next = new Map(flow.nodes.map((n) => [n.id, []]));
+  for (const e of flow.edges) next.get(e.source.node).push(e.target.node);
+  const rank = new Map();
+  let queue = flow.nodes.filter((n) => n.inputs === 0).map((n) => n.id);
+  if (!queue.length && flow.nodes.length) queue = [flow.nodes[0].id];
+  for (const id of queue) rank.set(id, 0);
+  while (queue.length) {
+    const id = queue.shift();
+    for (const to of next.get(id) || []) {
+      if (!rank.has(to)) { rank.set(to, rank.get(id) + 1); queue.push(to); }
+    }
+  }
+  for (const n of flow.nodes) if (!rank.has(n.id)) rank.set(n.id, 0);
+  return rank;
+}
+
+function drawGraph(flow) {
+  const rank = ranks(flow);
+  const perRank = new Map();
+  const elements = [];
+  const COL = 300, ROW = 190, PORT = 46;
+  for (const node of [...flow.nodes].sort((a, b) => a.id - b.id)) {
+    const r = rank.get(node.id);
+    const row = perRank.get(r) || 0;
+    perRank.set(r, row + 1);
+    const x = r * COL, y = row * ROW;
+    elements.push({data: {id: `op-${node.id}`, label: `${node.name || "operator"} #${node.id}`}, classes: "operator"});
+    const place = (count, i) => y + (i - (count - 1) / 2) * PORT;
+    for (let p = 0; p < node.inputs; p++) {
+      const loc = {node: node.id, port: p, kind: "target"};
+      elements.push({data: {id: portId(loc), parent: `op-${node.id}`, key: locKey(loc), side: `in ${p}`,
+        label: `in ${p}`, frontier: ""}, position: {x: x - 60, y: place(node.inputs, p)}, classes: "port"});
+    }
+    for (let p = 0; p < node.outputs; p++) {
+      const loc = {node: node.id, port: p, kind: "source"};
+      elements.push({data: {id: portId(loc), parent: `op-${node.id}`, key: locKey(loc), side: `out ${p}`,
+        label: `out ${p}`, frontier: ""}, position: {x: x + 60, y: place(node.outputs, p)}, classes: "port"});
+    }
+    for (const c of nodeConnections(node)) {
+      const advances = c.summaries.some((s) => s.some((v) => v > 0));
+      elements.push({data: {
+        id: `c-${node.id}-${c.input}-${c.output}`,
+        source: portId({node: node.id, port: c.input, kind: "target"}),
+        target: portId({node: node.id, port: c.output, kind: "source"}),
+        label: advances ? c.summaries.map((s) => "+" + timeText(s)).join(" ") : "",
+      }, classes: advances ? "internal loop" : "internal"});
+    }
+  }
+  flow.edges.forEach((e, i) => {
+    const back = rank.get(e.target.node) <= rank.get(e.source.node);
+    elements.push({data: {id: `e-${i}`, source: portId({...e.source, kind: "source"}),
+      target: portId({...e.target, kind: "target"})}, classes: back ? "edge back" : "edge"});
+  });
+  if (state.cy) state.cy.destroy();
+  state.cy = cytoscape({
+    container: $("#graph"),
+    elements,
+    layout: {name: "preset", fit: true, padding: 30},
+    style: [
+      {selector: "node.operator", style: {
+        "label": "data(label)", "text-valign": "top", "text-halign": "center", "font-weight": "bold",
+        "background-color": "#f1f3f5", "border-color": "#868e96", "border-width": 1, "padding": "18px",
+        "shape": "round-rectangle", "font-size": 13}},
+      {selector: "node.port", style: {
+        "label": "data(label)", "text-wrap": "wrap", "font-size": 11, "width": 16, "height": 16,
+        "background-color": "#adb5bd", "text-valign": "center", "text-margin-y": 0,
+        "text-background-color": "#fff", "text-background-opacity": 0.85, "text-background-padding": 2}},
+      {selector: "node.port[side ^= 'in']", style: {"text-halign": "left", "text-margin-x": -4}},
+      {selector: "node.port[side ^= 'out']", style: {"text-halign": "right", "text-margin-x": 4}},
+      {selector: "node.port.live", style: {"background-color": "#4263eb"}},
+      {selector: "node.port.changed", style: {"background-color": "#fab005", "border-width": 3,
+        "border-color": "#e67700"}},
+      {selector: "node.port:selected", style: {"border-width": 3, "border-color": "#1d2433"}},
+      {selector: "edge", style: {"width": 2, "curve-style": "bezier", "target-arrow-shape": "triangle",
+        "line-color": "#495057", "target-arrow-color": "#495057", "arrow-scale": 0.9}},
+      {selector: "edge.back", style: {"curve-style": "unbundled-bezier", "control-point-distances": [-110],
+        "control-point-weights": [0.5]}},
+      {selector: "edge.internal", style: {"line-style": "dashed", "line-color": "#adb5bd",
+        "target-arrow-color": "#adb5bd", "width": 1.5, "label": "data(label)", "font-size": 11,
+        "color": "#e8590c", "text-background-color": "#fff", "text-background-opacity": 0.9}},
+      {selector: "edge.loop", style: {"line-color": "#e8590c", "target-arrow-color": "#e8590c",
+        "line-style": "solid", "width": 2.5}},
+    ],
+  });
+  state.cy.on("tap", "node.port", (event) => selectLocation(event.target.data("key")));
+}
+
+function showFrontier(key, changed) {
+  const times = frontierOf(key);
+  const [node, port, kind] = key.split(":");
+  const text = frontierText(times);
+  if (state.cy) {
+    const el = state.cy.getElementById(portId({node, port, kind}));
+    if (el.nonempty()) {
+      el.data("frontier", text);
+      el.data("label", `${el.data("side")} ${times.length ? frontierText(times) : "{}"}`);
+      el.toggleClass("live", times.length > 0);
+      if (changed) {
+        el.addClass("changed");
+        setTimeout(() => el.removeClass("changed"), 1500);
+      }
+    }
+  }
+  const row = document.querySelector(`#frontiers tr[data-loc="${key}"]`);
+  if (row) {
+    row.querySelector("td.frontier").textContent = text;
+    if (changed) {
+      row.classList.add("changed");
+      setTimeout(() => row.classList.remove("changed"), 1500);
+    }
+  }
+}
+
+function buildFrontierTable(flow) {
+  const names = new Map(flow.nodes.map((n) => [n.id, n.name || "operator"]));
+  const body = $("#frontiers tbody");
+  body.replaceChildren();
+  for (const node of [...flow.nodes].sort((a, b) => a.id - b.id)) {
+    for (const [kind, count] of [["target", node.inputs], ["source", node.outputs]]) {
+      for (let port = 0; port < count; port++) {
+        const loc = {node: node.id, port, kind};
+        const row = document.createElement("tr");
+        row.dataset.loc = locKey(loc);
+        row.innerHTML = "<td></td><td></td><td class='frontier'></td>";
+        row.cells[0].textContent = locText(loc);
+        row.cells[1].textContent = `${names.get(node.id)} ${kind === "target" ? "in" : "out"} ${port}`;
+        row.addEventListener("click", () => selectLocation(locKey(loc)));
+        body.append(row);
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------- frontier state and stream
+
+function applySnapshot(snapshot) {
+  state.frontiers = new Map();
+  for (const row of snapshot.locations) {
+    const times = new Map(row.frontier.map((t) => [JSON.stringify(t), t]));
+    state.frontiers.set(locKey(row.location), times);
+  }
+  state.version = snapshot.version;
+  for (const row of snapshot.locations) showFrontier(locKey(row.location), false);
+}
+
+function applyChanges(event) {
+  const touched = new Set();
+  for (const c of event.changes) {
+    const key = locKey(c.location);
+    if (!state.frontiers.has(key)) state.frontiers.set(key, new Map());
+    const times = state.frontiers.get(key);
+    if (c.diff > 0) times.set(JSON.stringify(c.time), c.time); else times.delete(JSON.stringify(c.time));
+    touched.add(key);
+  }
+  state.version = event.version;
+  for (const key of touched) showFrontier(key, true);
+}
+
+function parseSse(block) {
+  const event = {event: "message", data: [], id: null};
+  for (const line of block.split("\n")) {
+    if (!line || line.startsWith(":")) continue;  // comments are keep-alive pings
+    const colon = line.indexOf(":");
+    const field = colon < 0 ? line : line.slice(0, colon);
+    const value = colon < 0 ? "" : line.slice(colon + 1).replace(/^ /, "");
+    if (field === "event") event.event = value;
+    else if (field === "data") event.data.push(value);
+    else if (field === "id") event.id = value;
+  }
+  return event;
+}
+
+async function streamFrontier(flow, signal) {
+  let lastId = null;
+  let delay = 500;
+  while (!signal.aborted) {
+    try {
+      const headers = {Accept: "text/event-stream"};
+      if (lastId !== null) headers["Last-Event-ID"] = lastId;  // resume without gap or duplicate
+      const response = await api(`/v1/dataflows/${encodeURIComponent(flow.id)}/frontier/stream`, {headers, signal});
+      if (!response.ok) throw new Error(`stream: HTTP ${response.status}`);
+      setConn("live", "live");
+      delay = 500;
+      const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+      let buffer = "";
+      for (;;) {
+        const {value, done} = await reader.read();
+        if (done) break;
+        buffer += value;
+        // Normalise CRLF; hold back a trailing CR, its LF may be in the next chunk.
+        const hold = buffer.endsWith("\r") ? 1 : 0;
+        let text = buffer.slice(0, buffer.length - hold).replace(/\r\n?/g, "\n");
+        let cut;
+        while ((cut = text.indexOf("\n\n")) >= 0) {
+          const event = parseSse(text.slice(0, cut));
+          text = text.slice(cut + 2);
+          if (event.id !== null) lastId = event.id;
+          if (!event.data.length) continue;
+          const data = JSON.parse(event.data.join("\n"));
+          if (event.event === "snapshot") { applySnapshot(data); sampleFrontier(Date.now() / 1000); }
+          else if (event.event === "changes") { applyChanges(data); sampleFrontier(Date.now() / 1000); }
+          refreshStatus();
+          scheduleExplain();
+        }
+        buffer = text + (hold ? "\r" : "");
+      }
+      throw new Error("stream closed");
+    } catch (error) {
+      if (signal.aborted) return;
+      if (error instanceof AuthError) return handleError(error);
+      setConn("reconnecting…", "error");
+      await new Promise((resolve) => setTimeout(resolve, delay));
+      delay = Math.min(delay * 2, 10000);
+    }
+  }
+}
+
+function refreshStatus() {
+  const live = [...state.frontiers.values()].filter((t) => t.size > 0).length;
+  $("#status").textContent = `version ${state.version} · ${live} of ${state.frontiers.size} locations ` +
+    `have a non-empty frontier · arity ${state.dataflow.timestamp_arity}`;
+}
+
+// ---------------------------------------------------------------- plots
+
+function minEpoch(key) {
+  const times = frontierOf(key);
+  return times.length ? Math.min(...times.map((t) => t[0])) : null;
+}
+
+function plotWidth() {
+  return Math.max(320, Math.floor(($("#view").clientWidth - 40) / 2));
+}
+
+function makePlot(target, title, labels, colors, data, stepped) {
+  // A frontier holds its value until the next change: drawn as steps, not slopes.
+  const paths = stepped ? uPlot.paths.stepped({align: 1}) : undefined;
+  const series = [{label: "time"}, ...labels.map((label, i) => ({
+    label, stroke: colors[i % colors.length], width: 2, spanGaps: false, paths, points: {show: true, size: 4}}))];
+  return new uPlot({width: plotWidth(), height: 220, title, series, scales: {x: {time: true}},
+    axes: [{}, {label: title}], legend: {live: false}}, data, target);
+}
+
+const COLORS = ["#4263eb", "#e8590c", "#2f9e44", "#ae3ec9", "#1098ad", "#f08c00", "#c2255c", "#5c940d",
+  "#364fc7", "#862e9c"];
+
+function resetFrontierPlot() {
+  const keys = state.dataflow.nodes.flatMap((n) =>
+    Array.from({length: n.inputs}, (_, p) => locKey({node: n.id, port: p, kind: "target"}))).slice(0, MAX_SERIES);
+  state.series = {keys, x: [], ys: keys.map(() => [])};
+  if (state.plots.frontier) state.plots.frontier.destroy();
+  const names = new Map(state.dataflow.nodes.map((n) => [n.id, n.name || "operator"]));
+  const labels = keys.map((k) => { const [n, p] = k.split(":"); return `${names.get(Number(n))} in ${p}`; });
+  state.plots.frontier = makePlot($("#frontier-plot"), "epoch", labels, COLORS, [[], ...keys.map(() => [])], true);
+}
+
+function sampleFrontier(at) {
+  const s = state.series;
+  s.x.push(at);
+  s.keys.forEach((key, i) => s.ys[i].push(minEpoch(key)));
+  if (s.x.length > MAX_POINTS) { s.x.shift(); s.ys.forEach((y) => y.shift()); }
+  state.plots.frontier.setData([s.x, ...s.ys]);
+}
+
+function resetThroughputPlot(history) {
+  state.rate.x = history.map((r) => r.second);
+  state.rate.batches = history.map((r) => r.batches);
+  if (state.plots.throughput) state.plots.throughput.destroy();
+  state.plots.throughput = makePlot($("#throughput-plot"), "batches/s", ["batches/s"], ["#2f9e44"],
+    [state.rate.x, state.rate.batches]);
+}
+
+async function loadHistory(flow, signal) {
+  resetFrontierPlot();
+  let history = {frontier_changes: [], throughput: []};
+  try {
+    history = await apiJson(`/dashboard/api/dataflows/${encodeURIComponent(flow.id)}/history`, {signal});
+  } catch (error) {
+    if (error instanceof AuthError || error.name === "AbortError") throw error;
+    console.warn("no history", error);  // the plots then start with the live stream
+  }
+  resetThroughputPlot(history.throughput);
+  const changes = history.frontier_changes;
+  if (!changes.length) return;
+  // Replay the compacted changes forward from the frontier just before the first of them
+  // (?version= answers from the service's in-memory history; without it, plot live only).
+  const base = await api(`/v1/dataflows/${encodeURIComponent(flow.id)}/frontier?version=${changes[0].version - 1}`,
+    {signal});
+  if (!base.ok) return;
+  applySnapshot(await base.json());
+  // The state before the first compacted change held since that version was applied; for
+  // version 0 that is the registration.
+  const first = changes[0].version === 1 ? Date.parse(flow.created_at) / 1000 : changes[0].at;
+  sampleFrontier(Math.min(first, changes[0].at));
+  let i = 0;
+  while (i < changes.length) {
+    const version = changes[i].version, at = changes[i].at, batch = [];
+    while (i < changes.length && changes[i].version === version) batch.push(changes[i++]);
+    for (const c of batch) {
+      const key = locKey(c.location);
+      if (!state.frontiers.has(key)) state.frontiers.set(key, new Map());
+      if (c.diff > 0) state.frontiers.get(key).set(JSON.stringify(c.time), c.time);
+      else state.frontiers.get(key).delete(JSON.stringify(c.time));
+    }
+    sampleFrontier(at);
+  }
+}
+
+async function pollThroughput(flow, signal) {
+  // Batches per second from the dataflow's version (it counts applied batches), every 2 s.
+  while (!signal.aborted) {
+    try {
+      const now = await apiJson(`/v1/dataflows/${encodeURIComponent(flow.id)}`, {signal});
+      const at = Date.now() / 1000;
+      const r = state.rate;
+      if (r.lastVersion !== null && at > r.lastAt) {
+        r.x.push(at);
+        r.batches.push((now.version - r.lastVersion) / (at - r.lastAt));
+        if (r.x.length > MAX_POINTS) { r.x.shift(); r.batches.shift(); }
+        state.plots.throughput.setData([r.x, r.batches]);
+      }
+      r.lastVersion = now.version;
+      r.lastAt = at;
+    } catch (error) {
+      if (signal.aborted) return;
+      if (error instanceof AuthError) return handleError(error);
+    }
+    await new Promise((resolve) => setTimeout(resolve, 2000));
+  }
+}
+
+// ---------------------------------------------------------------- held back by (explain)
+
+function scheduleExplain() {
+  clearTimeout(state.explainTimer);
+  state.explainTimer = setTimeout(() => refreshHeld().catch(handleError), 300);
+}
+
+async function explainFor(key, time, signal) {
+  const [node, port, kind] = key.split(":");
+  const query = new URLSearchParams({node, port, kind, time: time.join(",")});
+  return apiJson(`/v1/dataflows/${encodeURIComponent(state.dataflow.id)}/frontier/explain?${query}`, {signal});
+}
+
+async function refreshHeld() {
+  const signal = state.abort.signal;
+  const version = state.version;
+  const keys = [...state.frontiers.keys()].filter((k) => state.frontiers.get(k).size > 0).slice(0, MAX_EXPLAINED);
+  const rows = [];
+  for (const key of keys) {
+    const times = frontierOf(key);
+    // What holds a location back at its earliest frontier time: the pointstamps that could
+    // still result in that time there.
+    const answer = await explainFor(key, times[0], signal);
+    rows.push({key, times, answer});
+    if (state.version !== version) return scheduleExplain();  // outdated: a newer refresh follows
+  }
+  const body = $("#held tbody");
+  body.replaceChildren();
+  for (const {key, times, answer} of rows) {
+    const row = document.createElement("tr");
+    row.dataset.loc = key;
+    row.innerHTML = "<td></td><td class='frontier'></td><td></td>";
+    const [node, port, kind] = key.split(":");
+    row.cells[0].textContent = locText({node, port, kind});
+    row.cells[1].textContent = frontierText(times);
+    row.cells[2].textContent = answer.blockers.map((b) =>
+      `${b.count} × ${locText(b.location)}@${timeText(b.time)}` +
+      (b.summary.some((v) => v > 0) ? ` via +${timeText(b.summary)}` : "")).join("; ") || "nothing";
+    row.classList.toggle("selected", key === state.selected);
+    row.addEventListener("click", () => selectLocation(key));
+    body.append(row);
+  }
+  if (state.selected) showExplanation(state.selected);
+}
+
+async function selectLocation(key) {
+  state.selected = key;
+  for (const row of document.querySelectorAll("#held tr, #frontiers tr")) {
+    row.classList.toggle("selected", row.dataset.loc === key);
+  }
+  await showExplanation(key).catch(handleError);
+}
+
+async function showExplanation(key) {
+  const times = frontierOf(key);
+  const [node, port, kind] = key.split(":");
+  if (!times.length) {
+    $("#explain").textContent = `${locText({node, port, kind})}: empty frontier, nothing holds it back.`;
+    return;
+  }
+  const answer = await explainFor(key, times[0], state.abort.signal);
+  $("#explain").textContent = [answer.explanation, ...answer.blockers.map((b) => "• " + b.text)].join("\n");
+}
+
+window.addEventListener("resize", () => {
+  for (const plot of Object.values(state.plots)) if (plot) plot.setSize({width: plotWidth(), height: 220});
+});
+
+start();

@@ -1,0 +1,108 @@
+"""Frontier subscribers: bounded queues, resynchronisation of the slow, and the SSE stream.
+
+Publishing never waits for a subscriber: :meth:`Subscriber.offer` is ``put_nowait`` on a bounded
+queue. A subscriber whose queue is full is marked *lagged*: its queue is emptied and replaced
+by one ``resync`` marker, so the stream tells it so and then sends a fresh ``snapshot`` (taken
+when the marker is consumed), after which changes continue from the snapshot's version. Progress
+of other dataflows and other subscribers is never slowed down by one slow reader.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from api.dataflows import Dataflow
+
+RESYNC = (-1, "")
+
+
+class Subscriber:
+    """One stream's bounded queue of ``(version, encoded changes)``."""
+
+    def __init__(self, maxsize: int, on_lag: Callable[[], None] | None = None) -> None:
+        self.queue: asyncio.Queue[tuple[int, str]] = asyncio.Queue(maxsize)
+        self.lagged = False
+        self.after = 0
+        self._on_lag = on_lag
+
+    def offer(self, version: int, encoded: str) -> None:
+        """Queue an event without ever blocking the publisher."""
+        if self.lagged:
+            return
+        try:
+            self.queue.put_nowait((version, encoded))
+        except asyncio.QueueFull:
+            self.lagged = True
+            while not self.queue.empty():
+                self.queue.get_nowait()
+            self.queue.put_nowait(RESYNC)
+            if self._on_lag is not None:
+                self._on_lag()
+
+
+def attach(dataflow: Dataflow, last_event_id: str | None, maxsize: int,
+           on_lag: Callable[[], None] | None = None) -> tuple[Subscriber, list[tuple[str, int, str]]]:
+    """Subscribe and compute what to send first: a snapshot, or the missed changes.
+
+    Synchronous on purpose: between subscribing and reading the history nothing else runs, so
+    the backlog and the queue together hold every version exactly once.
+    Returns the subscriber and ``(event, version, data)`` items to send before the queue.
+    """
+    subscriber = Subscriber(maxsize, on_lag)
+    dataflow.subscribers.add(subscriber)
+    resume = _parse_event_id(last_event_id)
+    backlog = dataflow.changes_since(resume) if resume is not None else None
+    if backlog is None:
+        version, data = dataflow.snapshot_json()
+        subscriber.after = version
+        return subscriber, [("snapshot", version, data)]
+    subscriber.after = dataflow.frontier_version
+    return subscriber, [("changes", v, change_event(v, encoded)) for v, encoded in backlog]
+
+
+def change_event(version: int, encoded: str) -> str:
+    """The ``changes`` payload around a pre-encoded change list."""
+    return f'{{"version":{version},"changes":{encoded}}}'
+
+
+def _parse_event_id(value: str | None) -> int | None:
+    if value is None:
+        return None
+    try:
+        parsed = int(value.strip())
+    except ValueError:
+        return None
+    return parsed if parsed >= 0 else None
+
+
+async def next_events(dataflow: Dataflow, subscriber: Subscriber) -> list[tuple[str, int, str]]:
+    """Wait for the subscriber's next item(s); a resync becomes ``resync`` + ``snapshot``."""
+    version, encoded = await subscriber.queue.get()
+    if (version, encoded) == RESYNC:
+        # Re-arm before taking the snapshot: both happen without an await, so nothing is lost.
+        subscriber.lagged = False
+        snap_version, data = dataflow.snapshot_json()
+        subscriber.after = snap_version
+        reason = json.dumps({"reason": "subscriber fell behind; a fresh snapshot follows", "version": snap_version})
+        return [("resync", snap_version, reason), ("snapshot", snap_version, data)]
+    if version <= subscriber.after:
+        return []
+    subscriber.after = version
+    return [("changes", version, change_event(version, encoded))]
+
+
+async def sse_events(dataflow: Dataflow, subscriber: Subscriber, first: list[tuple[str, int, str]],
+                     detach: Callable[[], None]) -> AsyncIterator[dict[str, Any]]:
+    """The SSE event source: ``snapshot`` or the missed ``changes``, then live ``changes``."""
+    try:
+        for event, version, data in first:
+            yield {"event": event, "id": str(version), "data": data}
+        while True:
+            for event, version, data in await next_events(dataflow, subscriber):
+                yield {"event": event, "id": str(version), "data": data}
+    finally:
+        detach()

@@ -1,0 +1,114 @@
+"""``WS /v1/dataflows/{id}/ws``: a worker sends progress batches and receives acks and changes.
+
+Messages from the client: the ``POST .../progress`` body. Messages to the client (JSON text):
+``{"type": "snapshot", "version", "locations"}`` first (unless ``?subscribe=false``), then
+``{"type": "changes", "version", "changes"}``, ``{"type": "ack", "worker", "seq", "applied",
+"duplicate", "version"}`` per batch in the order sent, ``{"type": "error", "status", "error",
+"detail", ...}`` for a refused batch, and ``{"type": "resync", ...}`` + a snapshot if the client
+fell behind. Batches are pipelined: the next one is read while earlier ones wait for their
+group commit, and acks still go out in order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from typing import Any
+
+from fastapi import APIRouter, HTTPException, WebSocket, WebSocketDisconnect
+from fastapi.responses import JSONResponse
+
+from api import streams
+from api.auth import bearer
+from api.deps import lookup
+from api.routes import submit
+from api.service import Service
+
+router = APIRouter(prefix="/v1")
+log = logging.getLogger("tracker.ws")
+
+
+def _typed(kind: str, data: str) -> str:
+    """``{"type": kind, ...data}`` without re-encoding ``data`` (a JSON object)."""
+    return f'{{"type":"{kind}",{data[1:]}' if len(data) > 2 else f'{{"type":"{kind}"}}'
+
+
+async def _deny(websocket: WebSocket, status: int, body: dict[str, Any]) -> None:
+    try:
+        await websocket.send_denial_response(JSONResponse(body, status_code=status))
+    except RuntimeError:  # the server cannot send an HTTP answer to a handshake: close instead
+        await websocket.close(code=4000 + status, reason=body.get("error", ""))
+
+
+@router.websocket("/dataflows/{id}/ws")
+async def worker_socket(websocket: WebSocket, id: str, subscribe: bool = True, token: str | None = None) -> None:
+    """See the module docstring. Auth: ``Authorization: Bearer`` (or ``?token=`` for browsers)."""
+    service: Service = websocket.app.state.service
+    try:
+        raw = token if token is not None else bearer(websocket.headers.get("authorization"))
+        caller = service.authenticate(raw)
+        if caller is None:
+            raise HTTPException(401, {"error": "unauthorized", "detail": "unknown token"})
+        dataflow = lookup(service, caller, id)
+    except HTTPException as error:
+        await _deny(websocket, error.status_code, error.detail)
+        return
+    await websocket.accept()
+    send_lock = asyncio.Lock()
+
+    async def send(text: str) -> None:
+        async with send_lock:
+            await websocket.send_text(text)
+
+    acks: asyncio.Queue[asyncio.Future[str] | None] = asyncio.Queue()
+    tasks = [asyncio.create_task(_send_acks(acks, send))]
+    subscriber = None
+    metrics = service.metrics
+    if subscribe:
+        subscriber, first = streams.attach(dataflow, None, service.settings.subscriber_queue, metrics.resyncs.inc)
+        metrics.subscribers.labels("ws").inc()
+        for event, _version, data in first:
+            await send(_typed(event, data))
+        tasks.append(asyncio.create_task(_send_changes(dataflow, subscriber, send)))
+    try:
+        while True:
+            text = await websocket.receive_text()
+            acks.put_nowait(asyncio.ensure_future(_handle(service, dataflow, text)))
+    except WebSocketDisconnect:
+        pass
+    finally:
+        for task in tasks:
+            task.cancel()
+        if subscriber is not None:
+            dataflow.subscribers.discard(subscriber)
+            metrics.subscribers.labels("ws").dec()
+
+
+async def _handle(service: Service, dataflow: Any, text: str) -> str:
+    """One message: the ack or the error to send back (in order, by :func:`_send_acks`)."""
+    try:
+        result = await submit(service, dataflow, text.encode())
+    except HTTPException as error:
+        return json.dumps({"type": "error", "status": error.status_code, **error.detail})
+    return json.dumps({"type": "ack", **result})
+
+
+async def _send_acks(acks: asyncio.Queue[asyncio.Future[str] | None], send: Any) -> None:
+    while True:
+        pending = await acks.get()
+        if pending is None:
+            return
+        await send(await pending)
+
+
+async def _send_changes(dataflow: Any, subscriber: streams.Subscriber, send: Any) -> None:
+    try:
+        while True:
+            for event, version, data in await streams.next_events(dataflow, subscriber):
+                if event == "resync":
+                    await send(json.dumps({"type": "resync", "version": version, **json.loads(data)}))
+                else:
+                    await send(_typed(event, data))
+    except (WebSocketDisconnect, RuntimeError):
+        return

@@ -1,0 +1,252 @@
+"""service: end-to-end frontier latency and ingest throughput of the real service vs. floors.
+
+Everything is measured in one run on this machine, with the service started by uvicorn on a
+loopback port (``tracker serve``, Spark off so the JVM does not compete for the 2 cores):
+
+* **Latency**: a worker sends a batch (on a WebSocket, or by ``POST``) that moves the input
+  capability of a 100-operator ring with a feedback loop from ``t`` to ``t + 1``, which moves the
+  frontier at every location; another subscriber (a WebSocket) times until it receives that
+  version's ``changes``. p50 and p99 are compared with the *physical floor* measured in the same
+  run: a bare loopback round trip to a trivial uvicorn endpoint over the same transport, plus one
+  ``fdatasync`` of a small record on the warehouse's disk.
+* **Throughput**: updates per second ingested through the service (several WebSocket workers,
+  pipelined batches of 128 updates) against the native tracker applying the very same batches
+  in-process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+from websockets.asyncio.client import connect
+
+from tests.service_fixtures import ADMIN, ServiceProcess, free_port, loop_graph, register, update
+
+OPERATORS = 100
+BATCH = 128
+
+try:  # the trivial endpoint of the floor (imported by uvicorn in a subprocess)
+    from fastapi import FastAPI, WebSocket
+
+    floor_app = FastAPI()
+
+    @floor_app.post("/echo")
+    async def _echo(body: dict[str, Any]) -> dict[str, Any]:
+        return {"ok": True}
+
+    @floor_app.websocket("/ws")
+    async def _ws(websocket: WebSocket) -> None:
+        await websocket.accept()
+        while True:
+            await websocket.send_text(await websocket.receive_text())
+except ImportError:  # pragma: no cover
+    floor_app = None
+
+
+def _pct(samples: list[float], q: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def _fsync_samples(directory: Path, n: int) -> list[float]:
+    path = directory / "fsync-probe.log"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    out = []
+    try:
+        for _ in range(n):
+            started = time.perf_counter()
+            os.write(fd, b"x" * 200)
+            os.fdatasync(fd)
+            out.append(time.perf_counter() - started)
+    finally:
+        os.close(fd)
+        path.unlink()
+    return out
+
+
+async def _floor_rtts(port: int, n: int) -> dict[str, list[float]]:
+    post, ws_rtts = [], []
+    body = {"worker": "w", "seq": 0, "updates": [update(0, 0, "source", [0], -1), update(0, 0, "source", [1], 1)]}
+    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
+        for _ in range(n):
+            started = time.perf_counter()
+            (await client.post("/echo", json=body)).raise_for_status()
+            post.append(time.perf_counter() - started)
+    async with connect(f"ws://127.0.0.1:{port}/ws") as ws:
+        text = json.dumps(body)
+        for _ in range(n):
+            started = time.perf_counter()
+            await ws.send(text)
+            await ws.recv()
+            ws_rtts.append(time.perf_counter() - started)
+    return {"post": post, "ws": ws_rtts}
+
+
+async def _latency(service: ServiceProcess, dataflow_id: str, token: str, transport: str, n: int,
+                   start_step: int, seq0: int) -> list[float]:
+    headers = {"Authorization": f"Bearer {token}"}
+    url = f"{service.ws_url}/v1/dataflows/{dataflow_id}/ws"
+    samples = []
+    async with connect(url, additional_headers=headers, max_size=None) as watcher, \
+            connect(url + "?subscribe=false", additional_headers=headers) as sender, \
+            httpx.AsyncClient(base_url=service.url, headers=headers) as client:
+        snapshot = json.loads(await watcher.recv())
+        version = snapshot["version"]
+        for i in range(n):
+            step = start_step + i
+            body = {"worker": f"lat-{transport}", "seq": seq0 + i,
+                    "updates": [update(0, 0, "source", [step], -1), update(0, 0, "source", [step + 1], 1)]}
+            text = json.dumps(body)
+            started = time.perf_counter()
+            if transport == "ws":
+                await sender.send(text)
+            else:
+                post = asyncio.ensure_future(client.post(f"/v1/dataflows/{dataflow_id}/progress", content=text,
+                                                         headers={"Content-Type": "application/json"}))
+            version += 1
+            marker = f'"version":{version},'
+            while True:
+                message = await watcher.recv()
+                if marker in message[:60]:  # no need to parse ~400 changes to time them
+                    break
+            samples.append(time.perf_counter() - started)
+            if transport == "ws":
+                await sender.recv()  # the ack
+            else:
+                (await post).raise_for_status()
+    return samples
+
+
+def _throughput_work(workers: int, per_worker: int, locations: list[tuple[int, int, str]]
+                     ) -> tuple[list[dict[str, Any]], list[list[list[dict[str, Any]]]]]:
+    """Initial pointstamps and, per worker, batches of BATCH updates: each worker holds BATCH/2
+    pointstamps spread over the ring and moves them all from ``k`` to ``k + 1`` per batch, so
+    frontiers really move (nothing else holds them back) and the tracker does real work."""
+    initial, out = [], []
+    for w in range(workers):
+        spots = [locations[(w * 7 + j * 13) % len(locations)] for j in range(BATCH // 2)]
+        initial += [update(n, p, kind, [0], 1) for n, p, kind in spots]
+        out.append([[update(n, p, kind, [k + 1], 1) for n, p, kind in spots]
+                    + [update(n, p, kind, [k], -1) for n, p, kind in spots] for k in range(per_worker)])
+    return initial, out
+
+
+async def _ingest(service: ServiceProcess, dataflow_id: str, token: str, work: list[list[list[dict]]],
+                  window: int) -> float:
+    headers = {"Authorization": f"Bearer {token}"}
+    url = f"{service.ws_url}/v1/dataflows/{dataflow_id}/ws?subscribe=false"
+
+    async def worker(w: int, batches: list[list[dict]]) -> None:
+        async with connect(url, additional_headers=headers, max_size=None) as ws:
+            texts = [json.dumps({"worker": f"tp{w}", "seq": s, "updates": b}) for s, b in enumerate(batches)]
+            sent = acked = 0
+            while acked < len(texts):
+                while sent < len(texts) and sent - acked < window:
+                    await ws.send(texts[sent])
+                    sent += 1
+                reply = json.loads(await ws.recv())
+                if reply.get("type") != "ack":
+                    raise RuntimeError(f"unexpected reply {reply}")
+                acked += 1
+
+    started = time.perf_counter()
+    await asyncio.gather(*(worker(w, b) for w, b in enumerate(work)))
+    return time.perf_counter() - started
+
+
+def _native_seconds(body: dict[str, Any], work: list[list[list[dict]]]) -> float:
+    from api.models import RegisterRequest
+    from api.service import build_graph, registration_record
+    from tracker.graph import Location
+    from tracker.reachability import Tracker
+
+    graph, initial = build_graph(registration_record(RegisterRequest.model_validate(body)))
+    tracker = Tracker(graph)
+    tracker.apply(initial)
+    converted = [[[(Location(**u["location"]), tuple(u["time"]), u["delta"]) for u in b] for b in batches]
+                 for batches in work]
+    started = time.perf_counter()
+    for k in range(max(len(b) for b in converted)):  # interleaved as the service sees them
+        for batches in converted:
+            if k < len(batches):
+                tracker.apply(batches[k])
+    return time.perf_counter() - started
+
+
+def run(quick: bool) -> dict[str, Any]:
+    """Measure, print a table, return the figures."""
+    n = 60 if quick else 300
+    per_worker = 15 if quick else 60
+    workers = 4
+    root = Path(tempfile.mkdtemp(prefix="bench-service-"))
+    floor_port = free_port()
+    floor = subprocess.Popen([sys.executable, "-m", "uvicorn", "bench.service:floor_app", "--port", str(floor_port),
+                              "--log-level", "warning"], cwd=Path(__file__).resolve().parent.parent)
+    service = ServiceProcess(root / "warehouse", env={"TRACKER_LOG_LEVEL": "warning"})
+    try:
+        service.start()
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                httpx.get(f"http://127.0.0.1:{floor_port}/docs", timeout=1)
+                break
+            except httpx.HTTPError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+        body = loop_graph(operators=OPERATORS, name="bench-ring")
+        dataflow_id, token = register(service, body)
+        rtts = asyncio.run(_floor_rtts(floor_port, n))
+        fsyncs = _fsync_samples(root / "warehouse", n)
+        lat_ws = asyncio.run(_latency(service, dataflow_id, token, "ws", n, 0, 0))
+        lat_post = asyncio.run(_latency(service, dataflow_id, token, "post", n, n, 0))
+        with httpx.Client(base_url=service.url, headers={"Authorization": f"Bearer {ADMIN}"}) as client:
+            locations = [(r["location"]["node"], r["location"]["port"], r["location"]["kind"])
+                         for r in client.get(f"/v1/dataflows/{dataflow_id}/frontier").json()["locations"]]
+        initial, work = _throughput_work(workers, per_worker, locations)
+        tp_body = {**body, "name": "bench-ingest", "initial": initial}
+        tp_id, tp_token = register(service, tp_body)
+        updates = sum(len(b) for batches in work for b in batches)
+        service_s = asyncio.run(_ingest(service, tp_id, tp_token, work, window=8))
+        native_s = _native_seconds(tp_body, work)
+    finally:
+        service.stop()
+        floor.terminate()
+        floor.wait(10)
+    fsync_p50 = statistics.median(fsyncs)
+    figures: dict[str, Any] = {"operators": OPERATORS, "locations": len(locations), "samples": n,
+                               "fsync_p50_ms": fsync_p50 * 1e3, "fsync_p99_ms": _pct(fsyncs, 0.99) * 1e3}
+    print(f"service benchmark: ring of {OPERATORS} operators with a feedback loop, {len(locations)} locations; "
+          f"each latency batch moves the frontier at every location")
+    print(f"{'transport':10} {'floor p50':>10} {'floor p99':>10} {'e2e p50':>9} {'e2e p99':>9} {'p50/floor':>10} "
+          f"{'p99/floor':>10}")
+    for name, lat in (("ws", lat_ws), ("post", lat_post)):
+        floor_p50 = statistics.median(rtts[name]) + fsync_p50
+        floor_p99 = _pct(rtts[name], 0.99) + _pct(fsyncs, 0.99)
+        p50, p99 = statistics.median(lat), _pct(lat, 0.99)
+        figures.update({f"{name}_floor_p50_ms": floor_p50 * 1e3, f"{name}_floor_p99_ms": floor_p99 * 1e3,
+                        f"{name}_e2e_p50_ms": p50 * 1e3, f"{name}_e2e_p99_ms": p99 * 1e3,
+                        f"{name}_p50_over_floor": p50 / floor_p50, f"{name}_p99_over_floor": p99 / floor_p50,
+                        f"{name}_p99_over_floor_p99": p99 / floor_p99})
+        print(f"{name:10} {floor_p50 * 1e3:9.2f}ms {floor_p99 * 1e3:9.2f}ms {p50 * 1e3:8.2f}ms {p99 * 1e3:8.2f}ms "
+              f"{p50 / floor_p50:9.2f}x {p99 / floor_p50:9.2f}x")
+    service_rate, native_rate = updates / service_s, updates / native_s
+    figures.update({"ingest_updates": updates, "ingest_batch_size": BATCH, "ingest_workers": workers,
+                    "service_updates_per_s": service_rate, "native_updates_per_s": native_rate,
+                    "ingest_ratio": service_rate / native_rate})
+    print(f"ingest: {updates} updates in batches of {BATCH} from {workers} WebSocket workers: service "
+          f"{service_rate:,.0f}/s, native in-process {native_rate:,.0f}/s, ratio {service_rate / native_rate:.2f}")
+    targets = {"ws_p50_over_floor": {"max": 1.5}, "ws_p99_over_floor": {"max": 3.0},
+               "post_p50_over_floor": {"max": 1.5}, "post_p99_over_floor": {"max": 3.0},
+               "ingest_ratio": {"min": 0.5}}
+    return {"name": "service", "figures": figures, "targets": targets}

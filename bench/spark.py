@@ -1,0 +1,131 @@
+"""Spark jobs: summarize, full propagate (1x/2x/4x), incremental 1% update, vs the native core.
+
+Workload (``bench/spark_workloads.py``): ~165 dataflows of 10..50 operators (chain, branch,
+iterate loop; arity 2) = ~10,000 locations, all in one job partitioned by ``dataflow_id``; 2x and
+4x add dataflows, not depth. Ratios come from one run. Also checks, on the way, that every
+iteration's plan stays flat (analysed plan size per round) and that the incremental result
+equals a full recompute.
+"""
+
+from __future__ import annotations
+
+import time
+
+from bench.spark_workloads import change_batch, dataflows, location_count, pointstamps
+from spark_jobs.frames import Progress, decode_code, encode, locations_of, transitions_of
+from spark_jobs.incremental import POINTS_SCHEMA, incremental
+from spark_jobs.propagate import propagate, propagate_with_psi, times_of
+from spark_jobs.session import get_spark
+from spark_jobs.summaries import summarize
+from tracker.reachability import Tracker
+from tracker.structure import path_summaries
+
+
+def _timed(fn):  # type: ignore[no-untyped-def]
+    started = time.perf_counter()
+    value = fn()
+    return value, time.perf_counter() - started
+
+
+def _full_propagate(spark, graphs, counts) -> tuple[float, Progress, object]:  # type: ignore[no-untyped-def]
+    transitions = transitions_of(spark, graphs).localCheckpoint()
+    times = times_of(spark, counts).localCheckpoint()
+    progress = Progress(label="propagate", echo=True)
+    frontier, seconds = _timed(lambda: propagate(transitions, times, False, progress))
+    return seconds, progress, frontier
+
+
+def run(quick: bool = False) -> dict:
+    """Run the benchmark; print a table; return ``{"name", "figures", "targets"}``."""
+    spark = get_spark()
+    base = 17 if quick else 165
+    # Warm-up: the first Spark jobs of a process pay for JIT and code generation; without this
+    # the 1x figure is inflated and the scaling ratios flattered.
+    warm = dataflows(3, seed=99)
+    _full_propagate(spark, warm, pointstamps(warm))
+    graphs = dataflows(base)
+    counts = pointstamps(graphs)
+    figures: dict[str, float] = {"locations": location_count(graphs), "dataflows": len(graphs)}
+
+    # Summaries (path doubling) at 1x.
+    transitions = transitions_of(spark, graphs).localCheckpoint()
+    locations = locations_of(spark, graphs).localCheckpoint()
+    sum_progress = Progress(label="summarize", echo=True)
+    psi, figures["summarize_s"] = _timed(lambda: summarize(transitions, locations, False, "doubling", sum_progress))
+    figures["summarize_rounds"] = sum_progress.rounds
+    figures["psi_rows"] = psi.count()
+
+    # Full propagate, semi-naive (seed 004's frontier) at 1x, 2x, 4x.
+    figures["propagate_1x_s"], prop_progress, frontier = _full_propagate(spark, graphs, counts)
+    figures["propagate_rounds"] = prop_progress.rounds
+    plan_sizes = prop_progress.plan_sizes + sum_progress.plan_sizes
+    figures["plan_size_min"], figures["plan_size_max"] = min(plan_sizes), max(plan_sizes)
+    for factor in (2, 4):
+        bigger = dataflows(base * factor)
+        seconds, progress, _ = _full_propagate(spark, bigger, pointstamps(bigger))
+        figures[f"propagate_{factor}x_s"] = seconds
+        figures[f"locations_{factor}x"] = location_count(bigger)
+        figures["plan_size_max"] = max(figures["plan_size_max"], *progress.plan_sizes)
+    figures["propagate_2x_over_1x"] = figures["propagate_2x_s"] / figures["propagate_1x_s"]
+    figures["propagate_4x_over_2x"] = figures["propagate_4x_s"] / figures["propagate_2x_s"]
+
+    # Full propagate in one join over Psi (the depth-independent cut of the rounds).
+    times = times_of(spark, counts).localCheckpoint()
+    via_psi, figures["propagate_psi_join_s"] = _timed(lambda: propagate_with_psi(psi, times).localCheckpoint())
+
+    # Incremental: a batch touching 1% of the locations.
+    batch = change_batch(graphs, counts, 0.01)
+    figures["batch_updates"] = sum(len(b) for b in batch.values())
+    points = spark.createDataFrame(
+        [(k, encode(loc), list(t), c) for k, cs in counts.items() for (loc, t), c in cs.items()], POINTS_SCHEMA
+    ).localCheckpoint()
+    batch_df = (
+        spark.createDataFrame(
+            [(k, encode(loc), list(t), d) for k, b in batch.items() for loc, t, d in b], POINTS_SCHEMA
+        )
+        .withColumnRenamed("count", "delta")
+        .localCheckpoint()
+    )
+    result, figures["incremental_s"] = _timed(lambda: incremental(psi, points, batch_df, frontier, False))
+    changes = result.changes.collect()
+    figures["frontier_changes"] = len(changes)
+    after = {k: dict(cs) for k, cs in counts.items()}
+    for k, b in batch.items():
+        for loc, t, d in b:
+            after[k][(loc, t)] = after[k].get((loc, t), 0) + d
+    _, _, full_after = _full_propagate(spark, graphs, after)
+    same = sorted(map(tuple, result.frontiers.collect())) == sorted(map(tuple, full_after.collect()))
+    figures["incremental_equals_full"] = float(same)
+    figures["incremental_over_propagate"] = figures["incremental_s"] / figures["propagate_1x_s"]
+    figures["incremental_over_psi_join"] = figures["incremental_s"] / figures["propagate_psi_join_s"]
+    figures["psi_join_equals_semi_naive"] = float(
+        sorted(map(tuple, via_psi.collect())) == sorted(map(tuple, frontier.collect()))
+    )
+
+    # Native on the same inputs.
+    def native_full() -> dict[str, Tracker]:
+        trackers = {k: Tracker(g) for k, g in graphs.items()}
+        for k, t in trackers.items():
+            t.apply([(loc, time_, c) for (loc, time_), c in counts[k].items()])
+        return trackers
+
+    trackers, figures["native_full_s"] = _timed(native_full)
+    native_changes, figures["native_batch_s"] = _timed(lambda: sum(len(trackers[k].apply(b)) for k, b in batch.items()))
+    _, figures["native_summaries_s"] = _timed(lambda: [path_summaries(g) for g in graphs.values()])
+    figures["native_changes_equal"] = float(native_changes == len(changes))
+    native_frontiers = {(k, loc, t) for k, tr in trackers.items() for loc, ts in tr.frontiers().items() for t in ts}
+    spark_frontiers = {(r["dataflow_id"], decode_code(r["loc"]), tuple(r["time"])) for r in result.frontiers.collect()}
+    figures["native_frontiers_equal"] = float(native_frontiers == spark_frontiers)
+    figures["spark_over_native_propagate"] = figures["propagate_1x_s"] / figures["native_full_s"]
+    figures["spark_over_native_incremental"] = figures["incremental_s"] / max(figures["native_batch_s"], 1e-9)
+    figures["spark_over_native_summaries"] = figures["summarize_s"] / figures["native_summaries_s"]
+
+    targets = {"incremental_over_propagate": 0.2, "propagate_2x_over_1x": 2.5, "propagate_4x_over_2x": 2.5}
+    width = max(map(len, figures))
+    print(f"{'figure':<{width}}  value")
+    for name, value in figures.items():
+        mark = ""
+        if name in targets:
+            mark = f"   (target <= {targets[name]}: {'met' if value <= targets[name] else 'MISSED'})"
+        print(f"{name:<{width}}  {value:,.4g}{mark}")
+    return {"name": "spark", "figures": figures, "targets": targets}

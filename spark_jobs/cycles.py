@@ -1,0 +1,132 @@
+"""``find_cycles`` in Spark: which transitions lie on a cycle that does not advance timestamps.
+
+Seed 004's algorithm keeps the edges and zero-summary connections and repeatedly keeps only
+transitions whose source has an incoming kept transition. That forward pruning alone also keeps
+transitions *downstream* of a cycle, so this job prunes both ways (a kept transition needs a kept
+one into its source and a kept one out of its destination), then settles the remaining core
+exactly: ``a -> b`` is on a cycle iff ``b`` reaches ``a`` inside the core (semi-naive transitive
+closure of the core, which is empty for every acceptable graph and small for rejected ones).
+With GraphFrames' JVM package present, its strongly connected components replace the closure;
+the answer is the same (``tracker.structure.find_cycles``).
+
+>>> # find_cycles_for_graph(get_spark(), graph) == tracker.structure.find_cycles(graph)
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from spark_jobs.frames import Graphs, Progress, cut, decode_code, is_zero, transitions_of
+from spark_jobs.session import has_graphframes_jvm
+from tracker.graph import Graph, Transition
+from tracker.timestamp import PathSummary
+
+
+def prune(zero: DataFrame, progress: Progress | None = None) -> DataFrame:
+    """Seed 004's pruning, both ways, to a fixed point: ``(dataflow_id, src, dst)`` of the core.
+
+    Every transition on a non-incrementing cycle survives; acyclic graphs prune to nothing.
+    """
+    progress = progress or Progress(label="cycles/prune")
+    kept = cut(zero.select("dataflow_id", "src", "dst").distinct())
+    size = kept.count()
+    while size:
+        into = kept.select("dataflow_id", F.col("dst").alias("src")).distinct()
+        out_of = kept.select("dataflow_id", F.col("src").alias("dst")).distinct()
+        pruned = cut(
+            kept.join(into, ["dataflow_id", "src"], "left_semi").join(out_of, ["dataflow_id", "dst"], "left_semi")
+        )
+        new_size = pruned.count()
+        progress.round(new_size, pruned)
+        kept = pruned
+        if new_size == size:
+            break
+        size = new_size
+    return kept
+
+
+def _closure_cycles(core: DataFrame, progress: Progress) -> DataFrame:
+    """Core transitions ``a -> b`` such that ``b`` reaches ``a`` within the core."""
+    steps = core.select("dataflow_id", F.col("src").alias("mid"), F.col("dst").alias("end"))
+    reach = cut(core.select("dataflow_id", F.col("src").alias("start"), F.col("dst").alias("end")))
+    delta = reach
+    while delta.count():
+        longer = (
+            delta.withColumnRenamed("end", "mid")
+            .join(steps, ["dataflow_id", "mid"])
+            .select("dataflow_id", "start", "end")
+        ).distinct()
+        delta = cut(longer.join(reach, ["dataflow_id", "start", "end"], "left_anti"))
+        reach = cut(reach.unionByName(delta))
+        progress.round(delta.count(), reach)
+    back = reach.select("dataflow_id", F.col("end").alias("src"), F.col("start").alias("dst"))
+    return core.join(back, ["dataflow_id", "src", "dst"], "left_semi")
+
+
+def _graphframes_cycles(spark: SparkSession, core: DataFrame) -> DataFrame:
+    """Core transitions whose ends share a strongly connected component (GraphFrames)."""
+    from graphframes import GraphFrame
+
+    vid = F.concat_ws(":", F.col("dataflow_id"), F.col("loc").cast("string"))
+    vertices = (
+        core.select("dataflow_id", F.col("src").alias("loc"))
+        .unionByName(core.select("dataflow_id", F.col("dst").alias("loc")))
+        .distinct()
+        .withColumn("id", vid)
+    )
+    edges = core.select(
+        F.concat_ws(":", "dataflow_id", F.col("src").cast("string")).alias("src"),
+        F.concat_ws(":", "dataflow_id", F.col("dst").cast("string")).alias("dst"),
+    )
+    components = (
+        GraphFrame(vertices, edges).stronglyConnectedComponents(maxIter=100).select("dataflow_id", "loc", "component")
+    )
+    src = components.withColumnRenamed("loc", "src").withColumnRenamed("component", "c1")
+    dst = components.withColumnRenamed("loc", "dst").withColumnRenamed("component", "c2")
+    joined = core.join(src, ["dataflow_id", "src"]).join(dst, ["dataflow_id", "dst"])
+    return joined.where(F.col("c1") == F.col("c2")).select("dataflow_id", "src", "dst")
+
+
+def find_cycles(
+    transitions: DataFrame, progress: Progress | None = None, use_graphframes: bool | None = None
+) -> DataFrame:
+    """``(dataflow_id, src, dst)`` of every zero-summary transition on a non-incrementing cycle.
+
+    ``use_graphframes=None`` uses GraphFrames iff its JVM package loads; both paths agree.
+    """
+    progress = progress or Progress(label="cycles")
+    zero = transitions.where(is_zero(F.col("summary")))
+    core = prune(zero, progress)
+    spark = transitions.sparkSession
+    if use_graphframes is None:
+        use_graphframes = has_graphframes_jvm(spark)
+    if use_graphframes:
+        return _graphframes_cycles(spark, core)
+    return _closure_cycles(core, progress)
+
+
+def find_cycles_for_graph(spark: SparkSession, graph: Graph, progress: Progress | None = None) -> list[Transition]:
+    """The transitions of ``graph`` on non-incrementing cycles, computed by Spark; sorted, and
+    equal to :func:`tracker.structure.find_cycles`. Empty iff the graph is acceptable.
+
+    >>> # find_cycles_for_graph(spark, loop_without_increment) -> [(0,0,source) -> (0,0,target) +(0,), ...]
+    """
+    return find_cycles_for_graphs(spark, {"mem": graph}, progress)["mem"]
+
+
+def find_cycles_for_graphs(
+    spark: SparkSession, graphs: Graphs, progress: Progress | None = None
+) -> dict[str, list[Transition]]:
+    """:func:`find_cycles_for_graph` for many graphs (by dataflow id) in one Spark job."""
+    rows = find_cycles(transitions_of(spark, graphs), progress).collect()
+    found: dict[str, set[Transition]] = {i: set() for i in graphs}
+    for r in rows:
+        zero = PathSummary.zero(graphs[r["dataflow_id"]].arity)
+        found[r["dataflow_id"]].add(Transition(decode_code(r["src"]), decode_code(r["dst"]), zero))
+    return {i: sorted(ts, key=transition_key) for i, ts in found.items()}
+
+
+def transition_key(t: Transition) -> tuple:
+    """The sort order of :func:`tracker.structure.find_cycles`'s answer."""
+    return (t.src.node, t.src.kind, t.src.port, t.dst.node, t.dst.kind, t.dst.port, tuple(t.summary))

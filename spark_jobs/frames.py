@@ -1,0 +1,212 @@
+"""Shared DataFrame vocabulary of the Spark jobs: location codes, transitions, envelopes, lineage cuts.
+
+Locations travel through joins as one BIGINT, ``node << 32 | port << 1 | is_source``, because
+one long key shuffles and hashes faster than three columns; :func:`decode` turns it back into
+the ``node, port, kind`` columns of the Delta tables. Every frame also carries ``dataflow_id``,
+so one job runs over many dataflows at once.
+
+Envelopes (lower antichains under the product order) stay in Spark SQL: a plain ``min`` when
+every dataflow has arity 1 (then the product order is total), else ``collect_set`` per key and
+a higher-order ``filter``/``exists``/``forall(zip_with(...))`` that drops dominated elements.
+
+>>> encode(Location.source(3, 1)), decode_code(encode(Location.source(3, 1)))
+(12884901891, Location(node=3, port=1, kind='source'))
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from tracker.graph import Graph, Location
+
+KEYS = ["dataflow_id", "loc"]
+PAIR_KEYS = ["dataflow_id", "src", "dst"]
+TRANSITION_SCHEMA = "dataflow_id string, src bigint, dst bigint, summary array<bigint>"
+TIMES_SCHEMA = "dataflow_id string, loc bigint, time array<bigint>"
+
+
+def encode(location: Location) -> int:
+    """The BIGINT code of a location (see the module docstring)."""
+    return (location.node << 32) | (location.port << 1) | (1 if location.kind == "source" else 0)
+
+
+def decode_code(code: int) -> Location:
+    """The location of a BIGINT code (inverse of :func:`encode`)."""
+    return Location(code >> 32, (code & 0xFFFFFFFF) >> 1, "source" if code & 1 else "target")
+
+
+def code_col(node: Column, port: Column, kind: Column | str) -> Column:
+    """Spark expression of :func:`encode` over ``node, port, kind`` columns (or a literal kind)."""
+    kind_col = F.lit(kind) if isinstance(kind, str) else kind
+    return (
+        F.shiftleft(node.cast("long"), 32)
+        + F.shiftleft(port.cast("long"), 1)
+        + F.when(kind_col == "source", F.lit(1)).otherwise(F.lit(0)).cast("long")
+    )
+
+
+def decode(code: Column, prefix: str = "") -> list[Column]:
+    """``node, port, kind`` columns (names prefixed) decoded from a location code column."""
+    return [
+        F.shiftright(code, 32).cast("int").alias(prefix + "node"),
+        F.shiftright(code.bitwiseAND(F.lit(0xFFFFFFFF)), 1).cast("int").alias(prefix + "port"),
+        F.when(code.bitwiseAND(F.lit(1)) == 1, F.lit("source")).otherwise(F.lit("target")).alias(prefix + "kind"),
+    ]
+
+
+def add(time: Column, summary: Column) -> Column:
+    """``results_in``: coordinate-wise ``time + summary`` (also ``followed_by`` for summaries)."""
+    return F.zip_with(time, summary, lambda a, b: a + b)
+
+
+def is_zero(summary: Column) -> Column:
+    """True iff every increment of the summary is 0."""
+    return F.forall(summary, lambda x: x == 0)
+
+
+def envelope(df: DataFrame, keys: Sequence[str], col: str, arity_one: bool) -> DataFrame:
+    """Per key, the minimal values of ``col`` under the product order (the lower antichain).
+
+    ``arity_one`` may only be true when every array has one element: then ``min`` is exact.
+    """
+    if arity_one:
+        return df.groupBy(*keys).agg(F.min(col).alias(col))
+    dominated = "exists(_s, u -> u != t AND forall(zip_with(u, t, (a, b) -> a <= b), x -> x))"
+    return (
+        df.groupBy(*keys)
+        .agg(F.collect_set(col).alias("_s"))
+        .select(*keys, F.explode(F.expr(f"filter(_s, t -> NOT {dominated})")).alias(col))
+    )
+
+
+def cut(df: DataFrame) -> DataFrame:
+    """Materialise ``df`` and drop its lineage (eager local checkpoint), so iterations stay flat."""
+    return df.localCheckpoint(eager=True)
+
+
+def plan_size(df: DataFrame) -> int:
+    """Lines of the analysed logical plan: constant across rounds iff lineage is being cut."""
+    return len(df._jdf.queryExecution().analyzed().treeString().splitlines())
+
+
+@dataclass
+class Progress:
+    """Per-round statistics of an iteration, optionally echoed to stderr as it runs.
+
+    ``plan_sizes[i]`` is :func:`plan_size` of the state after round ``i``; the tests assert it
+    does not grow with the round count.
+    """
+
+    label: str = "job"
+    echo: bool = False
+    rounds: int = 0
+    rows: list[int] = field(default_factory=list)
+    plan_sizes: list[int] = field(default_factory=list)
+    started: float = field(default_factory=time.perf_counter)
+    callback: Callable[[str, int, int, float], None] | None = None
+
+    def round(self, new_rows: int, state: DataFrame | None = None) -> None:
+        """Record one finished round that produced ``new_rows`` new rows."""
+        self.rounds += 1
+        self.rows.append(new_rows)
+        if state is not None:
+            self.plan_sizes.append(plan_size(state))
+        elapsed = time.perf_counter() - self.started
+        if self.echo:
+            print(
+                f"[{self.label}] iteration {self.rounds}: {new_rows} new rows, {elapsed:.1f}s elapsed",
+                file=sys.stderr,
+                flush=True,
+            )
+        if self.callback is not None:
+            self.callback(self.label, self.rounds, new_rows, elapsed)
+
+
+def arrow_to_spark(spark: SparkSession, data: pa.Table, schema: pa.Schema | None = None) -> DataFrame:
+    """An Arrow table as a Spark DataFrame (works for empty tables too)."""
+    if data.num_rows == 0:
+        return spark.createDataFrame([], _spark_schema(schema or data.schema))
+    return spark.createDataFrame(data)
+
+
+def _spark_schema(schema: pa.Schema) -> T.StructType:
+    mapping = {
+        pa.int32(): T.IntegerType(),
+        pa.int64(): T.LongType(),
+        pa.string(): T.StringType(),
+        pa.timestamp("us", tz="UTC"): T.TimestampType(),
+    }
+    fields = []
+    for f in schema:
+        spark_type = T.ArrayType(T.LongType()) if pa.types.is_list(f.type) else mapping[f.type]
+        fields.append(T.StructField(f.name, spark_type, True))
+    return T.StructType(fields)
+
+
+Graphs = Mapping[str, Graph]
+"""Several graphs by dataflow id: every job runs over many dataflows at once."""
+
+
+def transitions_of(spark: SparkSession, graphs: Graphs | Graph, dataflow_id: str = "mem") -> DataFrame:
+    """Transitions ``(dataflow_id, src, dst, summary)`` of one graph or of several (by id)."""
+    graphs = {dataflow_id: graphs} if isinstance(graphs, Graph) else graphs
+    rows = [(i, encode(t.src), encode(t.dst), list(t.summary)) for i, g in graphs.items() for t in g.transitions()]
+    return spark.createDataFrame(rows, TRANSITION_SCHEMA)
+
+
+def locations_of(spark: SparkSession, graphs: Graphs | Graph, dataflow_id: str = "mem") -> DataFrame:
+    """Every location ``(dataflow_id, loc, arity)`` of one graph or of several (by id)."""
+    graphs = {dataflow_id: graphs} if isinstance(graphs, Graph) else graphs
+    rows = [(i, encode(loc), g.arity) for i, g in graphs.items() for loc in g.locations()]
+    return spark.createDataFrame(rows, "dataflow_id string, loc bigint, arity int")
+
+
+def all_arity_one(graphs: Graphs | Graph) -> bool:
+    """True iff every graph has arity 1 (then envelopes may use ``min``)."""
+    return graphs.arity == 1 if isinstance(graphs, Graph) else all(g.arity == 1 for g in graphs.values())
+
+
+def transitions_from_tables(dataflows: DataFrame, connections: DataFrame, edges: DataFrame) -> DataFrame:
+    """Transitions from the ``connections`` and ``edges`` tables; edges get the zero summary of
+    their dataflow's arity (read from ``dataflows``)."""
+    internal = connections.select(
+        "dataflow_id",
+        code_col(F.col("node"), F.col("input_port"), "target").alias("src"),
+        code_col(F.col("node"), F.col("output_port"), "source").alias("dst"),
+        F.col("summary"),
+    )
+    arity = dataflows.groupBy("dataflow_id").agg(F.max("timestamp_arity").alias("arity"))
+    channel = edges.join(arity, "dataflow_id").select(
+        "dataflow_id",
+        code_col(F.col("src_node"), F.col("src_port"), "source").alias("src"),
+        code_col(F.col("dst_node"), F.col("dst_port"), "target").alias("dst"),
+        F.array_repeat(F.lit(0).cast("long"), F.col("arity")).alias("summary"),
+    )
+    return internal.unionByName(channel)
+
+
+def locations_from_tables(dataflows: DataFrame, nodes: DataFrame) -> DataFrame:
+    """Every port of every node ``(dataflow_id, loc, arity)`` from the ``nodes`` table."""
+    arity = dataflows.groupBy("dataflow_id").agg(F.max("timestamp_arity").alias("arity"))
+
+    def ports(count: str, kind: str) -> DataFrame:
+        # sequence(0, -1) would be [0, -1], not empty: guard the port-less case explicitly.
+        indices = F.when(F.col(count) > 0, F.sequence(F.lit(0), F.col(count) - 1)).otherwise(
+            F.array().cast("array<int>")
+        )
+        return nodes.select("dataflow_id", "node", F.explode(indices).alias("port"), F.lit(kind).alias("kind"))
+
+    targets, sources = ports("inputs", "target"), ports("outputs", "source")
+    return (
+        targets.unionByName(sources)
+        .join(arity, "dataflow_id")
+        .select("dataflow_id", code_col(F.col("node"), F.col("port"), F.col("kind")).alias("loc"), "arity")
+    )

@@ -1,0 +1,183 @@
+"""The Spark jobs over a warehouse: read the Delta tables, compute, write the results back.
+
+Each job takes a list of dataflow ids and runs them together (one iteration for all, since a
+Spark round costs a job whatever its width); results are written in one commit per table.
+
+* :func:`cycles_job`: transitions on non-incrementing cycles, per dataflow (nothing written).
+* :func:`summaries_job`: ``Psi`` into ``summaries``; returns the scope summaries too.
+* :func:`propagate_job`: ``pointstamps`` -> ``frontiers`` (full recompute, semi-naive).
+* :func:`incremental_job`: the ``progress`` log past each dataflow's watermark -> updated
+  ``pointstamps`` and ``frontiers``, and the changes appended to ``frontier_changes``.
+
+>>> # summaries_job(Warehouse("./warehouse", get_spark()), ["df-1"])
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from spark_jobs.cycles import find_cycles, transition_key
+from spark_jobs.frames import (
+    KEYS,
+    Progress,
+    code_col,
+    decode,
+    decode_code,
+    locations_from_tables,
+    transitions_from_tables,
+)
+from spark_jobs.incremental import incremental
+from spark_jobs.propagate import active_times, propagate
+from spark_jobs.storage import POINTSTAMPS_APP, Warehouse
+from spark_jobs.summaries import boundary_of, boundary_summaries, summarize, summary_rows
+from tracker.graph import Transition
+from tracker.timestamp import PathSummary
+
+
+@dataclass
+class Inputs:
+    """The graph of some dataflows as DataFrames, read from the warehouse."""
+
+    ids: list[str]
+    transitions: DataFrame
+    locations: DataFrame
+    arity: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def arity_one(self) -> bool:
+        return all(a == 1 for a in self.arity.values())
+
+
+def read_inputs(wh: Warehouse, ids: list[str]) -> Inputs:
+    """Transitions and locations of ``ids`` (each must be registered: ``UnknownDataflowError``)."""
+    arity = {i: wh.dataflow_row(i)["timestamp_arity"] for i in ids}
+    dataflows = wh.spark_read("dataflows", ids)
+    transitions = transitions_from_tables(dataflows, wh.spark_read("connections", ids), wh.spark_read("edges", ids))
+    locations = locations_from_tables(dataflows, wh.spark_read("nodes", ids))
+    return Inputs(ids, transitions.localCheckpoint(), locations.localCheckpoint(), arity)
+
+
+def _located(df: DataFrame) -> DataFrame:
+    """``node, port, kind`` columns -> one ``loc`` code column."""
+    return df.withColumn("loc", code_col(F.col("node"), F.col("port"), F.col("kind")))
+
+
+def cycles_job(wh: Warehouse, ids: list[str], progress: Progress | None = None) -> dict[str, list[Transition]]:
+    """Per dataflow, the transitions lying on non-incrementing cycles (empty: acceptable)."""
+    inputs = read_inputs(wh, ids)
+    found: dict[str, set[Transition]] = {i: set() for i in ids}
+    for r in find_cycles(inputs.transitions, progress).collect():
+        zero = PathSummary.zero(inputs.arity[r["dataflow_id"]])
+        found[r["dataflow_id"]].add(Transition(decode_code(r["src"]), decode_code(r["dst"]), zero))
+    return {i: sorted(ts, key=transition_key) for i, ts in found.items()}
+
+
+def summaries_job(wh: Warehouse, ids: list[str], progress: Progress | None = None) -> tuple[int, DataFrame]:
+    """Compute ``Psi`` of ``ids`` and replace their ``summaries`` rows in one commit.
+
+    Returns ``(rows written, scope summaries)``; the scope summaries (seed 004's ``summarize``:
+    every location to operator zero's inputs) are a checkpointed DataFrame ``(dataflow_id, src,
+    dst, summary)``."""
+    inputs = read_inputs(wh, ids)
+    psi = summarize(inputs.transitions, inputs.locations, inputs.arity_one, progress=progress)
+    rows = summary_rows(psi).toArrow()
+    wh.replace_partitions("summaries", ids, rows)
+    scope = boundary_summaries(inputs.transitions, boundary_of(inputs.transitions), inputs.arity_one)
+    return rows.num_rows, scope
+
+
+def _psi(wh: Warehouse, inputs: Inputs) -> DataFrame:
+    """``Psi`` from ``summaries`` when every dataflow has rows there, else computed now."""
+    stored = wh.spark_read("summaries", inputs.ids)
+    if {r["dataflow_id"] for r in stored.select("dataflow_id").distinct().collect()} == set(inputs.ids):
+        return stored.select(
+            "dataflow_id",
+            code_col(F.col("from_node"), F.col("from_port"), F.col("from_kind")).alias("src"),
+            code_col(F.col("to_node"), F.col("to_port"), F.col("to_kind")).alias("dst"),
+            "summary",
+        ).localCheckpoint()
+    return summarize(inputs.transitions, inputs.locations, inputs.arity_one)
+
+
+def propagate_job(wh: Warehouse, ids: list[str], progress: Progress | None = None) -> int:
+    """Recompute the frontiers of ``ids`` from ``pointstamps`` (seed 004's ``frontier``, semi-naive)
+    and replace their ``frontiers`` rows in one commit; returns the number of frontier rows."""
+    inputs = read_inputs(wh, ids)
+    times = active_times(_located(wh.spark_read("pointstamps", ids)))
+    frontier = propagate(inputs.transitions, times, inputs.arity_one, progress)
+    rows = frontier.select("dataflow_id", *decode(F.col("loc")), "time").toArrow()
+    wh.replace_partitions("frontiers", ids, rows)
+    return rows.num_rows
+
+
+def resume_after(wh: Warehouse, dataflow_id: str) -> int:
+    """The last ``progress`` version already in ``pointstamps``: the recorded watermark; failing
+    that (a writer that did not record one), the last version in ``frontier_changes``; failing
+    that, 0 if ``pointstamps`` holds rows (the registration's initial pointstamps) else -1."""
+    mark = wh.pointstamps_version(dataflow_id)
+    if mark is not None:
+        return mark
+    versions = wh.read("frontier_changes", dataflow_id).column("version").to_pylist()
+    if versions:
+        return max(versions)
+    return 0 if wh.read("pointstamps", dataflow_id).num_rows else -1
+
+
+def incremental_job(wh: Warehouse, ids: list[str], progress: Progress | None = None) -> tuple[int, int]:
+    """Apply the ``progress`` rows past each dataflow's watermark as one batch per dataflow.
+
+    Writes, in order: ``pointstamps`` (with the new watermark in the same commit, so a batch is
+    never applied twice), ``frontiers``, then the changes to ``frontier_changes`` tagged with the
+    batch's last version. Returns ``(progress rows applied, frontier changes)``. A crash between
+    the commits leaves ``frontiers`` stale; ``propagate`` repairs it.
+    """
+    inputs = read_inputs(wh, ids)
+    marks = {i: resume_after(wh, i) for i in ids}
+    progress_rows = wh.spark_read("progress", ids)
+    cutoff = F.lit(-1)
+    for i, mark in marks.items():
+        cutoff = F.when(F.col("dataflow_id") == i, F.lit(mark)).otherwise(cutoff)
+    pending = _located(progress_rows.where(F.col("version") > cutoff)).localCheckpoint()
+    last = {r["dataflow_id"]: r["v"] for r in pending.groupBy("dataflow_id").agg(F.max("version").alias("v")).collect()}
+    if not last:
+        return 0, 0
+    batch = pending.select(*KEYS, "time", "delta")
+    points = _located(wh.spark_read("pointstamps", ids)).select(*KEYS, "time", "count")
+    frontiers = _located(wh.spark_read("frontiers", ids)).select(*KEYS, "time")
+    result = incremental(_psi(wh, inputs), points, batch, frontiers, inputs.arity_one)
+    applied = pending.count()
+    touched = sorted(last)
+    wh.replace_partitions(
+        "pointstamps",
+        touched,
+        result.points.where(F.col("dataflow_id").isin(touched))
+        .select("dataflow_id", *decode(F.col("loc")), "time", "count")
+        .toArrow(),
+        {POINTSTAMPS_APP + i: v for i, v in last.items()},
+    )
+    wh.replace_partitions(
+        "frontiers",
+        touched,
+        result.frontiers.where(F.col("dataflow_id").isin(touched))
+        .select("dataflow_id", *decode(F.col("loc")), "time")
+        .toArrow(),
+    )
+    version = F.lit(None).cast("long")
+    for i, v in last.items():
+        version = F.when(F.col("dataflow_id") == i, F.lit(v)).otherwise(version)
+    changes = result.changes.select(
+        "dataflow_id",
+        version.alias("version"),
+        *decode(F.col("loc")),
+        "time",
+        "diff",
+        F.current_timestamp().alias("at"),
+    ).toArrow()
+    if changes.num_rows:
+        wh.append("frontier_changes", changes)
+    if progress is not None:
+        progress.round(changes.num_rows)
+    return applied, changes.num_rows

@@ -1,0 +1,320 @@
+"""``tracker report``: dashboard figures of one dataflow, read from the Delta tables alone.
+
+Works with the service stopped and without a JVM: the tables are read with delta-rs (through
+:class:`~spark_jobs.storage.Warehouse`) into Polars. The figures are the ones docs/tables.md
+shows as Spark SQL and Polars queries:
+
+* the current frontier of every location, grouped by operator (``frontiers`` + ``nodes``);
+* how long each epoch took to clear each operator: the time the epoch first appeared in the
+  operator's input frontier (the union of its input ports' frontiers) until the time no element
+  of that epoch was left there (``frontier_changes``); the epoch is a time's first coordinate;
+* stuck locations: non-empty frontiers ordered by their oldest time, then by how long they have
+  not changed (last ``frontier_changes`` row, or registration if they never changed);
+* progress throughput: batches and updates per second (``progress``).
+
+The service does not write the frontier changes of version 0 (the initial pointstamps), so an
+element that leaves a frontier without having been seen to enter it was there since the
+dataflow's registration: its appearance is the ``dataflows.created_at`` time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from spark_jobs.storage import UnknownDataflowError, Warehouse
+
+
+@dataclass
+class Report:
+    """Every figure of one dataflow's report, as Polars frames (one per section)."""
+
+    dataflow_id: str
+    name: str
+    timestamp_arity: int
+    created_at: datetime
+    as_of: datetime
+    frontiers: pl.DataFrame
+    epochs: pl.DataFrame
+    stuck: pl.DataFrame
+    throughput: pl.DataFrame
+
+    def as_json(self) -> dict[str, Any]:
+        """The report as JSON-ready dicts (datetimes as ISO strings)."""
+
+        def rows(frame: pl.DataFrame) -> list[dict[str, Any]]:
+            return [
+                {k: (v.isoformat() if isinstance(v, datetime) else v) for k, v in row.items()}
+                for row in frame.to_dicts()
+            ]
+
+        return {
+            "dataflow_id": self.dataflow_id,
+            "name": self.name,
+            "timestamp_arity": self.timestamp_arity,
+            "created_at": self.created_at.isoformat(),
+            "as_of": self.as_of.isoformat(),
+            "frontiers": rows(self.frontiers),
+            "epochs": rows(self.epochs),
+            "stuck": rows(self.stuck),
+            "throughput": rows(self.throughput),
+        }
+
+
+def _frame(warehouse: Warehouse, table: str, dataflow_id: str) -> pl.DataFrame:
+    frame = pl.from_arrow(warehouse.read(table, dataflow_id))
+    assert isinstance(frame, pl.DataFrame)
+    return frame
+
+
+def _time_text(time: list[int] | tuple[int, ...]) -> str:
+    return "(" + ", ".join(str(x) for x in time) + ")"
+
+
+def current_frontiers(frontiers: pl.DataFrame, nodes: pl.DataFrame) -> pl.DataFrame:
+    """One row per location that has a non-empty frontier: node, operator name, port, kind,
+    the frontier's elements (sorted) and its text.
+
+    >>> f = pl.DataFrame({"node": [1, 1], "port": [0, 0], "kind": ["target"] * 2, "time": [[4], [3]]})
+    >>> n = pl.DataFrame({"node": [1], "name": ["map"]})
+    >>> current_frontiers(f, n)["frontier"].to_list()
+    ['{(3), (4)}']
+    """
+    if frontiers.is_empty():
+        return pl.DataFrame(
+            schema={
+                "node": pl.Int32,
+                "name": pl.String,
+                "port": pl.Int32,
+                "kind": pl.String,
+                "times": pl.List(pl.List(pl.Int64)),
+                "frontier": pl.String,
+            }
+        )
+    grouped = (
+        frontiers.group_by("node", "port", "kind")
+        .agg(pl.col("time").sort().alias("times"))
+        .join(nodes.select("node", "name"), on="node", how="left")
+        .sort("node", pl.col("kind").replace_strict({"target": 0, "source": 1}, default=2), "port")
+    )
+    texts = ["{" + ", ".join(_time_text(t) for t in times) + "}" for times in grouped["times"].to_list()]
+    return grouped.select("node", "name", "port", "kind", "times").with_columns(pl.Series("frontier", texts))
+
+
+def epoch_clear_times(changes: pl.DataFrame, nodes: pl.DataFrame, created_at: datetime) -> pl.DataFrame:
+    """Per operator and epoch: when the epoch first appeared in the operator's input frontier,
+    when it left (null while it is still there) and the seconds in between.
+
+    Changes are replayed version by version, so an element that moves within one batch (as
+    ``(e, i)`` to ``(e, i+1)`` in a loop) does not make its epoch look cleared.
+
+    >>> t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    >>> at = [t0.replace(second=s) for s in (5, 5, 9)]
+    >>> ch = pl.DataFrame({"version": [1, 1, 2], "node": [1] * 3, "port": [0] * 3, "kind": ["target"] * 3,
+    ...                    "time": [[0], [1], [1]], "diff": [-1, 1, -1], "at": at})
+    >>> epoch_clear_times(ch, pl.DataFrame({"node": [1], "name": ["op"]}), t0)["seconds"].to_list()
+    [5.0, 4.0]
+    """
+    names = dict(zip(nodes["node"].to_list(), nodes["name"].to_list(), strict=True)) if not nodes.is_empty() else {}
+    targets = changes.filter(pl.col("kind") == "target").sort("version", maintain_order=True)
+    present: dict[int, set[tuple[int, tuple[int, ...]]]] = defaultdict(set)  # node -> {(port, time)}
+    appeared: dict[tuple[int, int], datetime] = {}
+    cleared: dict[tuple[int, int], datetime] = {}
+
+    def epochs_of(node: int) -> set[int]:
+        return {time[0] for _port, time in present[node]}
+
+    for (version,), batch in targets.group_by("version", maintain_order=True):
+        del version  # only the grouping matters: one batch's changes are applied together
+        rows = list(batch.iter_rows(named=True))
+        for row in rows:
+            element = (row["port"], tuple(row["time"]))
+            if row["diff"] < 0 and element not in present[row["node"]]:
+                # It leaves without having been seen to enter: it was there since registration.
+                present[row["node"]].add(element)
+                appeared.setdefault((row["node"], element[1][0]), created_at)
+        at_by_node: dict[int, datetime] = {}
+        before = {node: epochs_of(node) for node in set(batch["node"].to_list())}
+        for row in rows:
+            node, element = row["node"], (row["port"], tuple(row["time"]))
+            at_by_node[node] = max(at_by_node.get(node, row["at"]), row["at"])
+            if row["diff"] > 0:
+                present[node].add(element)
+            else:
+                present[node].discard(element)
+        for node, old in before.items():
+            new = epochs_of(node)
+            for epoch in new - old:
+                appeared.setdefault((node, epoch), at_by_node[node])
+                cleared.pop((node, epoch), None)  # back again (a protocol violation): not cleared yet
+            for epoch in old - new:
+                cleared[(node, epoch)] = at_by_node[node]
+    rows = []
+    for (node, epoch), start in sorted(appeared.items()):
+        end = cleared.get((node, epoch))
+        rows.append(
+            {
+                "node": node,
+                "name": names.get(node),
+                "epoch": epoch,
+                "appeared_at": start,
+                "cleared_at": end,
+                "seconds": None if end is None else round((end - start).total_seconds(), 6),
+            }
+        )
+    schema = {
+        "node": pl.Int32,
+        "name": pl.String,
+        "epoch": pl.Int64,
+        "appeared_at": pl.Datetime("us", "UTC"),
+        "cleared_at": pl.Datetime("us", "UTC"),
+        "seconds": pl.Float64,
+    }
+    return pl.DataFrame(rows, schema=schema, orient="row") if rows else pl.DataFrame(schema=schema)
+
+
+def stuck_locations(
+    frontiers: pl.DataFrame, changes: pl.DataFrame, created_at: datetime, as_of: datetime, limit: int = 10
+) -> pl.DataFrame:
+    """The ``limit`` locations most likely stuck: non-empty frontiers, oldest time first, then
+    the longest unchanged (since their last frontier change, or registration)."""
+    current = current_frontiers(
+        frontiers, pl.DataFrame({"node": [], "name": []}, schema={"node": pl.Int32, "name": pl.String})
+    )
+    if current.is_empty():
+        return current.select("node", "port", "kind", "frontier").with_columns(
+            pl.lit(None, pl.List(pl.Int64)).alias("oldest"),
+            pl.lit(None, pl.Datetime("us", "UTC")).alias("since"),
+            pl.lit(None, pl.Float64).alias("unchanged_seconds"),
+        )
+    last = changes.group_by("node", "port", "kind").agg(pl.col("at").max().alias("since"))
+    result = (
+        current.join(last, on=["node", "port", "kind"], how="left")
+        .with_columns(pl.col("since").fill_null(created_at), pl.col("times").list.first().alias("oldest"))
+        .with_columns(((pl.lit(as_of) - pl.col("since")).dt.total_microseconds() / 1e6).alias("unchanged_seconds"))
+        .sort("oldest", "since", "node", "port")
+    )
+    return result.select("node", "port", "kind", "frontier", "oldest", "since", "unchanged_seconds").head(limit)
+
+
+def throughput(progress: pl.DataFrame) -> pl.DataFrame:
+    """Applied batches and updates per second of arrival (``progress.received_at``)."""
+    if progress.is_empty():
+        return pl.DataFrame(schema={"second": pl.Datetime("us", "UTC"), "batches": pl.UInt32, "updates": pl.UInt32})
+    return (
+        progress.filter(pl.col("version") > 0)  # version 0 holds the initial pointstamps, not a batch
+        .with_columns(pl.col("received_at").dt.truncate("1s").alias("second"))
+        .group_by("second")
+        .agg(pl.col("version").n_unique().alias("batches"), (pl.col("delta") != 0).sum().alias("updates"))
+        .sort("second")
+    )
+
+
+def build_report(warehouse: str | Path, dataflow_id: str, as_of: datetime | None = None, limit: int = 10) -> Report:
+    """Read the tables of ``dataflow_id`` and compute every figure (no Spark, no service)."""
+    wh = Warehouse(warehouse)
+    row = wh.dataflow_row(dataflow_id)
+    nodes = _frame(wh, "nodes", dataflow_id)
+    frontiers = _frame(wh, "frontiers", dataflow_id)
+    changes = _frame(wh, "frontier_changes", dataflow_id)
+    progress = _frame(wh, "progress", dataflow_id)
+    created = row["created_at"]
+    now = as_of or datetime.now(UTC)
+    return Report(
+        dataflow_id=dataflow_id,
+        name=row["name"],
+        timestamp_arity=row["timestamp_arity"],
+        created_at=created,
+        as_of=now,
+        frontiers=current_frontiers(frontiers, nodes).drop("times"),
+        epochs=epoch_clear_times(changes, nodes, created),
+        stuck=stuck_locations(frontiers, changes, created, now, limit),
+        throughput=throughput(progress),
+    )
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, datetime):
+        return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+    if isinstance(value, float):
+        return f"{value:.3f}"
+    if isinstance(value, list):
+        return _time_text(value)
+    return str(value)
+
+
+def text_table(frame: pl.DataFrame, empty: str = "(none)") -> str:
+    """A plain aligned text table of ``frame`` (header, rule, rows).
+
+    >>> print(text_table(pl.DataFrame({"node": [1, 12], "name": ["a", "bc"]})))
+    node  name
+    ----  ----
+       1  a
+      12  bc
+    """
+    if frame.is_empty():
+        return empty
+    headers = frame.columns
+    body = [[_cell(v) for v in row] for row in frame.iter_rows()]
+    widths = [max(len(h), *(len(r[i]) for r in body)) for i, h in enumerate(headers)]
+    numeric = [frame.schema[h].is_numeric() for h in headers]
+
+    def line(cells: list[str]) -> str:
+        return "  ".join(c.rjust(w) if num else c.ljust(w) for c, w, num in zip(cells, widths, numeric, strict=True))
+
+    out = [line(headers).rstrip(), "  ".join("-" * w for w in widths)]
+    out.extend(line(r).rstrip() for r in body)
+    return "\n".join(out)
+
+
+def render(report: Report) -> str:
+    """The report as readable text, one titled table per figure."""
+    batches = int(report.throughput["batches"].sum()) if not report.throughput.is_empty() else 0
+    updates = int(report.throughput["updates"].sum()) if not report.throughput.is_empty() else 0
+    seconds = report.throughput.height
+    peak = int(report.throughput["batches"].max()) if seconds else 0  # type: ignore[arg-type]
+    sections = [
+        f"Dataflow {report.dataflow_id} ({report.name}), timestamp arity {report.timestamp_arity}, "
+        f"registered {_cell(report.created_at)}, report as of {_cell(report.as_of)} UTC",
+        "",
+        "== Current frontier per operator ==",
+        text_table(report.frontiers, "(every frontier is empty: the dataflow has completed)"),
+        "",
+        "== Epoch clear time per operator (input frontier; seconds from first appearance to leaving) ==",
+        text_table(report.epochs, "(no frontier changes recorded yet)"),
+        "",
+        "== Stuck locations (oldest frontier time first, then longest unchanged) ==",
+        text_table(report.stuck, "(none: every frontier is empty)"),
+        "",
+        "== Progress throughput ==",
+        f"{batches} batches, {updates} updates over {seconds} active second(s); peak {peak} batches/s",
+        text_table(report.throughput.tail(10), "(no progress batches recorded)"),
+    ]
+    return "\n".join(sections)
+
+
+def run_report(args: argparse.Namespace) -> int:
+    """``tracker report``: print the report (text or ``--json``); 2 for an unknown dataflow."""
+    as_of = datetime.fromisoformat(args.as_of) if args.as_of else None
+    if as_of is not None and as_of.tzinfo is None:
+        as_of = as_of.replace(tzinfo=UTC)
+    try:
+        report = build_report(args.warehouse, args.dataflow, as_of=as_of, limit=args.limit)
+    except UnknownDataflowError as error:
+        print(f"tracker report: {error}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(report.as_json(), indent=2))
+    else:
+        print(render(report))
+    return 0

@@ -1,0 +1,121 @@
+"""The Spark session: one per process, sized for small data, with optional JVM packages detected.
+
+``get_spark()`` starts (once) a session on ``local[*]``, or on the master named by the argument
+or by ``SPARK_MASTER``. It keeps shuffles small (4 partitions), turns adaptive execution off
+(measured: AQE re-plans every round of an iteration and made rounds slower, DESIGN section 7),
+silences the logs and sets a checkpoint directory so iterations may cut their lineage.
+
+Delta's and GraphFrames' JVM classes are *detected*, never assumed: the machines here cannot
+download JVM packages, so the jars are only present when someone put them on the classpath
+(``SPARK_HOME/jars``, ``spark.jars`` via ``PYSPARK_SUBMIT_ARGS``, a cluster image).
+
+>>> spark = get_spark("local[2]")  # doctest: +SKIP
+>>> has_delta_jvm(spark), has_graphframes_jvm(spark)  # doctest: +SKIP
+(False, False)
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import tempfile
+import threading
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+_LOCK = threading.Lock()
+_SESSION: SparkSession | None = None
+
+DELTA_CLASS = "io.delta.tables.DeltaTable"
+GRAPHFRAMES_CLASS = "org.graphframes.GraphFrame"
+SHUFFLE_PARTITIONS = 4
+
+
+def resolve_master(master: str | None = None) -> str:
+    """The master URL to use: the argument, else env ``SPARK_MASTER``, else ``local[*]``.
+
+    >>> resolve_master("local[2]")
+    'local[2]'
+    """
+    return master or os.environ.get("SPARK_MASTER") or "local[*]"
+
+
+def _jar_dirs() -> list[Path]:
+    """Directories whose jars end up on the driver's classpath."""
+    import pyspark
+
+    dirs = [Path(pyspark.__file__).parent / "jars"]
+    if os.environ.get("SPARK_HOME"):
+        dirs.append(Path(os.environ["SPARK_HOME"]) / "jars")
+    return dirs
+
+
+def delta_jars_present() -> bool:
+    """True iff a Delta jar is visible before the session starts (so its extensions may be set).
+
+    Looks in pyspark's and ``SPARK_HOME``'s jar directories and in the jars or packages named by
+    ``PYSPARK_SUBMIT_ARGS``; configuring the extension without the jar would fail the session.
+    """
+    for directory in _jar_dirs():
+        if glob.glob(str(directory / "delta-spark*.jar")) or glob.glob(str(directory / "delta-core*.jar")):
+            return True
+    submit = os.environ.get("PYSPARK_SUBMIT_ARGS", "")
+    return "delta-spark" in submit or "delta-core" in submit
+
+
+def get_spark(master: str | None = None) -> SparkSession:
+    """The process's Spark session, started on first call and shared afterwards.
+
+    ``master`` (or env ``SPARK_MASTER``, else ``local[*]``) is only used by the first call; later
+    calls return the same session whatever they pass, because a JVM hosts one SparkContext.
+
+    >>> get_spark("local[2]").conf.get("spark.sql.shuffle.partitions")  # doctest: +SKIP
+    '4'
+    """
+    global _SESSION
+    with _LOCK:
+        if _SESSION is not None and not _SESSION.sparkContext._jsc.sc().isStopped():
+            return _SESSION
+        builder = (
+            SparkSession.builder.master(resolve_master(master))
+            .appName("timely-progress-tracker")
+            .config("spark.sql.shuffle.partitions", str(SHUFFLE_PARTITIONS))
+            .config("spark.default.parallelism", str(SHUFFLE_PARTITIONS))
+            .config("spark.sql.adaptive.enabled", "false")
+            .config("spark.ui.enabled", "false")
+            .config("spark.ui.showConsoleProgress", "false")
+            .config("spark.sql.session.timeZone", "UTC")
+            .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+        )
+        if delta_jars_present():
+            builder = builder.config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension").config(
+                "spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog"
+            )
+        spark = builder.getOrCreate()
+        spark.sparkContext.setLogLevel("ERROR")
+        checkpoint_dir = os.environ.get("TRACKER_SPARK_CHECKPOINT_DIR") or tempfile.mkdtemp(prefix="tracker-ckpt-")
+        spark.sparkContext.setCheckpointDir(checkpoint_dir)
+        _SESSION = spark
+        return spark
+
+
+def _has_class(spark: SparkSession, name: str) -> bool:
+    """Try to load a JVM class through the session's class loader; False on any failure."""
+    try:
+        jvm = spark._jvm  # type: ignore[attr-defined]
+        loader = jvm.java.lang.Thread.currentThread().getContextClassLoader()
+        jvm.java.lang.Class.forName(name, False, loader)
+        return True
+    except Exception:  # Py4J wraps ClassNotFoundException; no JVM (Connect) also means "absent"
+        return False
+
+
+def has_delta_jvm(spark: SparkSession) -> bool:
+    """True iff Delta's JVM classes load in this session (then delta-spark reads and writes)."""
+    return _has_class(spark, DELTA_CLASS)
+
+
+def has_graphframes_jvm(spark: SparkSession) -> bool:
+    """True iff GraphFrames' JVM package loads in this session (then SCC may use it)."""
+    return _has_class(spark, GRAPHFRAMES_CLASS)

@@ -1,0 +1,394 @@
+"""Delta storage: the warehouse of DESIGN.md section 4, one Delta table per name, partitioned by dataflow.
+
+Every write is one Delta commit (atomic: readers see all of it or none of it) and returns the
+table's new version; reads can travel back to any past version. Two backends produce the same
+standard tables: ``delta-spark`` when the session has Delta's JVM classes, otherwise ``delta-rs``
+(the ``deltalake`` package), which needs no Spark at all, so the service can write on its
+request path without a JVM. Spark reads and writes through Arrow in that case.
+
+>>> import tempfile
+>>> wh = Warehouse(tempfile.mkdtemp())
+>>> wh.append("edges", [{"dataflow_id": "d", "src_node": 0, "src_port": 0, "dst_node": 1, "dst_port": 0}])
+0
+>>> wh.read("edges", "d").num_rows, wh.dataflow_ids()
+(1, [])
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+
+from spark_jobs.tables import TABLES, Rows, schema_of, to_arrow
+from tracker.antichain import Antichain
+from tracker.graph import Connection, Edge, Graph, Location, Node
+from tracker.timestamp import PathSummary, Timestamp
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+_LOCKS: dict[str, threading.Lock] = defaultdict(threading.Lock)
+POINTSTAMPS_APP = "tracker-pointstamps:"
+"""Prefix of the Delta app id under which ``pointstamps`` commits record the progress version
+they include (one app id per dataflow): see :meth:`Warehouse.pointstamps_version`."""
+
+
+class UnknownDataflowError(LookupError):
+    """The warehouse holds no dataflow with this id."""
+
+
+def _quote(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
+class Warehouse:
+    """A directory of Delta tables (DESIGN section 4), created on first write.
+
+    ``spark`` is optional: without it (or without Delta's JVM classes in it) every read and write
+    goes through delta-rs; with Delta's classes, writes go through delta-spark. Reads into Arrow
+    always use delta-rs (the same standard tables either way).
+
+    >>> import tempfile
+    >>> wh = Warehouse(tempfile.mkdtemp())
+    >>> wh.backend
+    'delta-rs'
+    """
+
+    def __init__(self, root: str | Path, spark: SparkSession | None = None) -> None:
+        self.root = str(root)
+        self.spark = spark
+        self.backend = "delta-rs"
+        if spark is not None:
+            from spark_jobs.session import has_delta_jvm
+
+            if has_delta_jvm(spark):
+                self.backend = "delta-spark"
+        if "://" not in self.root:
+            Path(self.root).mkdir(parents=True, exist_ok=True)
+
+    # -- paths and versions -------------------------------------------------------------------
+
+    def path(self, table: str) -> str:
+        """The table's location: ``<root>/<table>``."""
+        schema_of(table)
+        return f"{self.root.rstrip('/')}/{table}"
+
+    def exists(self, table: str) -> bool:
+        """True iff the table has been created (some write happened)."""
+        return DeltaTable.is_deltatable(self.path(table))
+
+    def version(self, table: str) -> int | None:
+        """The table's current Delta version, ``None`` before its first write."""
+        if not self.exists(table):
+            return None
+        return DeltaTable(self.path(table)).version()
+
+    # -- writes ---------------------------------------------------------------------------------
+
+    def append(self, table: str, rows: Rows) -> int:
+        """Append rows in one atomic commit; return the table's new version.
+
+        >>> import tempfile
+        >>> wh = Warehouse(tempfile.mkdtemp())
+        >>> wh.append("pointstamps", [{"dataflow_id": "d", "node": 0, "port": 0, "kind": "source",
+        ...                            "time": [0], "count": 1}])
+        0
+        """
+        data = to_arrow(table, rows)
+        with _LOCKS[self.path(table)]:
+            if self.backend == "delta-spark":
+                self._spark_df(data).write.format("delta").mode("append").partitionBy("dataflow_id").save(
+                    self.path(table)
+                )
+            else:
+                write_deltalake(self.path(table), data, mode="append", partition_by=["dataflow_id"])
+            return DeltaTable(self.path(table)).version()
+
+    def replace_partition(self, table: str, dataflow_id: str, rows: Rows) -> int:
+        """Atomically replace every row of ``dataflow_id`` by ``rows`` (one commit); new version.
+
+        Rows of other dataflows are untouched; ``rows`` must all belong to ``dataflow_id``.
+        """
+        return self.replace_partitions(table, [dataflow_id], rows)
+
+    def replace_partitions(
+        self, table: str, dataflow_ids: Iterable[str], rows: Rows, watermarks: Mapping[str, int] | None = None
+    ) -> int:
+        """Atomically replace the rows of several dataflows (one commit); new version.
+
+        ``watermarks`` (app id -> version) are recorded in the same commit as Delta application
+        transactions (``txn`` actions), readable with :meth:`watermark`: a job that records what
+        it consumed this way can never apply the same input twice.
+        """
+        ids = sorted(set(dataflow_ids))
+        data = to_arrow(table, rows)
+        stray = set(data.column("dataflow_id").to_pylist()) - set(ids)
+        if stray:
+            raise ValueError(f"replace_partitions({table!r}, {ids!r}) got rows of {sorted(stray)}")
+        predicate = "dataflow_id IN (" + ", ".join(_quote(i) for i in ids) + ")" if ids else "false"
+        path = self.path(table)
+        with _LOCKS[path]:
+            if self.backend == "delta-spark":
+                writer = self._spark_df(data).write.format("delta").mode("overwrite").option("replaceWhere", predicate)
+                for app_id, version in (watermarks or {}).items():
+                    writer = writer.option("txnAppId", app_id).option("txnVersion", version)
+                writer.partitionBy("dataflow_id").save(path)
+                return DeltaTable(path).version()
+            commit = CommitProperties(app_transactions=[Transaction(a, v) for a, v in (watermarks or {}).items()])
+            if data.num_rows == 0 and DeltaTable.is_deltatable(path):
+                DeltaTable(path).delete(predicate, commit_properties=commit)
+            elif data.num_rows == 0:
+                DeltaTable.create(path, TABLES[table], partition_by=["dataflow_id"], commit_properties=commit)
+            else:
+                write_deltalake(
+                    path,
+                    data,
+                    mode="overwrite",
+                    predicate=predicate,
+                    partition_by=["dataflow_id"],
+                    commit_properties=commit,
+                )
+            return DeltaTable(path).version()
+
+    def watermark(self, table: str, app_id: str) -> int | None:
+        """The last version recorded under ``app_id`` by :meth:`replace_partitions`, or ``None``."""
+        if not self.exists(table):
+            return None
+        return DeltaTable(self.path(table)).transaction_version(app_id)
+
+    def _spark_df(self, data: pa.Table) -> DataFrame:
+        assert self.spark is not None
+        return self.spark.createDataFrame(data)
+
+    # -- reads ----------------------------------------------------------------------------------
+
+    def read(self, table: str, dataflow_id: str | list[str] | None = None, version: int | None = None) -> pa.Table:
+        """The table's rows (one dataflow's, or a list's, if given), now or as of ``version``
+        (time travel).
+
+        Before the first write, an empty table of the right schema.
+        """
+        schema = schema_of(table)
+        path = self.path(table)
+        if not DeltaTable.is_deltatable(path):
+            if version is not None:
+                raise ValueError(f"table {table!r} has no version {version}: it was never written")
+            return schema.empty_table()
+        delta = DeltaTable(path, version=version) if version is not None else DeltaTable(path)
+        filters = None
+        if isinstance(dataflow_id, str):
+            filters = [("dataflow_id", "=", dataflow_id)]
+        elif dataflow_id is not None:
+            filters = [("dataflow_id", "in", list(dataflow_id))]
+        data = delta.to_pyarrow_table(filters=filters)
+        return to_arrow(table, data)
+
+    def spark_read(
+        self, table: str, dataflow_id: str | list[str] | None = None, version: int | None = None
+    ) -> DataFrame:
+        """The table as a Spark DataFrame: delta-spark when present, else through Arrow."""
+        if self.spark is None:
+            from spark_jobs.session import get_spark
+
+            self.spark = get_spark()
+        if self.backend == "delta-spark" and self.exists(table):
+            reader = self.spark.read.format("delta")
+            if version is not None:
+                reader = reader.option("versionAsOf", version)
+            df = reader.load(self.path(table))
+            if dataflow_id is not None:
+                ids = [dataflow_id] if isinstance(dataflow_id, str) else list(dataflow_id)
+                df = df.where(df.dataflow_id.isin(ids))
+            return df.select(*TABLES[table].names)
+        from spark_jobs.frames import arrow_to_spark
+
+        return arrow_to_spark(self.spark, self.read(table, dataflow_id, version), TABLES[table])
+
+    def spark_write(self, table: str, df: DataFrame, dataflow_id: str | None = None) -> int:
+        """Write a Spark DataFrame: replace ``dataflow_id``'s rows if given, else append."""
+        if self.backend == "delta-spark":
+            data = df.select(*TABLES[table].names)
+            path = self.path(table)
+            with _LOCKS[path]:
+                writer = data.write.format("delta").partitionBy("dataflow_id")
+                if dataflow_id is None:
+                    writer.mode("append").save(path)
+                else:
+                    writer.mode("overwrite").option("replaceWhere", f"dataflow_id = {_quote(dataflow_id)}").save(path)
+                return DeltaTable(path).version()
+        rows = df.select(*TABLES[table].names).toArrow()
+        return self.append(table, rows) if dataflow_id is None else self.replace_partition(table, dataflow_id, rows)
+
+    # -- graphs ---------------------------------------------------------------------------------
+
+    def write_dataflow(self, dataflow_id: str, name: str, graph: Graph, graph_version: int = 1) -> None:
+        """Write the graph: nodes, connections (implicit zero ones spelled out, one row per
+        summary) and edges, then the ``dataflows`` row last, so whoever sees the dataflow listed
+        finds its whole graph (Delta commits are atomic per table, not across tables)."""
+        nodes, connections, edges = [], [], []
+        for node in graph.nodes:
+            nodes.append(
+                {
+                    "dataflow_id": dataflow_id,
+                    "node": node.id,
+                    "name": node.name,
+                    "inputs": node.inputs,
+                    "outputs": node.outputs,
+                }
+            )
+            for conn in graph.connections(node):
+                for summary in conn.summaries:
+                    connections.append(
+                        {
+                            "dataflow_id": dataflow_id,
+                            "node": node.id,
+                            "input_port": conn.input,
+                            "output_port": conn.output,
+                            "summary": list(summary),
+                        }
+                    )
+        for edge in graph.edges:
+            edges.append(
+                {
+                    "dataflow_id": dataflow_id,
+                    "src_node": edge.source.node,
+                    "src_port": edge.source.port,
+                    "dst_node": edge.target.node,
+                    "dst_port": edge.target.port,
+                }
+            )
+        self.replace_partition("nodes", dataflow_id, nodes)
+        self.replace_partition("connections", dataflow_id, connections)
+        self.replace_partition("edges", dataflow_id, edges)
+        self.replace_partition(
+            "dataflows",
+            dataflow_id,
+            [
+                {
+                    "dataflow_id": dataflow_id,
+                    "name": name,
+                    "timestamp_arity": graph.arity,
+                    "graph_version": graph_version,
+                    "created_at": datetime.now(UTC),
+                }
+            ],
+        )
+
+    def dataflow_row(self, dataflow_id: str) -> dict[str, Any]:
+        """The ``dataflows`` row of ``dataflow_id``; :class:`UnknownDataflowError` if none."""
+        rows = self.read("dataflows", dataflow_id).to_pylist()
+        if not rows:
+            raise UnknownDataflowError(f"unknown dataflow {dataflow_id!r} in warehouse {self.root}")
+        return max(rows, key=lambda r: r["graph_version"])
+
+    def read_graph(self, dataflow_id: str) -> Graph:
+        """The graph written by :meth:`write_dataflow` (connections explicit, same transitions)."""
+        arity = self.dataflow_row(dataflow_id)["timestamp_arity"]
+        grouped: dict[tuple[int, int, int], list[PathSummary]] = defaultdict(list)
+        for row in self.read("connections", dataflow_id).to_pylist():
+            grouped[(row["node"], row["input_port"], row["output_port"])].append(PathSummary(row["summary"]))
+        nodes = []
+        for row in sorted(self.read("nodes", dataflow_id).to_pylist(), key=lambda r: r["node"]):
+            conns = tuple(Connection(i, o, tuple(s)) for (n, i, o), s in sorted(grouped.items()) if n == row["node"])
+            nodes.append(Node(row["node"], row["inputs"], row["outputs"], row["name"] or "", conns))
+        edges = [
+            Edge(Location.source(r["src_node"], r["src_port"]), Location.target(r["dst_node"], r["dst_port"]))
+            for r in self.read("edges", dataflow_id).to_pylist()
+        ]
+        return Graph.build(arity, nodes, edges)
+
+    def dataflow_ids(self) -> list[str]:
+        """Every registered dataflow id, sorted."""
+        data = self.read("dataflows")
+        return sorted(set(data.column("dataflow_id").to_pylist()))
+
+    # -- derived tables -------------------------------------------------------------------------
+
+    def write_summaries(self, dataflow_id: str, psi: Mapping[tuple[Location, Location], Antichain]) -> None:
+        """Replace ``dataflow_id``'s ``summaries`` by ``psi``, one row per minimal summary."""
+        rows = [
+            {
+                "dataflow_id": dataflow_id,
+                "from_node": a.node,
+                "from_port": a.port,
+                "from_kind": a.kind,
+                "to_node": b.node,
+                "to_port": b.port,
+                "to_kind": b.kind,
+                "summary": list(s),
+            }
+            for (a, b), chain in psi.items()
+            for s in chain
+        ]
+        self.replace_partition("summaries", dataflow_id, rows)
+
+    def read_summaries(
+        self, dataflow_id: str, version: int | None = None
+    ) -> dict[tuple[Location, Location], Antichain]:
+        """``Psi`` as stored in ``summaries``."""
+        psi: dict[tuple[Location, Location], Antichain] = {}
+        for r in self.read("summaries", dataflow_id, version).to_pylist():
+            key = (
+                Location(r["from_node"], r["from_port"], r["from_kind"]),
+                Location(r["to_node"], r["to_port"], r["to_kind"]),
+            )
+            psi.setdefault(key, Antichain()).insert(PathSummary(r["summary"]))
+        return psi
+
+    def write_pointstamps(
+        self, dataflow_id: str, counts: Mapping[tuple[Location, Timestamp], int], as_of_version: int | None = None
+    ) -> int:
+        """Replace ``dataflow_id``'s consolidated counts (zero counts dropped); new version.
+
+        ``as_of_version``: the last ``progress`` version these counts include, recorded in the same
+        commit (:meth:`pointstamps_version`), so the incremental Spark job knows where to resume.
+        """
+        rows = [
+            {
+                "dataflow_id": dataflow_id,
+                "node": loc.node,
+                "port": loc.port,
+                "kind": loc.kind,
+                "time": list(t),
+                "count": c,
+            }
+            for (loc, t), c in counts.items()
+            if c != 0
+        ]
+        marks = None if as_of_version is None else {POINTSTAMPS_APP + dataflow_id: as_of_version}
+        return self.replace_partitions("pointstamps", [dataflow_id], rows, marks)
+
+    def pointstamps_version(self, dataflow_id: str) -> int | None:
+        """The ``progress`` version the stored ``pointstamps`` of ``dataflow_id`` include, as
+        recorded by a writer that said so; ``None`` if no writer did."""
+        return self.watermark("pointstamps", POINTSTAMPS_APP + dataflow_id)
+
+    def read_pointstamps(self, dataflow_id: str, version: int | None = None) -> dict[tuple[Location, Timestamp], int]:
+        """Consolidated counts from ``pointstamps``."""
+        counts: dict[tuple[Location, Timestamp], int] = defaultdict(int)
+        for r in self.read("pointstamps", dataflow_id, version).to_pylist():
+            counts[(Location(r["node"], r["port"], r["kind"]), tuple(r["time"]))] += r["count"]
+        return {k: c for k, c in counts.items() if c != 0}
+
+    def read_frontiers(self, dataflow_id: str, version: int | None = None) -> dict[Location, list[Timestamp]]:
+        """Frontiers from ``frontiers`` (only locations with a non-empty frontier appear)."""
+        result: dict[Location, list[Timestamp]] = defaultdict(list)
+        for r in self.read("frontiers", dataflow_id, version).to_pylist():
+            result[Location(r["node"], r["port"], r["kind"])].append(tuple(r["time"]))
+        return {loc: sorted(ts) for loc, ts in result.items()}
+
+    def write_frontiers(self, dataflow_id: str, frontiers: Mapping[Location, Iterable[Timestamp]]) -> int:
+        """Replace ``dataflow_id``'s current frontiers; new version."""
+        rows = [
+            {"dataflow_id": dataflow_id, "node": loc.node, "port": loc.port, "kind": loc.kind, "time": list(t)}
+            for loc, times in frontiers.items()
+            for t in times
+        ]
+        return self.replace_partition("frontiers", dataflow_id, rows)

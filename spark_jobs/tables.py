@@ -1,0 +1,117 @@
+"""The Delta tables' schemas (DESIGN.md section 4) and the conversion of rows to them.
+
+``dataflow_id`` is a string everywhere; locations are ``node INT, port INT, kind STRING``; times
+and summaries ``ARRAY<BIGINT>``; timestamps microseconds in UTC.
+
+>>> TABLES["frontiers"].names
+['dataflow_id', 'node', 'port', 'kind', 'time']
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+import pyarrow as pa
+
+_INT = pa.int32()
+_LONG = pa.int64()
+_STR = pa.string()
+_ARR = pa.list_(pa.int64())
+_TS = pa.timestamp("us", tz="UTC")
+_LOC = [("node", _INT), ("port", _INT), ("kind", _STR)]
+
+TABLES: dict[str, pa.Schema] = {
+    "dataflows": pa.schema(
+        [
+            ("dataflow_id", _STR),
+            ("name", _STR),
+            ("timestamp_arity", _INT),
+            ("graph_version", _LONG),
+            ("created_at", _TS),
+        ]
+    ),
+    "nodes": pa.schema([("dataflow_id", _STR), ("node", _INT), ("name", _STR), ("inputs", _INT), ("outputs", _INT)]),
+    "connections": pa.schema(
+        [("dataflow_id", _STR), ("node", _INT), ("input_port", _INT), ("output_port", _INT), ("summary", _ARR)]
+    ),
+    "edges": pa.schema(
+        [("dataflow_id", _STR), ("src_node", _INT), ("src_port", _INT), ("dst_node", _INT), ("dst_port", _INT)]
+    ),
+    "summaries": pa.schema(
+        [
+            ("dataflow_id", _STR),
+            ("from_node", _INT),
+            ("from_port", _INT),
+            ("from_kind", _STR),
+            ("to_node", _INT),
+            ("to_port", _INT),
+            ("to_kind", _STR),
+            ("summary", _ARR),
+        ]
+    ),
+    "progress": pa.schema(
+        [
+            ("dataflow_id", _STR),
+            ("version", _LONG),
+            ("worker", _STR),
+            ("seq", _LONG),
+            *_LOC,
+            ("time", _ARR),
+            ("delta", _LONG),
+            ("received_at", _TS),
+        ]
+    ),
+    "pointstamps": pa.schema([("dataflow_id", _STR), *_LOC, ("time", _ARR), ("count", _LONG)]),
+    "frontiers": pa.schema([("dataflow_id", _STR), *_LOC, ("time", _ARR)]),
+    "frontier_changes": pa.schema(
+        [("dataflow_id", _STR), ("version", _LONG), *_LOC, ("time", _ARR), ("diff", _LONG), ("at", _TS)]
+    ),
+}
+"""Every table's Arrow schema, exactly as stored (DESIGN section 4)."""
+
+_NOW_COLUMNS = ("created_at", "received_at", "at")
+
+
+Rows = pa.Table | Iterable[Mapping[str, Any]]
+
+
+def to_arrow(table: str, rows: Rows) -> pa.Table:
+    """``rows`` (Arrow or dicts) as an Arrow table of ``table``'s exact schema.
+
+    Missing timestamp columns (``created_at``, ``received_at``, ``at``) are filled with now.
+
+    >>> to_arrow("frontiers", [{"dataflow_id": "d", "node": 1, "port": 0, "kind": "target", "time": [3]}]).num_rows
+    1
+    """
+    schema = schema_of(table)
+    now = datetime.now(UTC)
+    if isinstance(rows, pa.Table):
+        columns = []
+        for field in schema:
+            if field.name in rows.column_names:
+                columns.append(rows.column(field.name).cast(field.type))
+            elif field.name in _NOW_COLUMNS:
+                columns.append(pa.array([now] * rows.num_rows, type=field.type))
+            else:
+                raise ValueError(f"{table}: missing column {field.name}")
+        return pa.Table.from_arrays(columns, schema=schema)
+    filled = []
+    for row in rows:
+        row = dict(row)
+        for name in _NOW_COLUMNS:
+            if name in schema.names and row.get(name) is None:
+                row[name] = now
+        missing = [n for n in schema.names if n not in row]
+        if missing:
+            raise ValueError(f"{table}: row {row!r} lacks {missing}")
+        filled.append(row)
+    return pa.Table.from_pylist(filled, schema=schema)
+
+
+def schema_of(table: str) -> pa.Schema:
+    """``table``'s schema; ``ValueError`` naming the known tables for any other name."""
+    if table not in TABLES:
+        raise ValueError(f"unknown table {table!r}; tables are {sorted(TABLES)}")
+    return TABLES[table]

@@ -1,0 +1,304 @@
+"""REST end to end against the real service: registration, progress, queries, auth, bad input."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from api.models import RegisterRequest
+from api.service import build_graph, registration_record
+from tests.service_fixtures import ServiceProcess, loop_graph, register, update
+from tracker import oracle
+from tracker.graph import Graph, Location
+from tracker.structure import path_summaries
+
+pytestmark = pytest.mark.service
+
+
+@pytest.fixture(scope="module")
+def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceProcess]:
+    proc = ServiceProcess(tmp_path_factory.mktemp("rest") / "warehouse").start()
+    yield proc
+    proc.stop()
+
+
+def core_graph(body: dict[str, Any]) -> tuple[Graph, list]:
+    """The core graph and initial pointstamps of a registration body (what the service builds)."""
+    return build_graph(registration_record(RegisterRequest.model_validate(body)))
+
+
+def frontier_map(answer: dict[str, Any]) -> dict[Location, list[tuple[int, ...]]]:
+    return {Location(**row["location"]): [tuple(t) for t in row["frontier"]] for row in answer["locations"]}
+
+
+def counts_map(rows: list[dict[str, Any]]) -> dict[tuple[Location, tuple[int, ...]], int]:
+    return {(Location(**r["location"]), tuple(r["time"])): r["count"] for r in rows}
+
+
+def random_batch(rng: random.Random, graph: Graph, held: list[tuple[Location, tuple[int, ...]]]) -> list[dict]:
+    """Retire a held pointstamp and mint later ones (a well-behaved worker), or add fresh ones."""
+    batch = []
+    if held and rng.random() < 0.7:
+        loc, time_ = held.pop(rng.randrange(len(held)))
+        batch.append(update(loc.node, loc.port, loc.kind, list(time_), -1))
+        for _ in range(rng.randint(0, 2)):
+            later = tuple(t + rng.randint(0, 2) for t in time_)
+            dest = rng.choice(graph.locations())
+            held.append((dest, later))
+            batch.append(update(dest.node, dest.port, dest.kind, list(later), 1))
+    else:
+        dest = rng.choice(graph.locations())
+        time_ = tuple(rng.randint(0, 5) for _ in range(graph.arity))
+        held.append((dest, time_))
+        batch.append(update(dest.node, dest.port, dest.kind, list(time_), 1))
+    return batch
+
+
+def test_progress_frontiers_match_the_oracle_at_every_version(service: ServiceProcess) -> None:
+    body = loop_graph(operators=4, arity=2)
+    dataflow_id, token = register(service, body)
+    graph, initial = core_graph(body)
+    rng = random.Random(7)
+    held = [(loc, time_) for loc, time_, _ in initial]
+    batches: list[list[tuple[Location, tuple[int, ...], int]]] = [initial]
+    with service.client(token) as client:
+        assert client.get(f"/v1/dataflows/{dataflow_id}").json()["version"] == 0
+        for seq in range(25):
+            batch = random_batch(rng, graph, held)
+            answer = client.post(f"/v1/dataflows/{dataflow_id}/progress", json={"worker": "w0", "seq": seq,
+                                                                               "updates": batch})
+            assert answer.status_code == 200, answer.text
+            assert answer.json() == {"applied": True, "duplicate": False, "version": seq + 1}
+            batches.append([(Location(**u["location"]), tuple(u["time"]), u["delta"]) for u in batch])
+        counts = oracle.accumulate(batches)
+        frontier = client.get(f"/v1/dataflows/{dataflow_id}/frontier").json()
+        assert frontier["version"] == 25
+        assert frontier_map(frontier) == oracle.frontiers(graph, counts)
+        assert counts_map(client.get(f"/v1/dataflows/{dataflow_id}/pointstamps").json()) == counts
+        for version in (0, 1, 10, 24):
+            past = client.get(f"/v1/dataflows/{dataflow_id}/frontier", params={"version": version}).json()
+            assert past["version"] == version
+            assert frontier_map(past) == oracle.frontiers(graph, oracle.accumulate(batches[: version + 1]))
+        filtered = client.get(f"/v1/dataflows/{dataflow_id}/frontier", params={"node": 2, "kind": "target"}).json()
+        assert [row["location"] for row in filtered["locations"]] == [{"node": 2, "port": 0, "kind": "target"}]
+        assert client.get(f"/v1/dataflows/{dataflow_id}/frontier", params={"version": 26}).status_code == 404
+
+
+def test_duplicates_are_acknowledged_not_applied_and_gaps_refused(service: ServiceProcess) -> None:
+    dataflow_id, token = register(service, loop_graph())
+    url = f"/v1/dataflows/{dataflow_id}/progress"
+    batch = [update(1, 0, "target", [3], 1)]
+    with service.client(token) as client:
+        assert client.post(url, json={"worker": "a", "seq": 0, "updates": batch}).json()["applied"] is True
+        again = client.post(url, json={"worker": "a", "seq": 0, "updates": batch})
+        assert again.status_code == 200
+        assert again.json() == {"applied": False, "duplicate": True, "version": 1}
+        gap = client.post(url, json={"worker": "a", "seq": 2, "updates": batch})
+        assert gap.status_code == 409
+        assert gap.json()["error"] == "sequence_gap" and gap.json()["expected"] == 1
+        first_of_b = client.post(url, json={"worker": "b", "seq": 1, "updates": batch})
+        assert first_of_b.status_code == 409 and first_of_b.json()["expected"] == 0
+        counts = counts_map(client.get(f"/v1/dataflows/{dataflow_id}/pointstamps").json())
+        assert counts[(Location(1, 0, "target"), (3,))] == 1
+        assert client.post(url, json={"worker": "b", "seq": 0, "updates": batch}).json()["version"] == 2
+        assert client.post(url, json={"worker": "a", "seq": 1, "updates": []}).json()["version"] == 3
+        status = client.get(f"/v1/dataflows/{dataflow_id}").json()["status"]
+        assert status["workers"] == {"a": 1, "b": 0}
+
+
+BAD_PROGRESS: list[tuple[str, Any, int, str]] = [
+    ("malformed json", b'{"worker": "w", "seq": 0, "updates": [', 400, "malformed_json"),
+    ("not an object", [1, 2], 422, "invalid_request"),
+    ("negative seq", {"worker": "w", "seq": -1, "updates": []}, 422, "invalid_request"),
+    ("string seq", {"worker": "w", "seq": "0", "updates": []}, 422, "invalid_request"),
+    ("missing worker", {"seq": 0, "updates": []}, 422, "invalid_request"),
+    ("empty worker", {"worker": "", "seq": 0, "updates": []}, 422, "invalid_request"),
+    ("extra field", {"worker": "w", "seq": 0, "updates": [], "oops": 1}, 422, "invalid_request"),
+    ("wrong arity", {"worker": "w", "seq": 0, "updates": [update(1, 0, "target", [1], 1)]}, 422,
+     "invalid_update"),
+    ("unknown node", {"worker": "w", "seq": 0, "updates": [update(99, 0, "target", [1, 1], 1)]}, 422,
+     "invalid_update"),
+    ("unknown port", {"worker": "w", "seq": 0, "updates": [update(1, 7, "source", [1, 1], 1)]}, 422,
+     "invalid_update"),
+    ("bad kind", {"worker": "w", "seq": 0, "updates": [update(1, 0, "middle", [1, 1], 1)]}, 422,
+     "invalid_request"),
+    ("negative time", {"worker": "w", "seq": 0, "updates": [update(1, 0, "target", [1, -1], 1)]}, 422,
+     "invalid_update"),
+    ("float time", {"worker": "w", "seq": 0, "updates": [update(1, 0, "target", [1, 1.5], 1)]}, 422,
+     "invalid_request"),
+    ("bool delta", {"worker": "w", "seq": 0, "updates": [update(1, 0, "target", [1, 1], True)]}, 422,
+     "invalid_request"),
+    ("one bad update among good ones", {"worker": "w", "seq": 0, "updates": [
+        update(1, 0, "target", [1, 1], 1), update(2, 0, "target", [1, 1], 1), update(1, 0, "target", [1], 1)]},
+     422, "invalid_update"),
+]
+
+
+@pytest.mark.parametrize(("case", "body", "status", "error"), BAD_PROGRESS, ids=[c[0] for c in BAD_PROGRESS])
+def test_bad_progress_is_a_clear_4xx_and_changes_nothing(service: ServiceProcess, case: str, body: Any,
+                                                          status: int, error: str) -> None:
+    dataflow_id, token = register(service, loop_graph(arity=2))
+    url = f"/v1/dataflows/{dataflow_id}/progress"
+    with service.client(token) as client:
+        before = client.get(f"/v1/dataflows/{dataflow_id}/pointstamps").json()
+        if isinstance(body, bytes):
+            answer = client.post(url, content=body, headers={"Content-Type": "application/json"})
+        else:
+            answer = client.post(url, json=body)
+        assert answer.status_code == status, (case, answer.text)
+        assert answer.json()["error"] == error
+        assert answer.json().get("detail")
+        assert client.get(f"/v1/dataflows/{dataflow_id}/pointstamps").json() == before
+        assert client.get(f"/v1/dataflows/{dataflow_id}").json()["version"] == 0
+        # The failed attempt did not consume the seq: seq 0 is still the one expected.
+        ok = client.post(url, json={"worker": "w", "seq": 0, "updates": [update(1, 0, "target", [1, 1], 1)]})
+        assert ok.status_code == 200 and ok.json()["version"] == 1
+
+
+def test_oversized_body_is_413(service: ServiceProcess) -> None:
+    dataflow_id, token = register(service, loop_graph())
+    with service.client(token) as client:
+        huge = {"worker": "w", "seq": 0, "updates": [update(1, 0, "target", [1], 1)] * 40_000}
+        answer = client.post(f"/v1/dataflows/{dataflow_id}/progress", json=huge)
+        assert answer.status_code == 413 and answer.json()["error"] == "body_too_large"
+        chunked = client.post(f"/v1/dataflows/{dataflow_id}/progress",
+                              content=iter([b'{"worker": "w", "seq": 0, "updates": [' + b" " * 2_000_000, b"]}"]),
+                              headers={"Content-Type": "application/json"})
+        assert chunked.status_code == 413
+        assert client.get(f"/v1/dataflows/{dataflow_id}").json()["version"] == 0
+
+
+def test_non_incrementing_cycle_names_its_transitions(service: ServiceProcess) -> None:
+    body = loop_graph(operators=3)
+    del body["nodes"][3]["connections"]  # the ring no longer advances time
+    with service.client() as client:
+        answer = client.post("/v1/dataflows", json=body)
+        assert answer.status_code == 422
+        data = answer.json()
+        assert data["error"] == "non_incrementing_cycle"
+        steps = {((s["from"]["node"], s["from"]["kind"]), (s["to"]["node"], s["to"]["kind"])) for s in data["cycle"]}
+        assert ((3, "source"), (1, "target")) in steps and ((1, "target"), (1, "source")) in steps
+        assert all(s["summary"] == [0] for s in data["cycle"])
+        # The input edge leads into the cycle but is not on it.
+        assert ((0, "source"), (1, "target")) not in steps
+        assert "(3,0,source) -> (1,0,target)" in data["detail"]
+
+
+BAD_GRAPHS: list[tuple[str, Any]] = [
+    ("edge to unknown port", {"name": "g", "nodes": [{"id": 0, "inputs": 0, "outputs": 1}],
+                              "edges": [{"source": {"node": 0, "port": 0}, "target": {"node": 5, "port": 0}}]}),
+    ("duplicate node", {"name": "g", "nodes": [{"id": 0, "inputs": 0, "outputs": 1},
+                                               {"id": 0, "inputs": 1, "outputs": 0}], "edges": []}),
+    ("summary arity", {"name": "g", "timestamp_arity": 2, "nodes": [{"id": 0, "inputs": 1, "outputs": 1,
+                       "connections": [{"input": 0, "output": 0, "summaries": [[1]]}]}], "edges": []}),
+    ("connection port", {"name": "g", "nodes": [{"id": 0, "inputs": 1, "outputs": 1,
+                         "connections": [{"input": 3, "output": 0, "summaries": [[1]]}]}], "edges": []}),
+    ("initial at unknown place", {"name": "g", "nodes": [{"id": 0, "inputs": 0, "outputs": 1}], "edges": [],
+                                  "initial": [update(4, 0, "source", [0], 1)]}),
+    ("no ports", {"name": "g", "nodes": [], "edges": []}),
+]
+
+
+@pytest.mark.parametrize(("case", "body"), BAD_GRAPHS, ids=[c[0] for c in BAD_GRAPHS])
+def test_invalid_graphs_are_422_with_a_reason(service: ServiceProcess, case: str, body: Any) -> None:
+    with service.client() as client:
+        count = len(client.get("/v1/dataflows").json())
+        answer = client.post("/v1/dataflows", json=body)
+        assert answer.status_code == 422, answer.text
+        assert answer.json()["error"] == "invalid_graph" and answer.json()["detail"]
+        assert len(client.get("/v1/dataflows").json()) == count
+
+
+def test_auth_401_403_404(service: ServiceProcess) -> None:
+    mine, my_token = register(service, loop_graph(name="mine"))
+    other, _ = register(service, loop_graph(name="other"))
+    path = f"/v1/dataflows/{other}/frontier"
+    with httpx.Client(base_url=service.url) as anonymous:
+        missing = anonymous.get(path)
+        assert missing.status_code == 401 and missing.headers["www-authenticate"] == "Bearer"
+        assert anonymous.get(path, headers={"Authorization": "Bearer nope"}).status_code == 401
+        assert anonymous.get(path, headers={"Authorization": "Basic abc"}).status_code == 401
+        assert anonymous.get("/healthz").status_code == 200
+    with service.client(my_token) as client:
+        assert client.get(path).status_code == 403
+        assert client.post(f"/v1/dataflows/{other}/progress", json={"worker": "w", "seq": 0, "updates": []}
+                           ).status_code == 403
+        assert client.get("/v1/dataflows/does-not-exist").status_code == 403
+        assert client.post("/v1/dataflows", json=loop_graph()).status_code == 403
+        assert [d["id"] for d in client.get("/v1/dataflows").json()] == [mine]
+        assert client.get(f"/v1/dataflows/{mine}/frontier").status_code == 200
+    with service.client() as admin:
+        assert admin.get("/v1/dataflows/does-not-exist").status_code == 404
+        assert admin.get(f"/v1/dataflows/{other}").json()["version"] == 0
+        ids = {d["id"] for d in admin.get("/v1/dataflows").json()}
+        assert {mine, other} <= ids
+
+
+def test_summaries_and_explain(service: ServiceProcess) -> None:
+    body = loop_graph(operators=3)
+    dataflow_id, token = register(service, body)
+    graph, _ = core_graph(body)
+    with service.client(token) as client:
+        rows = client.get(f"/v1/dataflows/{dataflow_id}/summaries").json()
+        got = {(Location(**r["from"]), Location(**r["to"])): sorted(tuple(s) for s in r["summaries"]) for r in rows}
+        assert got == {k: sorted(v) for k, v in path_summaries(graph).items()}
+        one = client.get(f"/v1/dataflows/{dataflow_id}/summaries",
+                         params={"from_node": 1, "from_port": 0, "from_kind": "target", "to_node": 1,
+                                 "to_kind": "source"}).json()
+        assert one == [{"from": {"node": 1, "port": 0, "kind": "target"}, "to": {"node": 1, "port": 0,
+                        "kind": "source"}, "summaries": [[0]]}]
+        client.post(f"/v1/dataflows/{dataflow_id}/progress", json={"worker": "w", "seq": 0, "updates": [
+            update(0, 0, "source", [0], -1), update(2, 0, "source", [4], 1)]})
+        url = f"/v1/dataflows/{dataflow_id}/frontier/explain"
+        stuck = client.get(url, params={"node": 1, "port": 0, "kind": "target", "time": "6"}).json()
+        assert stuck["safe_to_notify"] is False and stuck["frontier"] == [[5]]
+        [blocker] = stuck["blockers"]
+        assert blocker["location"] == {"node": 2, "port": 0, "kind": "source"} and blocker["time"] == [4]
+        assert blocker["summary"] == [1] and blocker["arrives_as"] == [5]
+        hops = [(s["from"]["node"], s["from"]["kind"], s["to"]["node"], s["to"]["kind"]) for s in blocker["path"]]
+        assert hops == [(2, "source", 3, "target"), (3, "target", 3, "source"), (3, "source", 1, "target")]
+        assert "Not safe" in stuck["explanation"] and "(2,0,source)@[4]" in blocker["text"]
+        safe = client.get(url, params={"node": 1, "port": 0, "kind": "target", "time": "4"}).json()
+        assert safe["safe_to_notify"] is True and safe["blockers"] == []
+        assert client.get(url, params={"node": 1, "port": 0, "kind": "target", "time": "x"}).status_code == 422
+        assert client.get(url, params={"node": 1, "port": 0, "kind": "target", "time": "1,2"}).status_code == 422
+        assert client.get(url, params={"node": 9, "port": 0, "kind": "target", "time": "1"}).status_code == 422
+
+
+def test_healthz_metrics_and_openapi(service: ServiceProcess) -> None:
+    with httpx.Client(base_url=service.url) as client:
+        assert client.get("/healthz").json()["status"] == "ok"
+        text = client.get("/metrics").text
+        for name in ("tracker_batches_total", "tracker_updates_total", "tracker_frontier_changes_total",
+                     "tracker_apply_latency_seconds_bucket", "tracker_subscribers", "tracker_wal_sync_seconds"):
+            assert name in text, name
+        assert 'tracker_batches_total{outcome="applied"}' in text
+        spec = client.get("/openapi.json").json()
+        for path in ("/v1/dataflows", "/v1/dataflows/{id}", "/v1/dataflows/{id}/progress",
+                     "/v1/dataflows/{id}/frontier", "/v1/dataflows/{id}/pointstamps", "/v1/dataflows/{id}/summaries",
+                     "/v1/dataflows/{id}/frontier/explain", "/v1/dataflows/{id}/frontier/stream", "/healthz",
+                     "/metrics"):
+            assert path in spec["paths"], path
+        assert client.get("/docs").status_code == 200
+
+
+def test_admin_token_is_generated_when_not_given(tmp_path: Path) -> None:
+    proc = ServiceProcess(tmp_path / "wh", env={"TRACKER_ADMIN_TOKEN": ""}).start()
+    try:
+        token_file = tmp_path / "wh" / "admin-token"
+        token = token_file.read_text().strip()
+        assert token and (token_file.stat().st_mode & 0o777) == 0o600
+        with proc.client(token) as client:
+            assert client.get("/v1/dataflows").status_code == 200
+        with proc.client() as wrong:  # the default test token is not this service's
+            assert wrong.get("/v1/dataflows").status_code == 401
+    finally:
+        proc.stop()
+    log = proc.log_path.read_text()
+    assert str(token_file) in log
+    assert log.count(token) == 1  # announced once at generation, never logged again

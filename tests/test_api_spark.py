@@ -1,0 +1,99 @@
+"""The service with Spark on: background registration check, audits, Delta compaction.
+
+One service (with its own ``local[1]`` Spark session, started in the background) for the module.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import polars as pl
+import pytest
+
+from tests.service_fixtures import ServiceProcess, loop_graph, register, update
+
+pytestmark = [pytest.mark.service, pytest.mark.spark]
+
+
+@pytest.fixture(scope="module")
+def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceProcess]:
+    proc = ServiceProcess(tmp_path_factory.mktemp("spark") / "warehouse", spark=True, env={
+        "SPARK_MASTER": "local[1]", "TRACKER_AUDIT_SECONDS": "1", "TRACKER_COMPACT_SECONDS": "0.5",
+        "TRACKER_FLUSH_SECONDS": "0.2"})
+    proc.start()
+    yield proc
+    proc.stop()
+
+
+def wait_for(what: str, probe: Callable[[], Any], timeout: float = 180.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = probe()
+        if value:
+            return value
+        time.sleep(0.5)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_registration_does_not_wait_for_spark_and_spark_agrees(service: ServiceProcess) -> None:
+    started = time.perf_counter()
+    dataflow_id, token = register(service, loop_graph(operators=4, arity=2))
+    assert time.perf_counter() - started < 5.0, "registration waited for Spark"
+    with service.client(token) as client:
+        status = wait_for("the Spark check", lambda: (s := client.get(f"/v1/dataflows/{dataflow_id}").json()[
+            "status"])["spark_check"] != "pending" and s)
+        assert status["spark_check"] == "agreed", status
+    summaries = wait_for("the summaries table", lambda: (Path(service.warehouse) / "summaries").exists())
+    assert summaries
+    table = pl.read_delta(str(service.warehouse / "summaries")).filter(pl.col("dataflow_id") == dataflow_id)
+    assert table.height > 0
+    # (1,0,target) reaches itself around the loop only through the +[0,1] operator.
+    pairs = table.filter((pl.col("from_node") == 1) & (pl.col("from_kind") == "target") & (pl.col("to_node") == 1)
+                         & (pl.col("to_kind") == "target") & (pl.col("from_port") == 0))
+    assert sorted(pairs["summary"].to_list()) == [[0, 0]]
+
+
+def test_audit_compares_spark_with_the_live_frontier(service: ServiceProcess) -> None:
+    dataflow_id, token = register(service, loop_graph(operators=3))
+    with service.client(token) as client:
+        for seq in range(3):
+            answer = client.post(f"/v1/dataflows/{dataflow_id}/progress", json={"worker": "w", "seq": seq, "updates": [
+                update(0, 0, "source", [seq], -1), update(0, 0, "source", [seq + 1], 1),
+                update(2, 0, "target", [seq + 5], 1)]})
+            assert answer.status_code == 200
+        audit = wait_for("an audit of version 3", lambda: (a := client.get(f"/v1/dataflows/{dataflow_id}").json()[
+            "status"]["audit"]) and a.get("version") == 3 and a)
+        assert audit["ok"] is True, audit
+        assert audit["mismatches"] == []
+    metrics = httpx.get(service.url + "/metrics").text
+    assert f'tracker_audit_ok{{dataflow="{dataflow_id}"}} 1.0' in metrics
+    assert 'tracker_audits_total{result="ok"}' in metrics
+
+
+def test_compaction_writes_pointstamps_frontiers_and_changes(service: ServiceProcess) -> None:
+    dataflow_id, token = register(service, loop_graph(operators=2))
+    with service.client(token) as client:
+        client.post(f"/v1/dataflows/{dataflow_id}/progress", json={"worker": "w", "seq": 0, "updates": [
+            update(0, 0, "source", [0], -1), update(0, 0, "source", [4], 1)]})
+        frontier = client.get(f"/v1/dataflows/{dataflow_id}/frontier").json()
+
+    def compacted() -> bool:
+        try:
+            changes = pl.read_delta(str(service.warehouse / "frontier_changes"))
+        except Exception:
+            return False
+        return changes.filter((pl.col("dataflow_id") == dataflow_id) & (pl.col("version") == 1)).height > 0
+
+    wait_for("compaction", compacted, timeout=30)
+    time.sleep(1.0)  # the pointstamps/frontiers partitions are written in the same pass
+    points = pl.read_delta(str(service.warehouse / "pointstamps")).filter(pl.col("dataflow_id") == dataflow_id)
+    assert [(r["node"], r["kind"], r["time"], r["count"]) for r in points.to_dicts()] == [(0, "source", [4], 1)]
+    fronts = pl.read_delta(str(service.warehouse / "frontiers")).filter(pl.col("dataflow_id") == dataflow_id)
+    got = {(r["node"], r["port"], r["kind"], tuple(r["time"])) for r in fronts.to_dicts()}
+    want = {(row["location"]["node"], row["location"]["port"], row["location"]["kind"], tuple(t))
+            for row in frontier["locations"] for t in row["frontier"]}
+    assert got == want

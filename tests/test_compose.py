@@ -1,0 +1,110 @@
+"""docker-compose.yml is valid and wires the deployment the README describes.
+
+No Docker engine runs here, so nothing is started: Debian's ``docker-compose`` validates the
+file (``config -q``) and renders it, and the test checks the rendered services. The binary is
+installed by bin/test; when it is missing these tests fail (never skip) and say how to get it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import subprocess
+from importlib import metadata
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+COMPOSE = ROOT / "docker-compose.yml"
+
+
+def compose(*args: str, file: Path = COMPOSE) -> subprocess.CompletedProcess[str]:
+    """Run ``docker-compose -f file args``; fails the test with a clear message if it is missing."""
+    binary = shutil.which("docker-compose")
+    if binary is None:
+        pytest.fail("docker-compose is not installed: run bin/test (it installs it) or "
+                    "`apt-get install -y docker-compose`", pytrace=False)
+    return subprocess.run([binary, "-f", str(file), *args], cwd=ROOT, capture_output=True, text=True, timeout=60)
+
+
+@pytest.fixture(scope="module")
+def rendered() -> dict[str, Any]:
+    """The compose file as docker-compose understands it (anchors merged, variables filled)."""
+    ran = compose("config")
+    assert ran.returncode == 0, ran.stderr
+    return yaml.safe_load(ran.stdout)
+
+
+def test_config_validates() -> None:
+    ran = compose("config", "-q")
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout == ""
+
+
+def test_the_validator_rejects_a_broken_file(tmp_path: Path) -> None:
+    """The check above can fail: a misspelt key is refused."""
+    broken = tmp_path / "docker-compose.yml"
+    broken.write_text(COMPOSE.read_text().replace("healthcheck:", "healthchek:", 1))
+    ran = compose("config", "-q", file=broken)
+    assert ran.returncode != 0 and "healthchek" in ran.stderr
+
+
+def test_services_share_the_warehouse_and_are_health_checked(rendered: dict[str, Any]) -> None:
+    services = rendered["services"]
+    assert {"tracker", "spark-master", "spark-worker", "example-wordcount", "example-components"} <= set(services)
+    for name in ("tracker", "spark-master", "spark-worker"):
+        assert "healthcheck" in services[name], name
+        assert any(str(v).startswith("warehouse:/warehouse") or (isinstance(v, dict) and v.get("source") == "warehouse")
+                   for v in services[name]["volumes"]), name
+        assert services[name]["build"]["dockerfile"] == "docker/Dockerfile"
+    tracker = services["tracker"]
+    assert tracker["environment"]["SPARK_MASTER"] == "spark://spark-master:7077"
+    assert "/healthz" in " ".join(tracker["healthcheck"]["test"])
+    assert tracker["depends_on"]["spark-worker"]["condition"] == "service_healthy"
+    for example in ("example-wordcount", "example-components"):
+        assert services[example]["depends_on"]["tracker"]["condition"] == "service_healthy"
+        assert services[example]["environment"]["TRACKER_URL"] == "http://tracker:8000"
+    assert "warehouse" in rendered["volumes"]
+
+
+def test_every_example_command_exists() -> None:
+    """The example services call ``tracker example <name>``: the CLI must accept those names."""
+    from tracker.cli import build_parser
+
+    text = COMPOSE.read_text()
+    for name in ("wordcount", "components"):
+        assert f"tracker example {name}" in text
+        args = build_parser().parse_args(["example", name, "--workers", "2"])
+        assert args.name == name
+
+
+def fetch_jars() -> ModuleType:
+    """docker/fetch_jars.py, imported from its path (docker/ is not a package)."""
+    spec = importlib.util.spec_from_file_location("fetch_jars", ROOT / "docker" / "fetch_jars.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_image_fetches_jars_matching_the_python_packages() -> None:
+    """The Dockerfile fetches the jars at build time, for the versions pyproject.toml installs."""
+    dockerfile = (ROOT / "docker" / "Dockerfile").read_text()
+    assert "FROM python:3.11" in dockerfile and "openjdk-17-jre-headless" in dockerfile
+    assert "RUN python docker/fetch_jars.py" in dockerfile
+    import pyspark
+
+    jars = fetch_jars()
+    delta, graphframes = jars.coordinates(pyspark.__version__, metadata.version("delta-spark"),
+                                          metadata.version("graphframes-py"))
+    assert delta == f"io.delta:delta-spark_4.2_2.13:{metadata.version('delta-spark')}"
+    assert graphframes.startswith("io.graphframes:graphframes-spark4_2.13:0.12.")
+    shipped = [p.name for p in (Path(pyspark.__file__).parent / "jars").glob("*.jar")]
+    resolved = ["io.delta_delta-spark_4.2_2.13-4.4.1.jar", "io.delta_delta-storage-4.4.1.jar",
+                "org.antlr_antlr4-runtime-4.13.1.jar", "org.scala-lang_scala-library-2.13.16.jar"]
+    # Only what pyspark lacks is copied: no second antlr4 or Scala library on the classpath.
+    assert jars.to_copy(resolved, shipped) == resolved[:2]

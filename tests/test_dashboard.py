@@ -1,0 +1,202 @@
+"""The built-in dashboard in real headless Chromium against the real service.
+
+Debian's ``chromium`` is driven by Playwright's Python package (``executable_path``; no browser
+is downloaded). The test enters the token like a user, opens a running dataflow, checks the
+graph is drawn, posts progress over REST and watches the frontier change on screen (in the
+graph's port labels and in the frontier table), then saves a screenshot to
+``test-output/dashboard.png``. Every request the page makes must go to the service itself:
+the assets are vendored, so the dashboard works offline.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from playwright.sync_api import Browser, Page, expect, sync_playwright
+
+from tests.service_fixtures import ADMIN, ROOT, ServiceProcess, loop_graph, register, update
+
+pytestmark = pytest.mark.service
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+OUTPUT = ROOT / "test-output"
+WAIT_MS = 15_000  # every on-screen wait is bounded
+
+
+@pytest.fixture(scope="module")
+def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceProcess]:
+    """The service with fast Delta compaction, so the history route has rows to show."""
+    proc = ServiceProcess(tmp_path_factory.mktemp("dashboard") / "warehouse",
+                          env={"TRACKER_FLUSH_SECONDS": "0.2", "TRACKER_COMPACT_SECONDS": "0.3"}).start()
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    """Debian's Chromium, headless; fails (not skips) when it is missing: bin/test installs it."""
+    if not shutil.which(CHROMIUM):
+        pytest.fail(f"{CHROMIUM} is missing: run bin/test (it installs it) or `apt-get install -y chromium "
+                    "chromium-driver`", pytrace=False)
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()
+
+
+class Example:
+    """A running example: a three-operator loop fed by an input whose capability advances."""
+
+    def __init__(self, service: ServiceProcess) -> None:
+        self.service = service
+        self.id, self.token = register(service, loop_graph(3, name="dashboard-loop"))
+        self.seq = 0
+        self.epoch = 0
+
+    def advance(self) -> None:
+        """The input moves its capability to the next epoch (one progress batch over REST)."""
+        with self.service.client(self.token) as client:
+            answer = client.post(f"/v1/dataflows/{self.id}/progress", json={
+                "worker": "input", "seq": self.seq,
+                "updates": [update(0, 0, "source", [self.epoch], -1), update(0, 0, "source", [self.epoch + 1], 1)]})
+        assert answer.status_code == 200, answer.text
+        self.seq += 1
+        self.epoch += 1
+
+    def wait_for_delta(self, version: int, timeout: float = 15.0) -> None:
+        """Until the service's periodic compaction has put ``version`` into ``frontier_changes``."""
+        deadline = time.monotonic() + timeout
+        with self.service.client(self.token) as client:
+            while time.monotonic() < deadline:
+                rows = client.get(f"/dashboard/api/dataflows/{self.id}/history").json()["frontier_changes"]
+                if any(r["version"] >= version for r in rows):
+                    return
+                time.sleep(0.1)
+        raise AssertionError(f"version {version} did not reach the Delta tables within {timeout}s")
+
+
+def frontier_cell(page: Page, loc: str) -> Any:
+    """The frontier table's cell of location ``node:port:kind``."""
+    return page.locator(f'#frontiers tr[data-loc="{loc}"] td.frontier')
+
+
+def graph_label(page: Page, port_id: str) -> str:
+    """The label Cytoscape draws on a port (e.g. ``in 0 {(2)}``)."""
+    return page.evaluate("(id) => window.dashboard.cy.getElementById(id).data('label')", port_id)
+
+
+def test_token_is_asked_once_and_refused_tokens_are_reported(service: ServiceProcess, browser: Browser) -> None:
+    page = browser.new_page()
+    page.goto(service.url + "/")  # the home page redirects to the dashboard
+    assert page.url == service.url + "/dashboard"
+    expect(page.locator("#login")).to_be_visible(timeout=WAIT_MS)
+    page.fill("#token", "not-a-token")
+    page.click("#save-token")
+    expect(page.locator("#login-error")).to_contain_text("401", timeout=WAIT_MS)
+    page.fill("#token", ADMIN)
+    page.click("#save-token")
+    expect(page.locator("#app")).to_be_visible(timeout=WAIT_MS)
+    page.reload()  # kept in localStorage: no second prompt
+    expect(page.locator("#app")).to_be_visible(timeout=WAIT_MS)
+    assert page.locator("#login").is_hidden()
+    page.close()
+
+
+def test_live_graph_frontiers_plots_and_screenshot(service: ServiceProcess, browser: Browser) -> None:
+    example = Example(service)
+    example.advance()  # epoch 0 done before the page opens: the plots get history from Delta
+    example.wait_for_delta(1)
+    page = browser.new_page(viewport={"width": 1400, "height": 1250})
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
+    requested: list[str] = []
+    page.on("request", lambda request: requested.append(request.url))
+
+    page.goto(service.url + "/dashboard")
+    page.fill("#token", ADMIN)
+    page.click("#save-token")
+    page.locator(f'#dataflows li[data-id="{example.id}"]').click(timeout=WAIT_MS)
+
+    # The graph: 4 operators (compound nodes), 8 ports, 4 edges and 4 internal connections,
+    # one of which advances time (the loop), all drawn on Cytoscape's canvas.
+    page.wait_for_function("window.dashboard.cy && window.dashboard.cy.nodes('.port').length === 8", timeout=WAIT_MS)
+    counts = page.evaluate("""() => { const cy = window.dashboard.cy; return {
+        operators: cy.nodes('.operator').length, edges: cy.edges('.edge').length,
+        internal: cy.edges('.internal').length, loops: cy.edges('.loop').map(e => e.data('label')) }; }""")
+    assert counts == {"operators": 4, "edges": 4, "internal": 4, "loops": ["+(1)"]}
+    assert page.locator("#graph canvas").count() >= 1
+
+    # The live frontier as of the first batch: the input holds epoch 1; op2's input sees 1 and
+    # op1's loop input sees 2 (the feedback adds one).
+    expect(frontier_cell(page, "2:0:target")).to_have_text("{(1)}", timeout=WAIT_MS)
+    page.wait_for_function("window.dashboard.cy.getElementById('t-1-0').data('label') === 'in 0 {(2)}'",
+                           timeout=WAIT_MS)
+    # What holds op2's input back: the input operator's capability at epoch 1.
+    expect(page.locator('#held tr[data-loc="2:0:target"]')).to_contain_text("1 × (0,0,source)@(1)", timeout=WAIT_MS)
+
+    # Progress posted now must show up on screen through the SSE stream, without a reload.
+    example.advance()
+    expect(frontier_cell(page, "2:0:target")).to_have_text("{(2)}", timeout=WAIT_MS)
+    page.wait_for_function("window.dashboard.cy.getElementById('t-2-0').data('label') === 'in 0 {(2)}'",
+                           timeout=WAIT_MS)
+    page.wait_for_function("window.dashboard.cy.getElementById('t-1-0').data('label') === 'in 0 {(3)}'",
+                           timeout=WAIT_MS)
+    expect(page.locator('#held tr[data-loc="2:0:target"]')).to_contain_text("(0,0,source)@(2)", timeout=WAIT_MS)
+    expect(page.locator("#status")).to_contain_text("version 2", timeout=WAIT_MS)
+
+    # Clicking a port explains it.
+    page.locator('#held tr[data-loc="3:0:target"]').click()
+    expect(page.locator("#explain")).to_contain_text("Not safe yet", timeout=WAIT_MS)
+
+    # Frontier plot: history replayed from Delta plus live samples, epochs rising to 2 for op2.
+    page.wait_for_function("(() => { const s = window.dashboard.series; "
+                           "return s.ys[s.keys.indexOf('2:0:target')].includes(2); })()", timeout=WAIT_MS)
+    series = page.evaluate("() => window.dashboard.series")
+    op2 = series["keys"].index("2:0:target")
+    assert next(y for y in series["ys"][op2] if y is not None) == 0  # from version 0, before the page opened
+    assert max(y for y in series["ys"][op2] if y is not None) == 2
+    assert series["x"] == sorted(series["x"])
+    assert page.locator("#frontier-plot canvas").count() == 1 and page.locator("#throughput-plot canvas").count() == 1
+    # Throughput plot: Delta history (1 batch in its second) and live samples from version polling.
+    for _ in range(3):
+        example.advance()
+    page.wait_for_function("window.dashboard.rate.batches.some((b, i) => i > 0 && b > 0)", timeout=WAIT_MS)
+    expect(frontier_cell(page, "2:0:target")).to_have_text("{(5)}", timeout=WAIT_MS)
+
+    OUTPUT.mkdir(exist_ok=True)
+    shot = OUTPUT / "dashboard.png"
+    page.wait_for_timeout(1600)  # let the "just changed" highlight fade, so the picture shows the steady state
+    page.screenshot(path=str(shot), full_page=True)
+    assert shot.stat().st_size > 20_000
+    assert errors == [], errors
+    foreign = [url for url in requested if not url.startswith(service.url)]
+    assert foreign == [], f"the dashboard must work offline, but it fetched {foreign}"
+    page.close()
+
+
+def test_history_route_uses_the_same_auth(service: ServiceProcess) -> None:
+    example = Example(service)
+    other = Example(service)
+    route = f"{service.url}/dashboard/api/dataflows/{example.id}/history"
+    assert httpx.get(route).status_code == 401
+    assert httpx.get(route, headers={"Authorization": f"Bearer {other.token}"}).status_code == 403
+    answer = httpx.get(route, headers={"Authorization": f"Bearer {example.token}"})
+    assert answer.status_code == 200 and answer.json()["delta"] is True
+
+
+def test_assets_are_shipped_with_their_licences() -> None:
+    vendor = Path(__file__).resolve().parent.parent / "api" / "static" / "vendor"
+    for asset, licence in (("cytoscape.min.js", "cytoscape.LICENSE"), ("uPlot.iife.min.js", "uPlot.LICENSE")):
+        assert (vendor / asset).stat().st_size > 10_000
+        assert "Permission is hereby granted" in (vendor / licence).read_text()
+    page = (vendor.parent / "dashboard.html").read_text()
+    assert "http://" not in page and "https://" not in page  # no CDN

@@ -1,0 +1,169 @@
+"""``tracker report`` and the docs/tables.md Polars queries, over real Delta tables.
+
+The first tests write a small, hand-checked history through :class:`Warehouse` (the same
+writer the service uses) and check every figure; the last one lets the real service write the
+tables, stops it, and runs ``tracker report`` as a user would.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pytest
+
+from spark_jobs.report import build_report
+from spark_jobs.storage import Warehouse
+from tests.service_fixtures import ROOT, ServiceProcess, loop_graph, register, update
+from tracker.graph import Edge, Graph, Location, Node
+
+DF = "chain"
+T0 = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
+AS_OF = T0 + timedelta(seconds=60)
+
+
+def change(version: int, node: int, kind: str, time_: int, diff: int, seconds: float) -> dict[str, Any]:
+    """One ``frontier_changes`` row of port 0, ``seconds`` after T0."""
+    return {"dataflow_id": DF, "version": version, "node": node, "port": 0, "kind": kind, "time": [time_],
+            "diff": diff, "at": T0 + timedelta(seconds=seconds)}
+
+
+@pytest.fixture(scope="module")
+def warehouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """input(0) -> op1(1) -> op2(2); epoch 0 clears both operators at +2 s, epoch 1 clears op1 at
+    +5 s and is still in op2's input frontier (op2 is stuck at 1)."""
+    root = tmp_path_factory.mktemp("report") / "warehouse"
+    wh = Warehouse(root)
+    graph = Graph.build(1, [Node(0, 0, 1, "input"), Node(1, 1, 1, "op1"), Node(2, 1, 1, "op2")],
+                        [Edge(Location.source(0, 0), Location.target(1, 0)),
+                         Edge(Location.source(1, 0), Location.target(2, 0))])
+    wh.write_dataflow(DF, "chain", graph)
+    wh.replace_partition("dataflows", DF, [{"dataflow_id": DF, "name": "chain", "timestamp_arity": 1,
+                                            "graph_version": 1, "created_at": T0}])
+    wh.append("frontier_changes", [
+        # version 1 (+2 s): the input moves 0 -> 1; op1 and op2 see epoch 0 leave, epoch 1 enter.
+        change(1, 0, "source", 0, -1, 2), change(1, 0, "source", 1, 1, 2),
+        change(1, 1, "target", 0, -1, 2), change(1, 1, "target", 1, 1, 2),
+        change(1, 2, "target", 0, -1, 2), change(1, 2, "target", 1, 1, 2),
+    ])
+    # A second commit, as the service's compaction appends one per period.
+    wh.append("frontier_changes", [
+        change(2, 0, "source", 1, -1, 5), change(2, 0, "source", 2, 1, 5),
+        change(2, 1, "target", 1, -1, 5), change(2, 1, "target", 2, 1, 5),
+    ])
+    wh.write_frontiers(DF, {Location.source(0, 0): [(2,)], Location.target(1, 0): [(2,)],
+                            Location.target(2, 0): [(1,)]})
+    wh.append("progress", [
+        {"dataflow_id": DF, "version": v, "worker": "w", "seq": v - 1, "node": 0, "port": 0, "kind": "source",
+         "time": [t], "delta": d, "received_at": T0 + timedelta(seconds=s)}
+        for v, s in ((1, 2), (2, 5)) for t, d in ((v - 1, -1), (v, 1))
+    ])
+    return root
+
+
+def test_figures(warehouse: Path) -> None:
+    report = build_report(warehouse, DF, as_of=AS_OF)
+    assert [(r["node"], r["name"], r["kind"], r["frontier"]) for r in report.frontiers.to_dicts()] == [
+        (0, "input", "source", "{(2)}"), (1, "op1", "target", "{(2)}"), (2, "op2", "target", "{(1)}")]
+    epochs = {(r["node"], r["epoch"]): r["seconds"] for r in report.epochs.to_dicts()}
+    # Epoch 0 was in the frontier from registration (T0), so it took 2 s; epoch 1 took 3 s at op1.
+    assert epochs == {(1, 0): 2.0, (1, 1): 3.0, (1, 2): None, (2, 0): 2.0, (2, 1): None}
+    stuck = report.stuck.to_dicts()
+    assert [(r["node"], r["kind"], r["oldest"]) for r in stuck] == [(2, "target", [1]), (0, "source", [2]),
+                                                                    (1, "target", [2])]
+    assert stuck[0]["unchanged_seconds"] == 58.0  # last change at +2 s, report at +60 s
+    assert report.throughput["batches"].to_list() == [1, 1]
+    assert report.throughput["updates"].sum() == 4
+
+
+def test_cli_prints_the_figures(warehouse: Path) -> None:
+    """The real command, in a fresh process, with no service and no Spark session."""
+    out = subprocess.run(
+        [sys.executable, "-m", "tracker.cli", "report", "--warehouse", str(warehouse), "--dataflow", DF,
+         "--as-of", AS_OF.isoformat()], cwd=ROOT, capture_output=True, text=True, timeout=60, check=True).stdout
+    assert "== Current frontier per operator ==" in out
+    assert re.search(r"^\s*2\s+op2\s+0\s+target\s+\{\(1\)\}$", out, re.M), out
+    # op1, epoch 1: appeared at +2 s, cleared at +5 s, 3 seconds.
+    assert re.search(r"^\s*1\s+op1\s+1\s+2026-03-01 12:00:02\.000\s+2026-03-01 12:00:05\.000\s+3\.000$", out, re.M), out
+    stuck = out.split("== Stuck locations")[1].splitlines()
+    assert re.match(r"^\s*2\s+0\s+target\s+\{\(1\)\}\s+\(1\)\s+2026-03-01 12:00:02\.000\s+58\.000$", stuck[3]), out
+    assert "2 batches, 4 updates over 2 active second(s)" in out
+    assert "pyspark" not in sys.modules  # this process never needed Spark either
+
+
+def test_cli_json_and_unknown_dataflow(warehouse: Path) -> None:
+    ran = subprocess.run([sys.executable, "-m", "tracker.cli", "report", "--warehouse", str(warehouse),
+                          "--dataflow", DF, "--json", "--as-of", AS_OF.isoformat()],
+                         cwd=ROOT, capture_output=True, text=True, timeout=60, check=True)
+    data = json.loads(ran.stdout)
+    assert data["epochs"][1] == {"node": 1, "name": "op1", "epoch": 1, "appeared_at": "2026-03-01T12:00:02+00:00",
+                                 "cleared_at": "2026-03-01T12:00:05+00:00", "seconds": 3.0}
+    missing = subprocess.run([sys.executable, "-m", "tracker.cli", "report", "--warehouse", str(warehouse),
+                              "--dataflow", "nope"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert missing.returncode == 2 and "unknown dataflow 'nope'" in missing.stderr
+
+
+def polars_examples() -> str:
+    """Every ```python block of docs/tables.md's Polars section, joined."""
+    text = (ROOT / "docs" / "tables.md").read_text()
+    section = text.split("## Example queries: Polars", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```python\n(.*?)```", section, re.S)
+    assert len(blocks) >= 3, "docs/tables.md lost its Polars examples"
+    return "\n".join(blocks)
+
+
+def test_docs_polars_examples_run(warehouse: Path) -> None:
+    """The documented Polars queries, run verbatim, give the same figures as the report."""
+    scope: dict[str, Any] = {"WAREHOUSE": str(warehouse), "DATAFLOW": DF}
+    exec(compile(polars_examples(), "docs/tables.md", "exec"), scope)
+    current: pl.DataFrame = scope["current"]
+    assert sorted(zip(current["node"], current["kind"], current["frontier"].to_list(), strict=True)) == [
+        (0, "source", [[2]]), (1, "target", [[2]]), (2, "target", [[1]])]
+    clear: pl.DataFrame = scope["clear"]
+    assert sorted(zip(clear["node"], clear["epoch"], clear["seconds"], strict=True)) == [(1, 1, 3.0)]
+    stuck: pl.DataFrame = scope["stuck"]
+    assert stuck.row(0, named=True)["node"] == 2
+
+
+@pytest.mark.service
+def test_report_on_tables_the_service_wrote(tmp_path: Path) -> None:
+    """Register and advance a loop through the real service, stop it, then report from Delta."""
+    service = ServiceProcess(tmp_path / "warehouse", env={"TRACKER_FLUSH_SECONDS": "0.2",
+                                                          "TRACKER_COMPACT_SECONDS": "0.2"}).start()
+    try:
+        dataflow, _token = register(service, loop_graph(3, name="reported"))
+        with service.client() as client:
+            for step in range(3):
+                answer = client.post(f"/v1/dataflows/{dataflow}/progress", json={
+                    "worker": "w0", "seq": step,
+                    "updates": [update(0, 0, "source", [step], -1), update(0, 0, "source", [step + 1], 1)]})
+                assert answer.status_code == 200, answer.text
+        wh = Warehouse(service.warehouse)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:  # compaction is periodic: wait for version 3 to reach Delta
+            if wh.exists("frontier_changes") and 3 in wh.read("frontier_changes", dataflow)["version"].to_pylist():
+                break
+            time.sleep(0.2)
+    finally:
+        service.stop()
+    out = subprocess.run([sys.executable, "-m", "tracker.cli", "report", "--warehouse", str(service.warehouse),
+                          "--dataflow", dataflow, "--json"], cwd=ROOT, capture_output=True, text=True, timeout=60,
+                         check=True).stdout
+    data = json.loads(out)
+    assert data["name"] == "reported"
+    frontier = {(r["node"], r["port"], r["kind"]): r["frontier"] for r in data["frontiers"]}
+    # The input holds time 3; op1's input from it, and the ring op1 -> op2 -> op3, see 3; the
+    # feedback op3 -> op1 adds one.
+    assert frontier[(0, 0, "source")] == "{(3)}"
+    assert frontier[(1, 1, "target")] == "{(3)}" and frontier[(2, 0, "target")] == "{(3)}"
+    assert frontier[(1, 0, "target")] == "{(4)}"
+    cleared = {(r["node"], r["epoch"]) for r in data["epochs"] if r["seconds"] is not None}
+    assert {(1, 0), (1, 1), (1, 2), (2, 0), (3, 2)} <= cleared
+    assert sum(r["batches"] for r in data["throughput"]) == 3

@@ -1,0 +1,159 @@
+"""Running an example on several worker processes against a running service.
+
+:func:`launch` registers the example's dataflow (admin token), starts ``workers`` processes
+(``tracker worker NAME ...``, i.e. :func:`worker_main`), each hosting one vertex per stage and
+listening on its own loopback port for data from the others, and merges the rows they print.
+Every worker talks to the service over its own WebSocket (:class:`~tracker.link.ServiceLink`).
+
+An example is a module of the ``examples`` package; see ``examples/__init__.py`` for the
+functions it provides.
+
+>>> load_example("wordcount").build({}).name
+'wordcount'
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import httpx
+
+from tracker.link import ServiceLink
+from tracker.transport import Transport
+from tracker.worker import Worker
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ("wordcount", "components")
+
+
+def load_example(name: str) -> ModuleType:
+    """The example module ``examples.<name>``."""
+    if name not in EXAMPLES:
+        raise ValueError(f"unknown example {name!r}; choose from {', '.join(EXAMPLES)}")
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    return importlib.import_module(f"examples.{name}")
+
+
+def register(url: str, admin_token: str, body: dict[str, Any]) -> tuple[str, str]:
+    """``POST /v1/dataflows``; returns ``(id, token)`` or raises ``RuntimeError`` with the answer."""
+    answer = httpx.post(f"{url.rstrip('/')}/v1/dataflows", json=body, timeout=30.0,
+                        headers={"Authorization": f"Bearer {admin_token}"})
+    if answer.status_code != 201:
+        raise RuntimeError(f"registration refused ({answer.status_code}): {answer.text}")
+    data = answer.json()
+    return data["id"], data["token"]
+
+
+def _free_ports(count: int) -> list[int]:
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for sock in sockets:
+            sock.bind(("127.0.0.1", 0))
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def launch(name: str, config: dict[str, Any], url: str, admin_token: str, workers: int = 2, *,
+           delay: float = 0.0, progress_delay: float = 0.0, seed: int = 0, trace_dir: Path | None = None,
+           timeout: float = 120.0, service_url: str | list[str] | None = None) -> dict[str, Any]:
+    """Run example ``name`` on ``workers`` processes; returns ``{"rows", "stats", "dataflow",
+    "wall_s"}``. ``service_url`` (one for all or one per worker) lets workers reach the service
+    through another address (a proxy in tests); ``url`` is used to register."""
+    example = load_example(name)
+    config = {**example.DEFAULTS, **config}
+    dataflow_id, token = register(url, admin_token, example.build(config).registration(workers))
+    addresses = ",".join(f"127.0.0.1:{p}" for p in _free_ports(workers))
+    urls = service_url if isinstance(service_url, list) else [service_url or url] * workers
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    started = time.perf_counter()
+    processes = []
+    for index in range(workers):
+        command = [sys.executable, "-m", "tracker.cli", "worker", name, "--url", urls[index], "--dataflow",
+                   dataflow_id, "--token", token, "--index", str(index), "--addresses", addresses,
+                   "--config", json.dumps(config), "--delay", str(delay), "--progress-delay", str(progress_delay),
+                   "--seed", str(seed * 1000 + index), "--timeout", str(timeout)]
+        if trace_dir is not None:
+            command += ["--trace", str(Path(trace_dir) / f"trace-{index}.jsonl")]
+        processes.append(subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+    outputs = []
+    try:
+        for index, process in enumerate(processes):
+            out, err = process.communicate(timeout=timeout + 30)
+            if process.returncode != 0:
+                raise RuntimeError(f"worker {index} exited with {process.returncode}:\n{err.decode()[-3000:]}")
+            outputs.append(json.loads(out.decode().strip().splitlines()[-1]))
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+                process.wait(10)
+    rows = sorted((row for o in outputs for row in o["rows"]), key=lambda r: r["epoch"])
+    return {"rows": rows, "stats": [o["stats"] for o in outputs], "dataflow": dataflow_id,
+            "wall_s": time.perf_counter() - started}
+
+
+async def run_worker(name: str, config: dict[str, Any], index: int, addresses: list[tuple[str, int]], url: str,
+                     dataflow: str, token: str, *, delay: float = 0.0, progress_delay: float = 0.0, seed: int = 0,
+                     trace: list[tuple[Any, ...]] | None = None, timeout: float = 120.0
+                     ) -> tuple[list[dict[str, Any]], dict[str, float]]:
+    """Host worker ``index`` of example ``name`` in this process until the dataflow finishes;
+    returns its rows and statistics."""
+    example = load_example(name)
+    link = ServiceLink(url, dataflow, token, f"w{index}", delay=progress_delay, seed=seed)
+    transport = Transport(index, addresses, delay=delay, seed=seed)
+    await transport.start()
+    await transport.connect_all()
+    worker = Worker(example.build(config), index, len(addresses), link, transport, trace=trace)
+    stats = await worker.run(lambda w: example.drive(w, config), timeout=timeout)
+    return example.collect(worker), stats
+
+
+def worker_main(args: Any) -> int:
+    """``tracker worker``: run one worker process; prints ``{"rows", "stats"}`` as one JSON line."""
+    addresses = [(host, int(port)) for host, port in (a.rsplit(":", 1) for a in args.addresses.split(","))]
+    trace: list[tuple[Any, ...]] | None = [] if args.trace else None
+    try:
+        rows, stats = asyncio.run(run_worker(
+            args.name, json.loads(args.config), args.index, addresses, args.url, args.dataflow, args.token,
+            delay=args.delay, progress_delay=args.progress_delay, seed=args.seed, trace=trace, timeout=args.timeout))
+    finally:
+        if trace is not None:
+            with open(args.trace, "w") as handle:
+                for event in trace:
+                    handle.write(json.dumps(event) + "\n")
+    print(json.dumps({"rows": rows, "stats": stats}), flush=True)
+    return 0
+
+
+def example_main(args: Any) -> int:
+    """``tracker example``: register, run on ``--workers`` processes, print the rows."""
+    example = load_example(args.name)
+    config = {**example.DEFAULTS, **{k: v for k, v in (("epochs", args.epochs), ("seed", args.seed)) if v is not None}}
+    token = args.token or os.environ.get("TRACKER_ADMIN_TOKEN")
+    if not token:
+        print("tracker example: needs the admin token (--token or env TRACKER_ADMIN_TOKEN)", file=sys.stderr)
+        return 2
+    result = launch(args.name, config, args.url, token, args.workers, delay=args.delay, timeout=args.timeout)
+    for line in example.render(result["rows"]):
+        print(line)
+    if args.stats:
+        print(json.dumps({"wall_s": result["wall_s"], "workers": result["stats"]}, sort_keys=True))
+    if args.check:
+        if result["rows"] != example.reference(config):
+            print("MISMATCH: the distributed result differs from the sequential reference", file=sys.stderr)
+            return 1
+        print(f"OK: {len(result['rows'])} epochs equal the sequential reference")
+    return 0

@@ -1,0 +1,328 @@
+"""A worker's link to the progress tracker: batches out, acknowledgements and frontiers in.
+
+:class:`ServiceLink` talks to the service over one WebSocket (``WS /v1/dataflows/{id}/ws``):
+it sends atomic batches ``{"worker", "seq", "updates"}`` in FIFO order, keeps every batch until
+it is acknowledged, and on any disconnection reconnects (with backoff) and resends the
+unacknowledged batches *with the same seq*, so the service applies each exactly once (it
+acknowledges a duplicate without applying it). Every (re)connection starts with a ``snapshot``
+that replaces the local :class:`FrontierView`; ``changes`` events then keep it current.
+
+:class:`LocalHub` is an in-process stand-in (the core's :class:`~tracker.reachability.Tracker`
+behind the same interface, with random delays on both directions) for fast randomized tests.
+
+Updates waiting to be sent are merged into one batch when the link is free to send: the
+concatenation of consecutive atomic batches of one worker is itself atomic and keeps FIFO
+order, so merging never exposes a state the protocol would not allow.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+from collections import defaultdict, deque
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from tracker.graph import Location, Update
+from tracker.reachability import Tracker
+from tracker.timestamp import Timestamp, less_equal
+from tracker.vertex import location_update
+
+
+class LinkFailure(RuntimeError):
+    """The progress tracker refused a batch for good (invalid update, lost acknowledged state)."""
+
+
+class FrontierView:
+    """The worker's copy of the published frontier of every location.
+
+    It may lag behind the service, which is safe: with atomic batches applied in per-worker
+    FIFO order, an older frontier is never ahead of a newer one (DESIGN.md, invariant 1).
+
+    >>> view = FrontierView()
+    >>> view.snapshot(3, [{"location": {"node": 1, "port": 0, "kind": "target"}, "frontier": [[2]]}])
+    >>> view.blocks(Location.target(1, 0), (2,)), view.blocks(Location.target(1, 0), (1,))
+    (True, False)
+    """
+
+    def __init__(self) -> None:
+        self.known = False
+        self.version = -1
+        self.times: dict[Location, set[Timestamp]] = {}
+
+    def snapshot(self, version: int, locations: list[dict[str, Any]]) -> None:
+        """Replace everything by a ``snapshot`` event's ``locations``."""
+        self.times = {}
+        for row in locations:
+            loc = row["location"]
+            self.times[Location(loc["node"], loc["port"], loc["kind"])] = {tuple(t) for t in row["frontier"]}
+        self.version = version
+        self.known = True
+
+    def apply(self, version: int, changes: list[dict[str, Any]]) -> None:
+        """Fold a ``changes`` event in; events at or below the current version are ignored."""
+        if not self.known or version <= self.version:
+            return
+        for change in changes:
+            loc = change["location"]
+            times = self.times.setdefault(Location(loc["node"], loc["port"], loc["kind"]), set())
+            if change["diff"] > 0:
+                times.add(tuple(change["time"]))
+            else:
+                times.discard(tuple(change["time"]))
+        self.version = version
+
+    def blocks(self, location: Location, time: Timestamp) -> bool:
+        """True while some frontier element at ``location`` is ``<= time`` (or nothing is known
+        yet): a notification at ``time`` must wait."""
+        if not self.known:
+            return True
+        return any(less_equal(f, time) for f in self.times.get(location, ()))
+
+    def empty(self) -> bool:
+        """True iff known and every location's frontier is empty: the dataflow is finished."""
+        return self.known and not any(self.times.values())
+
+
+def consolidate(updates: Iterable[Update]) -> list[Update]:
+    """Sum the deltas per ``(location, time)``, drop zeros, keep first-seen order.
+
+    >>> a = Location.target(1, 0)
+    >>> consolidate([(a, (1,), 1), (a, (2,), 1), (a, (1,), -1)])
+    [(Location(node=1, port=0, kind='target'), (2,), 1)]
+    """
+    sums: dict[tuple[Location, Timestamp], int] = {}
+    for loc, time, delta in updates:
+        sums[(loc, time)] = sums.get((loc, time), 0) + delta
+    return [(loc, time, d) for (loc, time), d in sums.items() if d != 0]
+
+
+class Link:
+    """What a :class:`~tracker.worker.Worker` needs from the progress tracker."""
+
+    def __init__(self, worker: str) -> None:
+        self.worker = worker
+        self.view = FrontierView()
+        self.wake: Callable[[], None] = lambda: None
+        self.pending: list[Update] = []
+        self.unacked: deque[tuple[int, str]] = deque()
+        self.next_seq = 0
+        self.stats: dict[str, int] = defaultdict(int)
+        self._more = asyncio.Event()
+        self._closing = False
+
+    def submit(self, updates: list[Update]) -> None:
+        """Queue one atomic batch (it may be merged with neighbours, never split)."""
+        if updates:
+            self.pending.extend(updates)
+            self._more.set()
+
+    def idle(self) -> bool:
+        """Nothing waiting to be sent and every sent batch acknowledged."""
+        return not self.pending and not self.unacked
+
+    def _next_batch(self) -> tuple[int, str] | None:
+        updates = consolidate(self.pending)
+        self.pending = []
+        if not updates:
+            return None  # the merged updates cancel out: nothing to tell anyone
+        seq = self.next_seq
+        self.next_seq += 1
+        text = json.dumps({"worker": self.worker, "seq": seq,
+                           "updates": [location_update(loc, t, d) for loc, t, d in updates]})
+        self.unacked.append((seq, text))
+        self.stats["batches"] += 1
+        self.stats["updates"] += len(updates)
+        return seq, text
+
+    def _acked(self, seq: int) -> None:
+        while self.unacked and self.unacked[0][0] <= seq:
+            self.unacked.popleft()
+
+    async def run(self) -> None:
+        """Keep the link up until :meth:`close`; raise :class:`LinkFailure` on a fatal refusal."""
+        raise NotImplementedError
+
+    async def close(self) -> None:
+        """Stop :meth:`run`."""
+        self._closing = True
+        self._more.set()
+
+
+class ServiceLink(Link):
+    """One WebSocket to the service; see the module docstring for the guarantees.
+
+    ``max_inflight`` bounds unacknowledged batches (while it is reached, new updates keep merging
+    into the next batch); ``delay`` adds a random pause before each send (tests; FIFO is kept).
+    """
+
+    def __init__(self, url: str, dataflow: str, token: str, worker: str, *, max_inflight: int = 4,
+                 delay: float = 0.0, seed: int | None = None) -> None:
+        super().__init__(worker)
+        base = url.rstrip("/").replace("http://", "ws://", 1).replace("https://", "wss://", 1)
+        self.ws_url = f"{base}/v1/dataflows/{dataflow}/ws"
+        self.token = token
+        self.max_inflight = max_inflight
+        self.delay = delay
+        self.rng = random.Random(seed)
+        self.connected = False
+        self._ws: Any = None
+
+    async def run(self) -> None:
+        import websockets
+
+        backoff = 0.05
+        while not self._closing:
+            try:
+                async with websockets.connect(
+                    self.ws_url, additional_headers={"Authorization": f"Bearer {self.token}"},
+                    max_size=None, open_timeout=5, ping_interval=2, ping_timeout=5, close_timeout=1,
+                ) as ws:
+                    self._ws, self.connected, backoff = ws, True, 0.05
+                    self.stats["connections"] += 1
+                    # Resend what the service may not have: same seqs, so at most one applies.
+                    for _seq, text in list(self.unacked):
+                        await ws.send(text)
+                        self.stats["resent"] += 1
+                    await self._session(ws)
+            except LinkFailure:
+                raise
+            except (TimeoutError, OSError, websockets.exceptions.WebSocketException) as error:
+                if isinstance(error, websockets.exceptions.InvalidStatus) and error.response.status_code in (
+                        401, 403, 404):
+                    raise LinkFailure(f"service refused the connection: {error}") from None
+            finally:
+                self._ws, self.connected = None, False
+            if not self._closing:
+                self.stats["reconnects"] += 1
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 1.0)
+
+    async def _session(self, ws: Any) -> None:
+        reader = asyncio.create_task(self._read(ws))
+        writer = asyncio.create_task(self._write(ws))
+        try:
+            done, _ = await asyncio.wait({reader, writer}, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                task.result()  # re-raise a failure or a lost connection
+        finally:
+            for task in (reader, writer):
+                task.cancel()
+            await asyncio.gather(reader, writer, return_exceptions=True)
+
+    async def _write(self, ws: Any) -> None:
+        while not self._closing:
+            if not self.pending or len(self.unacked) >= self.max_inflight:
+                self._more.clear()
+                await self._more.wait()
+                continue
+            batch = self._next_batch()
+            if batch is None:
+                continue
+            if self.delay:
+                await asyncio.sleep(self.rng.random() * self.delay)
+            await ws.send(batch[1])
+        await ws.close()
+
+    async def _read(self, ws: Any) -> None:
+        async for raw in ws:
+            message = json.loads(raw)
+            kind = message.get("type")
+            if kind == "snapshot":
+                self.view.snapshot(message["version"], message["locations"])
+            elif kind == "changes":
+                self.view.apply(message["version"], message["changes"])
+            elif kind == "ack":
+                self._acked(message["seq"])
+                self.stats["duplicates"] += bool(message.get("duplicate"))
+                self._more.set()
+            elif kind == "error":
+                self._refused(message)
+                return  # reconnect: the service's view of our sequence is ahead of this socket
+            self.wake()
+
+    def _refused(self, message: dict[str, Any]) -> None:
+        expected = message.get("expected")
+        if message.get("error") == "sequence_gap" and self.unacked and isinstance(expected, int) \
+                and self.unacked[0][0] <= expected <= self.unacked[-1][0]:
+            self._acked(expected - 1)  # the service has everything before `expected`
+            self.stats["gaps"] += 1
+            return
+        raise LinkFailure(f"service refused batch {message.get('seq')} of {self.worker}: {message}")
+
+    async def close(self) -> None:
+        await super().close()
+        if self._ws is not None:
+            await self._ws.close()
+
+
+class LocalHub:
+    """An in-process progress tracker with the service's semantics, for tests.
+
+    Batches of each worker are applied in FIFO order after a random delay, and each link sees
+    the resulting frontier changes after its own random delay (in version order).
+    """
+
+    def __init__(self, tracker: Tracker, *, delay: float = 0.0, seed: int = 0) -> None:
+        self.tracker = tracker
+        self.delay = delay
+        self.rng = random.Random(seed)
+        self.version = 0
+        self.links: list[LocalLink] = []
+
+    def link(self, worker: str) -> LocalLink:
+        """A new link for ``worker``."""
+        link = LocalLink(self, worker)
+        self.links.append(link)
+        return link
+
+    def _apply(self, updates: list[Update]) -> None:
+        changes = self.tracker.apply(updates)
+        self.version += 1
+        encoded = [{"location": c.location._asdict(), "time": list(c.time), "diff": c.diff} for c in changes]
+        for link in self.links:
+            link.inbox.put_nowait((self.version, encoded))
+
+    def _snapshot(self) -> list[dict[str, Any]]:
+        return [{"location": loc._asdict(), "frontier": [list(t) for t in ts]}
+                for loc, ts in self.tracker.frontiers().items()]
+
+
+class LocalLink(Link):
+    """A :class:`Link` to a :class:`LocalHub`."""
+
+    def __init__(self, hub: LocalHub, worker: str) -> None:
+        super().__init__(worker)
+        self.hub = hub
+        self.inbox: asyncio.Queue[tuple[int, list[dict[str, Any]]]] = asyncio.Queue()
+
+    async def run(self) -> None:
+        self.view.snapshot(self.hub.version, self.hub._snapshot())
+        receiver = asyncio.create_task(self._receive())
+        try:
+            while not self._closing:
+                if not self.pending:
+                    self._more.clear()
+                    await self._more.wait()
+                    continue
+                batch = self._next_batch()
+                if batch is None:
+                    continue
+                await self._pause()
+                body = json.loads(batch[1])
+                self.hub._apply([(Location(**u["location"]), tuple(u["time"]), u["delta"]) for u in body["updates"]])
+                self._acked(batch[0])
+                self.wake()
+        finally:
+            receiver.cancel()
+
+    async def _receive(self) -> None:
+        while True:
+            version, changes = await self.inbox.get()
+            await self._pause()
+            self.view.apply(version, changes)
+            self.wake()
+
+    async def _pause(self) -> None:
+        await asyncio.sleep(self.hub.rng.random() * self.hub.delay if self.hub.delay else 0)

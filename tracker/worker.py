@@ -1,0 +1,333 @@
+"""The worker runtime: hosts one vertex per stage, runs their callbacks, reports progress.
+
+A :class:`Worker` is one process's share of a :class:`~tracker.vertex.Dataflow`. It delivers
+messages to its own vertices directly and to other workers' vertices through a
+:class:`~tracker.transport.Transport`; it turns every callback into one atomic batch of
+occurrence-count updates (see :mod:`tracker.vertex` for the table) handed, in order, to a
+:class:`~tracker.link.Link` (the service over a WebSocket, or an in-process hub).
+
+The guarantee: ``on_notify(t)`` runs only when (1) the frontier the link last received has
+no element ``<= t`` at any input of the stage, and (2) no message at a time ``<= t`` waits in
+this worker's queue for that vertex. (1) covers every message still in flight anywhere, its
+own pointstamp or the one its producer consumed being still counted; (2) covers messages
+that arrived but were not delivered yet. A stale frontier only delays notifications.
+
+>>> from tracker.vertex import Dataflow, Vertex
+>>> flow = Dataflow("one")
+>>> source = flow.input("in")
+>>> sink = flow.stage("sink", lambda i, n: Vertex(), inputs=1, outputs=0)
+>>> flow.connect((source, 0), (sink, 0))
+>>> Worker(flow, 0, 1, link=None).input(source).epoch
+0
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time as clock
+from collections import Counter, defaultdict, deque
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
+
+from tracker.graph import Location, Update
+from tracker.link import Link
+from tracker.timestamp import Timestamp, less_equal
+from tracker.transport import Transport
+from tracker.vertex import Channel, Dataflow, ProgressError, Vertex, reachable
+
+Driver = Callable[["Worker"], Awaitable[None]]
+_SLICE = 256  # callbacks between two yields to the event loop (sockets must keep flowing)
+
+
+class InputHandle:
+    """Feeds one input stage from one worker; holds a capability at ``(epoch, 0, ...)``.
+
+    ``send`` emits records at the current epoch, ``advance_to(e)`` moves the capability to a
+    later epoch (``+1`` at the new time and ``-1`` at the old, in one batch), ``close()``
+    drops it. Once every worker has advanced past epoch ``e``, notifications for ``e`` flow.
+    """
+
+    def __init__(self, worker: Worker, stage: int) -> None:
+        self.worker = worker
+        self.stage = stage
+        self.epoch = 0
+        self.closed = False
+
+    def time(self) -> Timestamp:
+        """The current epoch as a full timestamp of the dataflow's arity."""
+        return (self.epoch,) + (0,) * (self.worker.dataflow.arity - 1)
+
+    def send(self, records: Iterable[Any], port: int = 0) -> None:
+        """Send each record along output ``port`` at the current epoch."""
+        if self.closed:
+            raise ProgressError(f"input {self.stage} is closed")
+        updates: list[Update] = []
+        for record in records:
+            self.worker._route(self.stage, port, record, self.time(), updates)
+        self.worker._release()
+        self.worker._submit(updates)
+
+    def advance_to(self, epoch: int) -> None:
+        """Promise that no record of an epoch before ``epoch`` will be sent any more."""
+        if self.closed or epoch <= self.epoch:
+            raise ProgressError(f"input {self.stage}: cannot advance from {self.epoch} to {epoch}")
+        old = self.time()
+        self.epoch = epoch
+        self.worker._submit([u for p in range(self._outputs())
+                             for u in ((Location.source(self.stage, p), self.time(), 1),
+                                       (Location.source(self.stage, p), old, -1))])
+
+    def close(self) -> None:
+        """No more records at all: the capability is dropped."""
+        if not self.closed:
+            self.closed = True
+            self.worker._submit([(Location.source(self.stage, p), self.time(), -1) for p in range(self._outputs())])
+
+    def _outputs(self) -> int:
+        return self.worker.dataflow.stages[self.stage].outputs
+
+
+class Worker:
+    """Worker ``index`` of ``peers``: see the module docstring for what it guarantees.
+
+    ``trace``, if a list, receives ``("recv", stage, index, port, time)`` and
+    ``("notify", stage, index, time)`` for every callback, in the order they ran.
+    ``results`` is a list vertices may append their output to.
+    """
+
+    def __init__(self, dataflow: Dataflow, index: int, peers: int, link: Link | None,
+                 transport: Transport | None = None, *, trace: list[tuple[Any, ...]] | None = None) -> None:
+        self.dataflow = dataflow
+        self.index = index
+        self.peers = peers
+        self.link = link
+        self.transport = transport
+        self.trace = trace
+        self.results: list[Any] = []
+        self.vertices: dict[int, Vertex] = {}
+        for stage in dataflow.stages:
+            if stage.factory is not None:
+                vertex = stage.factory(index, peers)
+                vertex.index, vertex.peers, vertex.stage, vertex._scheduler = index, peers, stage.id, self
+                self.vertices[stage.id] = vertex
+        self.inputs = {s.id: InputHandle(self, s.id) for s in dataflow.stages if s.factory is None}
+        self._channels: dict[Location, list[Channel]] = defaultdict(list)
+        for channel in dataflow.channels:
+            self._channels[channel.source].append(channel)
+        self.queue: deque[tuple[int, int, Timestamp, Any]] = deque()
+        self.buffered: dict[int, Counter[Timestamp]] = defaultdict(Counter)
+        self.requested: dict[int, set[Timestamp]] = defaultdict(set)
+        self._active: tuple[int, str, int, Timestamp] | None = None  # stage, recv|notify, port, time
+        self._updates: list[Update] = []
+        self._outbox: list[tuple[int, Location, Timestamp, Any]] = []
+        self._requests: list[Timestamp] = []
+        self._event = asyncio.Event()
+        self._probes: list[asyncio.Future[None]] = []
+        self.stats: dict[str, float] = defaultdict(float)
+
+    def input(self, stage: int) -> InputHandle:
+        """This worker's handle on input stage ``stage``."""
+        return self.inputs[stage]
+
+    def passed(self, stage: int, time: Timestamp) -> bool:
+        """True iff, as far as this worker knows, nothing at a time ``<= time`` can reach any
+        input of ``stage`` any more (timely's probe)."""
+        view = self.link.view if self.link is not None else None
+        return view is not None and not any(
+            view.blocks(Location.target(stage, p), time) for p in range(self.dataflow.stages[stage].inputs))
+
+    async def probe(self, stage: int, time: Timestamp) -> None:
+        """Wait until :meth:`passed` (e.g. an input driver pacing itself to the computation)."""
+        while not self.passed(stage, time):
+            waiter = asyncio.get_running_loop().create_future()
+            self._probes.append(waiter)
+            await waiter
+
+    def _wake(self) -> None:
+        self._event.set()
+        probes, self._probes = self._probes, []
+        for waiter in probes:
+            if not waiter.done():
+                waiter.set_result(None)
+
+    # -- called by vertices (the Scheduler protocol of tracker.vertex) ---------------------------
+
+    def send_by(self, vertex: Vertex, port: int, message: Any, time: Timestamp) -> None:
+        """Route ``message`` and count it; see :meth:`Vertex.send_by`."""
+        stage, kind, held_port, held = self._holding(vertex)
+        if not 0 <= port < self.dataflow.stages[stage].outputs:
+            raise ProgressError(f"stage {stage} has no output {port}")
+        ok = less_equal(held, time) if kind == "notify" else reachable(
+            self.dataflow.summaries(stage, held_port, port), held, time)
+        if not ok:
+            raise ProgressError(f"stage {stage} holds {held} ({kind}) and cannot send at {time} on output {port}")
+        self._route(stage, port, message, time, self._updates)
+
+    def notify_at(self, vertex: Vertex, time: Timestamp) -> None:
+        """Request ``on_notify(time)``; see :meth:`Vertex.notify_at`."""
+        stage, kind, held_port, held = self._holding(vertex)
+        outputs = self.dataflow.stages[stage].outputs
+        if kind == "notify" or outputs == 0:
+            ok = less_equal(held, time)
+        else:
+            ok = all(reachable(self.dataflow.summaries(stage, held_port, o), held, time) for o in range(outputs))
+        if not ok or len(time) != self.dataflow.arity:
+            raise ProgressError(f"stage {stage} holds {held} ({kind}) and cannot be notified at {time}")
+        if time in self.requested[stage] or time in self._requests:
+            return  # coalesced with the pending request: one capability, one on_notify
+        self._requests.append(time)
+        self._updates.extend((Location.source(stage, o), time, 1) for o in range(outputs))
+
+    def _holding(self, vertex: Vertex) -> tuple[int, str, int, Timestamp]:
+        if self._active is None or self._active[0] != vertex.stage:
+            raise ProgressError("send_by and notify_at may only be called from the vertex's own callbacks")
+        return self._active
+
+    # -- routing and delivery --------------------------------------------------------------------
+
+    def _route(self, stage: int, port: int, message: Any, time: Timestamp, updates: list[Update]) -> None:
+        for channel in self._channels.get(Location.source(stage, port), ()):
+            target = channel.target
+            dest = self.index if channel.partition is None else channel.partition(message) % self.peers
+            if dest != self.index and self.transport is None:
+                raise ProgressError(f"message for worker {dest} but this worker has no transport")
+            updates.append((target, time, 1))
+            self._outbox.append((dest, target, time, message))
+
+    def _release(self) -> None:
+        """Hand the messages of a completed callback (or input call) on; a callback that
+        raised releases nothing, so its effects are all or nothing."""
+        outbox, self._outbox = self._outbox, []
+        for dest, target, time, message in outbox:
+            if dest == self.index:
+                self.deliver(target.node, target.port, time, message)
+            else:
+                self.transport.send(dest, target.node, target.port, time, message)  # type: ignore[union-attr]
+
+    def deliver(self, stage: int, port: int, time: Timestamp, message: Any) -> None:
+        """Queue a message for this worker's vertex of ``stage`` (local or from the transport)."""
+        self.queue.append((stage, port, time, message))
+        self.buffered[stage][time] += 1
+        self._event.set()
+
+    def _submit(self, updates: list[Update]) -> None:
+        if self.link is None:
+            raise ProgressError("this worker has no progress link")
+        self.link.submit(updates)
+        self._event.set()
+
+    def _recv_one(self) -> None:
+        stage, port, time, message = self.queue.popleft()
+        counts = self.buffered[stage]
+        counts[time] -= 1
+        if not counts[time]:
+            del counts[time]
+        self._updates = [(Location.target(stage, port), time, -1)]
+        self._active = (stage, "recv", port, time)
+        if self.trace is not None:
+            self.trace.append(("recv", stage, self.index, port, time))
+        self._callback(stage, lambda vertex: vertex.on_recv(port, message, time))
+
+    def _callback(self, stage: int, call: Callable[[Vertex], None]) -> None:
+        try:
+            call(self.vertices[stage])
+        except BaseException:
+            self._outbox, self._requests, self._updates = [], [], []
+            raise
+        finally:
+            self._active = None
+        self.requested[stage].update(self._requests)
+        self._requests = []
+        self._release()
+        self._submit(self._updates)
+
+    def deliverable(self, stage: int, time: Timestamp) -> bool:
+        """True iff ``on_notify(time)`` is safe now for this worker's vertex of ``stage``."""
+        if not self.passed(stage, time):
+            return False
+        return not any(less_equal(t, time) for t in self.buffered.get(stage, ()))
+
+    def _notify_ready(self) -> bool:
+        """Deliver every safe notification, earliest first; True if any ran."""
+        ran = False
+        for stage in list(self.requested):
+            for time in sorted(self.requested[stage]):
+                if time in self.requested[stage] and self.deliverable(stage, time):
+                    self.requested[stage].discard(time)
+                    outputs = self.dataflow.stages[stage].outputs
+                    self._updates = [(Location.source(stage, o), time, -1) for o in range(outputs)]
+                    self._active = (stage, "notify", -1, time)
+                    if self.trace is not None:
+                        self.trace.append(("notify", stage, self.index, time))
+                    self._callback(stage, lambda vertex, t=time: vertex.on_notify(t))
+                    ran = True
+            if not self.requested[stage]:
+                del self.requested[stage]
+        return ran
+
+    def finished(self) -> bool:
+        """Nothing left here and the frontier is empty everywhere: the dataflow is done."""
+        return (not self.queue and not self.requested and self.link is not None and self.link.idle()
+                and self.link.view.empty())
+
+    # -- the loop ----------------------------------------------------------------------------------
+
+    async def run(self, driver: Driver | None = None, timeout: float = 120.0) -> dict[str, float]:
+        """Run until the dataflow is finished (or raise ``TimeoutError``); returns statistics:
+        ``busy_s`` in callbacks, ``wait_progress_s`` idle while notifications or the end of the
+        dataflow waited for the frontier, ``wait_other_s`` idle otherwise, ``wall_s``."""
+        assert self.link is not None, "a worker needs a progress link to run"
+        self.link.wake = self._wake
+        if self.transport is not None:
+            self.transport.attach(self.deliver)
+        started = clock.perf_counter()
+        self.stats["started_at"] = clock.time()
+        deadline = started + timeout
+        link_task = asyncio.create_task(self.link.run())
+        driver_task = asyncio.create_task(driver(self)) if driver is not None else None
+        try:
+            while True:
+                for task in (link_task, driver_task):
+                    if task is not None and task.done() and (task is link_task or task.exception()):
+                        task.result()
+                        raise RuntimeError("the progress link stopped")
+                if self.transport is not None and self.transport.failure is not None:
+                    raise self.transport.failure
+                busy = clock.perf_counter()
+                ran = 0
+                while self.queue and ran < _SLICE:
+                    self._recv_one()
+                    ran += 1
+                ran += self._notify_ready()
+                self.stats["callbacks"] += ran
+                if ran:
+                    self.stats["busy_s"] += clock.perf_counter() - busy
+                    await asyncio.sleep(0)
+                    continue
+                if self.finished() and (driver_task is None or driver_task.done()):
+                    break
+                remaining = deadline - clock.perf_counter()
+                if remaining <= 0:
+                    raise TimeoutError(f"worker {self.index}: not finished after {timeout}s "
+                                       f"(queue {len(self.queue)}, requested {dict(self.requested)})")
+                waiting_on_progress = bool(self.requested) or driver_task is None or driver_task.done()
+                self._event.clear()
+                idle = clock.perf_counter()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._event.wait(), min(remaining, 1.0))
+                key = "wait_progress_s" if waiting_on_progress else "wait_other_s"
+                self.stats[key] += clock.perf_counter() - idle
+        finally:
+            for task in (driver_task, link_task):
+                if task is not None and not task.done():
+                    task.cancel()
+            await self.link.close()
+            await asyncio.gather(*(t for t in (link_task, driver_task) if t is not None), return_exceptions=True)
+            if self.transport is not None:
+                await self.transport.close()
+        self.stats["wall_s"] = clock.perf_counter() - started
+        self.stats["finished_at"] = clock.time()
+        for key, value in self.link.stats.items():
+            self.stats[f"link_{key}"] = value
+        return dict(self.stats)
