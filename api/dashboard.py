@@ -21,13 +21,41 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query
 from fastapi.responses import FileResponse, JSONResponse, RedirectResponse
 from fastapi.staticfiles import StaticFiles
+from pydantic import BaseModel
 
 from api.deps import DataflowDep, ServiceDep
+from api.models import LocationModel
 
 STATIC = Path(__file__).resolve().parent / "static"
 """Where the page, its script, its style sheet and the vendored libraries live."""
 
 router = APIRouter()
+
+
+class HistoryChange(BaseModel):
+    """One row of ``frontier_changes``: ``time`` entered (+1) or left (-1) the frontier at ``at``."""
+
+    version: int
+    location: LocationModel
+    time: list[int]
+    diff: int
+    at: float
+
+
+class HistoryRate(BaseModel):
+    """Progress batches and updates received during one second (``progress.received_at``)."""
+
+    second: float
+    batches: int
+    updates: int
+
+
+class HistoryResponse(BaseModel):
+    """What the Delta tables hold of a dataflow's past, for the dashboard's plots."""
+
+    frontier_changes: list[HistoryChange]
+    throughput: list[HistoryRate]
+    delta: bool
 router.mount("/static", StaticFiles(directory=STATIC), name="static")
 
 
@@ -69,7 +97,7 @@ def _history(root: Path, dataflow_id: str, limit: int) -> dict[str, Any]:
 
 
 @router.get("/dashboard/api/dataflows/{id}/history", summary="Frontier-change and throughput history (Delta)",
-            tags=["dashboard"])
+            tags=["dashboard"], response_model=HistoryResponse)
 async def history(dataflow: DataflowDep, service: ServiceDep,
                   limit: Annotated[int, Query(ge=1, le=100_000)] = 20_000) -> JSONResponse:
     """``{"frontier_changes": [{"version", "location", "time", "diff", "at"}], "throughput":

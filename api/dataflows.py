@@ -99,7 +99,7 @@ class Dataflow:
     delta_version: int = 0
     workers: dict[str, tuple[int, int]] = field(default_factory=dict)
     published: dict[Location, set[Timestamp]] = field(default_factory=dict)
-    history: deque[list[Any]] = field(default_factory=deque)  # [version, changes, encoded or None]
+    history: deque[tuple[int, int, str]] = field(default_factory=deque)  # (version, changes, JSON)
     history_changes: int = 0
     history_floor: int = 0
     subscribers: set[Subscriber] = field(default_factory=set)
@@ -199,18 +199,20 @@ class Dataflow:
                 times.add(change.time)
             else:
                 times.discard(change.time)
-        # Encoded once for all subscribers; with none listening it is left for a resume to do.
-        encoded = changes_json(changes) if notify and self.subscribers else None
-        self.history.append([version, changes, encoded])
+        # Encoded once, shared by every subscriber, and kept as the history entry: one string per
+        # version rather than a tuple per change keeps the garbage collector's full passes (and so
+        # the latency tail) short even with a long history.
+        encoded = changes_json(changes)
+        self.history.append((version, len(changes), encoded))
         self.history_changes += len(changes)
         while len(self.history) > 1 and (
             len(self.history) > self.history_limit or self.history_changes > 10 * self.history_limit
         ):
-            old_version, old_changes, _ = self.history.popleft()
-            self.history_changes -= len(old_changes)
+            old_version, old_count, _ = self.history.popleft()
+            self.history_changes -= old_count
             self.history_floor = old_version
         self.uncompacted.append((version, changes, time.time()))
-        if encoded is not None:
+        if notify:
             for subscriber in list(self.subscribers):
                 subscriber.offer(version, encoded)
 
@@ -234,14 +236,16 @@ class Dataflow:
         if version < self.history_floor:
             raise LookupError(f"version {version} is older than the retained history (oldest: {self.history_floor})")
         view = {loc: set(ts) for loc, ts in self.published.items()}
-        for changed_version, changes, _ in reversed(self.history):
+        for changed_version, _, encoded in reversed(self.history):
             if changed_version <= version:
                 break
-            for change in changes:
-                if change.diff > 0:
-                    view[change.location].discard(change.time)
+            for change in json.loads(encoded):
+                where = change["location"]
+                location = Location(where["node"], where["port"], where["kind"])
+                if change["diff"] > 0:
+                    view.setdefault(location, set()).discard(tuple(change["time"]))
                 else:
-                    view.setdefault(change.location, set()).add(change.time)
+                    view.setdefault(location, set()).add(tuple(change["time"]))
         return version, view
 
     def changes_since(self, version: int) -> list[tuple[int, str]] | None:
@@ -249,13 +253,7 @@ class Dataflow:
         the history no longer reaches back that far."""
         if version < self.history_floor or version > self.frontier_version:
             return None
-        result = []
-        for entry in self.history:
-            if entry[0] > version:
-                if entry[2] is None:
-                    entry[2] = changes_json(entry[1])
-                result.append((entry[0], entry[2]))
-        return result
+        return [(v, encoded) for v, _, encoded in self.history if v > version]
 
     def snapshot_json(self) -> tuple[int, str]:
         """``(version, '{"version":..,"locations":[..]}')`` of the published frontier."""

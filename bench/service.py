@@ -215,10 +215,14 @@ def run(quick: bool) -> dict[str, Any]:
                          for r in client.get(f"/v1/dataflows/{dataflow_id}/frontier").json()["locations"]]
         initial, work = _throughput_work(workers, per_worker, locations)
         tp_body = {**body, "name": "bench-ingest", "initial": initial}
-        tp_id, tp_token = register(service, tp_body)
         updates = sum(len(b) for batches in work for b in batches)
-        service_s = asyncio.run(_ingest(service, tp_id, tp_token, work, window=8))
-        native_s = _native_seconds(tp_body, work)
+        # Best of three, interleaved, for both sides: the machine is shared and noisy.
+        service_runs, native_runs = [], []
+        for _ in range(3):
+            tp_id, tp_token = register(service, tp_body)
+            service_runs.append(asyncio.run(_ingest(service, tp_id, tp_token, work, window=8)))
+            native_runs.append(_native_seconds(tp_body, work))
+        service_s, native_s = min(service_runs), min(native_runs)
     finally:
         service.stop()
         floor.terminate()
@@ -241,10 +245,11 @@ def run(quick: bool) -> dict[str, Any]:
         print(f"{name:10} {floor_p50 * 1e3:9.2f}ms {floor_p99 * 1e3:9.2f}ms {p50 * 1e3:8.2f}ms {p99 * 1e3:8.2f}ms "
               f"{p50 / floor_p50:9.2f}x {p99 / floor_p50:9.2f}x")
     service_rate, native_rate = updates / service_s, updates / native_s
-    figures.update({"ingest_updates": updates, "ingest_batch_size": BATCH, "ingest_workers": workers,
+    figures.update({"ingest_service_seconds_runs": service_runs, "ingest_native_seconds_runs": native_runs,
+                    "ingest_updates": updates, "ingest_batch_size": BATCH, "ingest_workers": workers,
                     "service_updates_per_s": service_rate, "native_updates_per_s": native_rate,
                     "ingest_ratio": service_rate / native_rate})
-    print(f"ingest: {updates} updates in batches of {BATCH} from {workers} WebSocket workers: service "
+    print(f"ingest (best of 3): {updates} updates in batches of {BATCH} from {workers} WebSocket workers: service "
           f"{service_rate:,.0f}/s, native in-process {native_rate:,.0f}/s, ratio {service_rate / native_rate:.2f}")
     targets = {"ws_p50_over_floor": {"max": 1.5}, "ws_p99_over_floor": {"max": 3.0},
                "post_p50_over_floor": {"max": 1.5}, "post_p99_over_floor": {"max": 3.0},

@@ -51,7 +51,8 @@ def _closure_cycles(core: DataFrame, progress: Progress) -> DataFrame:
     steps = core.select("dataflow_id", F.col("src").alias("mid"), F.col("dst").alias("end"))
     reach = cut(core.select("dataflow_id", F.col("src").alias("start"), F.col("dst").alias("end")))
     delta = reach
-    while delta.count():
+    pending = delta.count()
+    while pending:
         longer = (
             delta.withColumnRenamed("end", "mid")
             .join(steps, ["dataflow_id", "mid"])
@@ -59,7 +60,8 @@ def _closure_cycles(core: DataFrame, progress: Progress) -> DataFrame:
         ).distinct()
         delta = cut(longer.join(reach, ["dataflow_id", "start", "end"], "left_anti"))
         reach = cut(reach.unionByName(delta))
-        progress.round(delta.count(), reach)
+        pending = delta.count()
+        progress.round(pending, reach)
     back = reach.select("dataflow_id", F.col("end").alias("src"), F.col("start").alias("dst"))
     return core.join(back, ["dataflow_id", "src", "dst"], "left_semi")
 

@@ -101,8 +101,9 @@ def plan_size(df: DataFrame) -> int:
 class Progress:
     """Per-round statistics of an iteration, optionally echoed to stderr as it runs.
 
-    ``plan_sizes[i]`` is :func:`plan_size` of the state after round ``i``; the tests assert it
-    does not grow with the round count.
+    ``plan_sizes[i]`` is :func:`plan_size` of the state after round ``i`` and ``query_sizes[i]``
+    that of the query round ``i`` ran; the tests and the benchmark check neither grows with the
+    round count (each round starts from checkpointed frames, so its query has a fixed shape).
     """
 
     label: str = "job"
@@ -110,15 +111,19 @@ class Progress:
     rounds: int = 0
     rows: list[int] = field(default_factory=list)
     plan_sizes: list[int] = field(default_factory=list)
+    query_sizes: list[int] = field(default_factory=list)
     started: float = field(default_factory=time.perf_counter)
     callback: Callable[[str, int, int, float], None] | None = None
 
-    def round(self, new_rows: int, state: DataFrame | None = None) -> None:
-        """Record one finished round that produced ``new_rows`` new rows."""
+    def round(self, new_rows: int, state: DataFrame | None = None, query: DataFrame | None = None) -> None:
+        """Record one finished round that produced ``new_rows`` new rows; ``state`` is what the
+        round left behind, ``query`` the work it ran (both plans are recorded)."""
         self.rounds += 1
         self.rows.append(new_rows)
         if state is not None:
             self.plan_sizes.append(plan_size(state))
+        if query is not None:
+            self.query_sizes.append(plan_size(query))
         elapsed = time.perf_counter() - self.started
         if self.echo:
             print(

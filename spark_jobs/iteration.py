@@ -70,7 +70,8 @@ def fixed_point(
     while pending:
         if progress.rounds >= max_rounds:
             raise RuntimeError(f"{progress.label}: no fixed point after {max_rounds} rounds")
-        state, delta = merge(state, step(delta, state), keys, col, arity_one)
+        candidates = step(delta, state)
+        state, delta = merge(state, candidates, keys, col, arity_one)
         pending = delta.count()
-        progress.round(pending, state)
+        progress.round(pending, state, candidates)
     return state

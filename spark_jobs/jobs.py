@@ -149,6 +149,19 @@ def incremental_job(wh: Warehouse, ids: list[str], progress: Progress | None = N
     frontiers = _located(wh.spark_read("frontiers", ids)).select(*KEYS, "time")
     result = incremental(_psi(wh, inputs), points, batch, frontiers, inputs.arity_one)
     applied = pending.count()
+    # Materialise the changes before any write: with delta-spark the old frontiers are a lazy
+    # read of the very table about to be replaced.
+    version = F.lit(None).cast("long")
+    for i, v in last.items():
+        version = F.when(F.col("dataflow_id") == i, F.lit(v)).otherwise(version)
+    changes = result.changes.select(
+        "dataflow_id",
+        version.alias("version"),
+        *decode(F.col("loc")),
+        "time",
+        "diff",
+        F.current_timestamp().alias("at"),
+    ).toArrow()
     touched = sorted(last)
     wh.replace_partitions(
         "pointstamps",
@@ -165,17 +178,6 @@ def incremental_job(wh: Warehouse, ids: list[str], progress: Progress | None = N
         .select("dataflow_id", *decode(F.col("loc")), "time")
         .toArrow(),
     )
-    version = F.lit(None).cast("long")
-    for i, v in last.items():
-        version = F.when(F.col("dataflow_id") == i, F.lit(v)).otherwise(version)
-    changes = result.changes.select(
-        "dataflow_id",
-        version.alias("version"),
-        *decode(F.col("loc")),
-        "time",
-        "diff",
-        F.current_timestamp().alias("at"),
-    ).toArrow()
     if changes.num_rows:
         wh.append("frontier_changes", changes)
     if progress is not None:

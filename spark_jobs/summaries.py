@@ -119,11 +119,11 @@ def operator_summary(scope: DataFrame) -> DataFrame:
     return scope.where((F.shiftright("src", 32) == 0) & (F.col("src").bitwiseAND(F.lit(1)) == 1))
 
 
-def boundary_of(edges_targets: DataFrame) -> DataFrame:
-    """Operator zero's inputs that some edge enters, from transitions ``(dataflow_id, src, dst, ...)``
-    and a ``arity`` column: the seed's ``zero_inputs``."""
+def boundary_of(transitions: DataFrame) -> DataFrame:
+    """The seed's ``zero_inputs``: operator zero's inputs that some edge enters, as
+    ``(dataflow_id, loc, arity)``, from transitions ``(dataflow_id, src, dst, summary)``."""
     return (
-        edges_targets.where((F.shiftright("dst", 32) == 0) & (F.col("dst").bitwiseAND(F.lit(1)) == 0))
+        transitions.where((F.shiftright("dst", 32) == 0) & (F.col("dst").bitwiseAND(F.lit(1)) == 0))
         .select("dataflow_id", F.col("dst").alias("loc"), F.size("summary").alias("arity"))
         .distinct()
     )

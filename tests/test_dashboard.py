@@ -134,6 +134,8 @@ def test_live_graph_frontiers_plots_and_screenshot(service: ServiceProcess, brow
         internal: cy.edges('.internal').length, loops: cy.edges('.loop').map(e => e.data('label')) }; }""")
     assert counts == {"operators": 4, "edges": 4, "internal": 4, "loops": ["+(1)"]}
     assert page.locator("#graph canvas").count() >= 1
+    # Something is really painted: Cytoscape's own PNG export of the drawing is far from blank.
+    assert page.evaluate("window.dashboard.cy.png({full: true}).length") > 10_000
 
     # The live frontier as of the first batch: the input holds epoch 1; op2's input sees 1 and
     # op1's loop input sees 2 (the feedback adds one).

@@ -125,6 +125,8 @@ def test_iterations_keep_a_flat_plan(spark) -> None:
     assert frontiers == oracle.frontiers(graph, {(Location.source(0, 0), (0,)): 1})
     assert progress.rounds >= 25
     assert len(set(progress.plan_sizes)) == 1, progress.plan_sizes
+    # The work of each round has a fixed, non-trivial plan: it starts from checkpointed frames.
+    assert len(set(progress.query_sizes)) == 1 and progress.query_sizes[0] > 3, progress.query_sizes
 
 
 @SPARK

@@ -181,7 +181,7 @@ async def _run_local(module: Any, config: dict[str, Any], peers: int, delay: flo
     return rows, trace
 
 
-RUNS = 24
+RUNS = 40
 
 
 @pytest.mark.parametrize("seed", range(RUNS))

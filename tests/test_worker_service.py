@@ -26,7 +26,9 @@ import pytest
 
 from tests.service_fixtures import ADMIN, ROOT, ServiceProcess, free_port
 from tests.test_worker_runtime import violations
-from tracker.cluster import launch, load_example
+from tracker.cluster import launch, load_example, register
+from tracker.graph import Location
+from tracker.link import LinkFailure, ServiceLink
 
 pytestmark = pytest.mark.service
 
@@ -51,14 +53,14 @@ def read_traces(directory: Path) -> list[list[Any]]:
     return [[json.loads(line) for line in path.read_text().splitlines()] for path in sorted(directory.glob("*.jsonl"))]
 
 
-@pytest.mark.parametrize("run", range(4))
+@pytest.mark.parametrize("run", range(6))
 def test_examples_on_worker_processes_match_the_reference(service: ServiceProcess, tmp_path: Path, run: int) -> None:
     rng = random.Random(run)
     name = ("wordcount", "components")[run % 2]
-    workers = (3, 2, 2, 3)[run]
+    workers = (3, 2, 2, 3, 3, 3)[run]
     example = load_example(name)
     config = {**example.DEFAULTS, "seed": 100 + run, "epochs": rng.randint(4, 6)}
-    delay = rng.choice([0.0, 0.002, 0.005])
+    delay = rng.choice([0.001, 0.003, 0.006])  # random delay of every data message, up to this
     result = launch(name, config, service.url, ADMIN, workers, delay=delay, progress_delay=rng.choice([0.0, 0.003]),
                     seed=run, trace_dir=tmp_path, timeout=60)
     assert result["rows"] == example.reference(config)
@@ -201,3 +203,55 @@ def test_example_command_prints_the_reference_rows(service: ServiceProcess) -> N
     example = load_example("components")
     expected = example.render(example.reference({**example.DEFAULTS, "epochs": 3}))
     assert done.stdout.splitlines() == [*expected, "OK: 3 epochs equal the sequential reference"]
+
+
+def test_link_resends_unacknowledged_batches_and_the_service_drops_duplicates(service: ServiceProcess) -> None:
+    flow = load_example("wordcount").build({})
+    dataflow, token = register(service.url, ADMIN, flow.registration(1))
+    source = Location.source(0, 0)
+
+    async def scenario() -> tuple[ServiceLink, int]:
+        link = ServiceLink(service.url, dataflow, token, "w0")
+        runner = asyncio.create_task(link.run())
+        link.submit([(source, (1,), 1), (source, (0,), -1)])
+        while not link.idle() or link.view.version < 1:
+            await asyncio.sleep(0.01)
+        # As if the ack of seq 0 had been lost with the connection: it must be resent as seq 0.
+        link.unacked.append((0, json.dumps({"worker": "w0", "seq": 0, "updates": [
+            {"location": {"node": 0, "port": 0, "kind": "source"}, "time": [1], "delta": 1},
+            {"location": {"node": 0, "port": 0, "kind": "source"}, "time": [0], "delta": -1}]})))
+        await link._ws.close()
+        while not link.idle():
+            await asyncio.sleep(0.01)
+        link.submit([(source, (2,), 1), (source, (1,), -1)])  # seq 1 follows on the new connection
+        while not link.idle() or link.view.version < 2:
+            await asyncio.sleep(0.01)
+        await link.close()
+        await asyncio.wait_for(runner, 5)
+        return link, link.view.version
+
+    link, version = asyncio.run(asyncio.wait_for(scenario(), 30))
+    assert link.stats["connections"] == 2 and link.stats["resent"] == 1 and link.stats["duplicates"] == 1
+    assert version == 2, "the resent batch was not applied a second time"
+    assert leftover_pointstamps(service, dataflow) == [
+        {"location": {"node": 0, "port": 0, "kind": "source"}, "time": [2], "count": 1}]
+
+
+def test_link_failures_surface_instead_of_retrying_forever(service: ServiceProcess) -> None:
+    flow = load_example("wordcount").build({})
+    dataflow, token = register(service.url, ADMIN, flow.registration(1))
+
+    async def bad_token() -> None:
+        link = ServiceLink(service.url, dataflow, "not-a-token", "w0")
+        link.refusal_window = 0.3
+        await asyncio.wait_for(link.run(), 10)
+
+    async def bad_update() -> None:
+        link = ServiceLink(service.url, dataflow, token, "w0")
+        link.submit([(Location.target(99, 0), (0,), 1)])
+        await asyncio.wait_for(link.run(), 10)
+
+    with pytest.raises(LinkFailure, match="refused the connection"):
+        asyncio.run(bad_token())
+    with pytest.raises(LinkFailure, match="invalid_update"):
+        asyncio.run(bad_update())

@@ -81,13 +81,14 @@ def launch(name: str, config: dict[str, Any], url: str, admin_token: str, worker
     started = time.perf_counter()
     processes = []
     for index in range(workers):
-        command = [sys.executable, "-m", "tracker.cli", "worker", name, "--url", urls[index], "--dataflow",
-                   dataflow_id, "--token", token, "--index", str(index), "--addresses", addresses,
-                   "--config", json.dumps(config), "--delay", str(delay), "--progress-delay", str(progress_delay),
-                   "--seed", str(seed * 1000 + index), "--timeout", str(timeout)]
+        # --opt=value: a token may start with "-", which argparse would take for an option.
+        command = [sys.executable, "-m", "tracker.cli", "worker", name, f"--url={urls[index]}",
+                   f"--dataflow={dataflow_id}", f"--token={token}", f"--index={index}", f"--addresses={addresses}",
+                   f"--config={json.dumps(config)}", f"--delay={delay}", f"--progress-delay={progress_delay}",
+                   f"--seed={seed * 1000 + index}", f"--timeout={timeout}"]
         if trace_dir is not None:
             command += ["--trace", str(Path(trace_dir) / f"trace-{index}.jsonl")]
-        processes.append(subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+        processes.append(subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE))
     outputs = []
     try:
         for index, process in enumerate(processes):

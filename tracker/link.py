@@ -167,19 +167,21 @@ class ServiceLink(Link):
         self.delay = delay
         self.rng = random.Random(seed)
         self.connected = False
+        self.refusal_window = 30.0  # seconds of 401/403/404 answers before giving up
         self._ws: Any = None
 
     async def run(self) -> None:
         import websockets
 
         backoff = 0.05
+        refused_since: float | None = None
         while not self._closing:
             try:
                 async with websockets.connect(
                     self.ws_url, additional_headers={"Authorization": f"Bearer {self.token}"},
                     max_size=None, open_timeout=5, ping_interval=2, ping_timeout=5, close_timeout=1,
                 ) as ws:
-                    self._ws, self.connected, backoff = ws, True, 0.05
+                    self._ws, self.connected, backoff, refused_since = ws, True, 0.05, None
                     self.stats["connections"] += 1
                     # Resend what the service may not have: same seqs, so at most one applies.
                     for _seq, text in list(self.unacked):
@@ -191,7 +193,12 @@ class ServiceLink(Link):
             except (TimeoutError, OSError, websockets.exceptions.WebSocketException) as error:
                 if isinstance(error, websockets.exceptions.InvalidStatus) and error.response.status_code in (
                         401, 403, 404):
-                    raise LinkFailure(f"service refused the connection: {error}") from None
+                    # A restarting service may not know the dataflow yet: refusals are final
+                    # only once they persist.
+                    now = asyncio.get_running_loop().time()
+                    refused_since = now if refused_since is None else refused_since
+                    if now - refused_since > self.refusal_window:
+                        raise LinkFailure(f"service refused the connection: {error}") from None
             finally:
                 self._ws, self.connected = None, False
             if not self._closing:

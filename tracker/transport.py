@@ -1,8 +1,9 @@
 """Data messages between worker processes: one TCP connection per ordered pair (asyncio streams).
 
 Each process listens on its own address; the first message for a peer opens a connection to
-it (retrying while the peer starts up). A message is one JSON line ``[stage, port, time,
-message]``, so messages must be JSON values. Delivery is reliable while both processes live;
+it (retrying while the peer starts up). Messages queued for a peer are written together as one
+JSON line ``[[stage, port, time, message], ...]`` (one encode, one write, one drain per burst),
+so messages must be JSON values. Delivery is reliable while both processes live;
 order is *not* part of the contract (timely dataflow does not need it), and ``delay`` makes
 each message wait a random time before it is written, reordering them on purpose (tests).
 
@@ -73,11 +74,11 @@ class Transport:
         worker's clock runs while the others are still starting)."""
         for dest in range(self.peers):
             if dest != self.index:
-                self._queue(dest).put_nowait(json.dumps(["hello", self.index]).encode() + b"\n")
+                self._queue(dest).put_nowait(("hello", self.index))
         if self.peers > 1:
             await asyncio.wait_for(self._everyone.wait(), self.connect_timeout)
 
-    def _queue(self, dest: int) -> asyncio.Queue[bytes]:
+    def _queue(self, dest: int) -> asyncio.Queue[Any]:
         queue = self._queues.get(dest)
         if queue is None:
             queue = self._queues[dest] = asyncio.Queue()
@@ -86,26 +87,27 @@ class Transport:
 
     def send(self, dest: int, stage: int, port: int, time: Timestamp, message: Any) -> None:
         """Queue ``message`` for ``(stage, port)`` on worker ``dest``; never blocks."""
-        line = json.dumps([stage, port, time, message], separators=(",", ":")).encode() + b"\n"
+        item = (stage, port, time, message)
         queue = self._queue(dest)
         self.sent += 1
         if self.delay:
             self.delayed += 1
-            asyncio.get_running_loop().call_later(self.rng.random() * self.delay, self._release, queue, line)
+            asyncio.get_running_loop().call_later(self.rng.random() * self.delay, self._release, queue, item)
         else:
-            queue.put_nowait(line)
+            queue.put_nowait(item)
 
-    def _release(self, queue: asyncio.Queue[bytes], line: bytes) -> None:
+    def _release(self, queue: asyncio.Queue[Any], item: Any) -> None:
         self.delayed -= 1
-        queue.put_nowait(line)
+        queue.put_nowait(item)
 
-    async def _pump(self, dest: int, queue: asyncio.Queue[bytes]) -> None:
+    async def _pump(self, dest: int, queue: asyncio.Queue[Any]) -> None:
         try:
             writer = await self._connect(dest)
             while True:
-                writer.write(await queue.get())
-                while not queue.empty():  # write what is there, then one drain
-                    writer.write(queue.get_nowait())
+                burst = [await queue.get()]
+                while not queue.empty():  # everything queued by now goes in one line
+                    burst.append(queue.get_nowait())
+                writer.write(json.dumps(burst, separators=(",", ":")).encode() + b"\n")
                 await writer.drain()
         except (OSError, TransportError) as error:
             self.failure = error
@@ -127,15 +129,15 @@ class Transport:
         self._writers.append(writer)
         try:
             while line := await reader.readline():
-                decoded = json.loads(line)
-                if len(decoded) == 2:  # ["hello", index]: see connect_all
-                    self._hellos.add(decoded[1])
-                    if len(self._hellos) == self.peers - 1:
-                        self._everyone.set()
-                    continue
-                stage, port, time, message = decoded
-                self.received += 1
-                self.deliver(stage, port, tuple(time), message)
+                for item in json.loads(line):
+                    if len(item) == 2:  # ["hello", index]: see connect_all
+                        self._hellos.add(item[1])
+                        if len(self._hellos) == self.peers - 1:
+                            self._everyone.set()
+                        continue
+                    stage, port, time, message = item
+                    self.received += 1
+                    self.deliver(stage, port, tuple(time), message)
         except (OSError, asyncio.IncompleteReadError):
             pass
 

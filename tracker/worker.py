@@ -63,8 +63,12 @@ class InputHandle:
         if self.closed:
             raise ProgressError(f"input {self.stage} is closed")
         updates: list[Update] = []
-        for record in records:
-            self.worker._route(self.stage, port, record, self.time(), updates)
+        try:
+            for record in records:
+                self.worker._route(self.stage, port, record, self.time(), updates)
+        except BaseException:
+            self.worker._outbox = []  # all or nothing, as for callbacks
+            raise
         self.worker._release()
         self.worker._submit(updates)
 

@@ -504,6 +504,8 @@ async function pollThroughput(flow, signal) {
       }
       r.lastVersion = now.version;
       r.lastAt = at;
+      const meta = document.querySelector(`#dataflows li[data-id="${flow.id}"] small`);
+      if (meta) meta.textContent = `${flow.id.slice(0, 8)} · arity ${flow.timestamp_arity} · v${now.version}`;
     } catch (error) {
       if (signal.aborted) return;
       if (error instanceof AuthError) return handleError(error);
