@@ -207,9 +207,12 @@ def create_app(settings: Settings, admin_token: str) -> FastAPI:
         log.exception("unhandled error", extra={"path": request.url.path})
         return JSONResponse({"error": "internal_error", "detail": "see the service log"}, status_code=500)
 
-    @app.get("/healthz", summary="Liveness")
-    async def healthz() -> dict[str, Any]:
-        """Open (no token): the service is up and serving."""
+    @app.get("/healthz", summary="Liveness", responses={503: {"description": "the write-ahead log failed"}})
+    async def healthz() -> Any:
+        """Open (no token): the service is up and serving (503 once the log failed)."""
+        if service.wal.failed is not None:
+            return JSONResponse({"status": "failed", "detail": "the write-ahead log failed; restart"},
+                                status_code=503)
         return {"status": "ok", "dataflows": len(service.dataflows), "engine": settings.engine,
                 "spark": "ready" if service.spark is not None else (service.spark_error or
                                                                      ("starting" if settings.spark else "disabled")),

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from api.service import Service
 
 log = logging.getLogger("tracker.background")
+NATIVE_PSI_MAX_LOCATIONS = 1000
 
 
 # -- Spark ------------------------------------------------------------------------------------
@@ -142,6 +143,11 @@ def write_graph(service: Service, dataflow: Dataflow) -> None:
     """The graph tables of a new dataflow (the log already made the registration durable)."""
     try:
         service.store.write_dataflow(dataflow.id, dataflow.name, dataflow.graph)
+        # Without the Spark check, the native Psi fills ``summaries`` (Psi has up to n^2 rows:
+        # beyond a few thousand locations that is Spark's job, not a side task of this thread).
+        small = len(dataflow.graph.locations()) <= NATIVE_PSI_MAX_LOCATIONS
+        if small and not (service.settings.spark and service.settings.spark_check):
+            service.store.write_summaries(dataflow.id, dataflow.psi())
     except Exception:
         service.metrics.delta_errors.inc()
         log.exception("writing the graph tables failed", extra={"dataflow": dataflow.id})

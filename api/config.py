@@ -39,6 +39,7 @@ class Settings:
     history: int = 100_000  # TRACKER_HISTORY: versions of frontier changes kept in memory
     max_body: int = 1024 * 1024  # TRACKER_MAX_BODY: request and WebSocket message limit, bytes
     log_level: str = "info"  # TRACKER_LOG_LEVEL
+    ws_deflate: bool = False  # TRACKER_WS_DEFLATE=1 enables permessage-deflate on WebSockets
 
     @classmethod
     def from_env(cls, args: argparse.Namespace | None = None) -> Settings:
@@ -62,6 +63,7 @@ class Settings:
             history=_env_int("TRACKER_HISTORY", 100_000),
             max_body=_env_int("TRACKER_MAX_BODY", 1024 * 1024),
             log_level=env.get("TRACKER_LOG_LEVEL", "info"),
+            ws_deflate=env.get("TRACKER_WS_DEFLATE", "0").lower() in ("1", "true", "yes", "on"),
         )
         if args is not None:
             settings.host = args.host

@@ -138,6 +138,8 @@ class Dataflow:
         Raises :class:`SequenceGap`. A duplicate is acknowledged once everything before it is
         durable, so its acknowledgement also means durable.
         """
+        if wal.failed is not None:  # refuse before touching any state
+            raise RuntimeError("the write-ahead log failed; the service must restart")
         last = self.workers.get(worker)
         expected = 0 if last is None else last[0] + 1
         if seq < expected:

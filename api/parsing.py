@@ -14,7 +14,6 @@ undecodable JSON raises :class:`MalformedJSON` (400).
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from tracker.graph import Graph, GraphError, Location, Update
 
@@ -41,10 +40,6 @@ class InvalidRequest(ValueError):
         return [{"loc": self.loc, "msg": self.msg, "type": "invalid"}]
 
 
-def _is_int(value: Any) -> bool:
-    return type(value) is int  # bool and float are refused on purpose
-
-
 def parse_progress(data: bytes | str, graph: Graph) -> tuple[str, int, list[Update]]:
     """``(worker, seq, updates)`` of a progress body, fully validated against ``graph``."""
     try:
@@ -60,7 +55,7 @@ def parse_progress(data: bytes | str, graph: Graph) -> tuple[str, int, list[Upda
     worker, seq, updates = body["worker"], body["seq"], body["updates"]
     if type(worker) is not str or not 1 <= len(worker) <= 200:
         raise InvalidRequest("body.worker", "must be a string of 1 to 200 characters")
-    if not _is_int(seq) or seq < 0:
+    if type(seq) is not int or seq < 0:
         raise InvalidRequest("body.seq", "must be a non-negative integer")
     if type(updates) is not list:
         raise InvalidRequest("body.updates", "must be a list")
@@ -78,13 +73,20 @@ def parse_progress(data: bytes | str, graph: Graph) -> tuple[str, int, list[Upda
         if type(loc) is not dict or loc.keys() != _LOCATION_KEYS:
             raise InvalidRequest(f"{where}.location", "must be an object with node, port and kind")
         node, port, kind = loc["node"], loc["port"], loc["kind"]
-        if not _is_int(node) or not _is_int(port) or node < 0 or port < 0:
+        # type(...) is int, not isinstance: bool and float are refused on purpose.
+        if type(node) is not int or type(port) is not int or node < 0 or port < 0:
             raise InvalidRequest(f"{where}.location", "node and port must be non-negative integers")
         if kind != "source" and kind != "target":
             raise InvalidRequest(f"{where}.location.kind", "must be 'source' or 'target'")
-        if type(time) is not list or not all(_is_int(x) for x in time):
+        if type(time) is not list:
             raise InvalidRequest(f"{where}.time", "must be a list of integers")
-        if not _is_int(delta):
+        negative = False
+        for x in time:
+            if type(x) is not int:
+                raise InvalidRequest(f"{where}.time", "must be a list of integers")
+            if x < 0:
+                negative = True
+        if type(delta) is not int:
             raise InvalidRequest(f"{where}.delta", "must be an integer")
         location = Location(node, port, kind)
         if not has_location(location):
@@ -92,7 +94,7 @@ def parse_progress(data: bytes | str, graph: Graph) -> tuple[str, int, list[Upda
         if len(time) != arity:
             raise GraphError(
                 f"update {index}: time {time} has {len(time)} coordinates, the dataflow's arity is {arity}")
-        if any(x < 0 for x in time):
+        if negative:
             raise GraphError(f"update {index}: time {time} must hold non-negative integers only")
         append((location, tuple(time), delta))
     return worker, seq, result

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Annotated, Any, Literal
 
@@ -150,9 +151,10 @@ async def summaries(dataflow: DataflowDep, from_node: NodeQ = None, from_port: N
     def ok(loc: Location, n: int | None, p: int | None, k: str | None) -> bool:
         return (n is None or loc.node == n) and (p is None or loc.port == p) and (k is None or loc.kind == k)
 
+    psi = await asyncio.to_thread(dataflow.psi)  # computed once; quadratic, so never on the loop
     rows = [
         {"from": location_json(a), "to": location_json(b), "summaries": [list(s) for s in chain.elements()]}
-        for (a, b), chain in dataflow.psi().items()
+        for (a, b), chain in psi.items()
         if ok(a, from_node, from_port, from_kind) and ok(b, to_node, to_port, to_kind)
     ]
     rows.sort(key=lambda r: (r["from"]["node"], r["from"]["kind"], r["from"]["port"],
@@ -183,8 +185,10 @@ async def frontier_explain(
                                   "non-negative coordinates"})
     version, view = dataflow.frontier_at()
     counts = service.snapshot_counts(dataflow)
-    return JSONResponse(explain(dataflow.graph, counts, sorted(view.get(location, ())), version, location,
-                                tuple(parts)))
+    # A search per blocking origin: off the loop, on a consistent copy of the state.
+    frontier = sorted(view.get(location, ()))
+    return JSONResponse(await asyncio.to_thread(explain, dataflow.graph, counts, frontier, version, location,
+                                                tuple(parts)))
 
 
 @router.get("/dataflows/{id}/frontier/stream", responses={**_ERRORS, 200: {
@@ -195,13 +199,8 @@ async def frontier_explain(
 async def frontier_stream(request: Request, dataflow: DataflowDep, service: ServiceDep) -> EventSourceResponse:
     """SSE stream; ``id`` = version; send ``Last-Event-ID`` to resume without gap or duplicate."""
     metrics = service.metrics
-    subscriber, first = streams.attach(dataflow, request.headers.get("last-event-id"),
-                                       service.settings.subscriber_queue, metrics.resyncs.inc)
-    metrics.subscribers.labels("sse").inc()
-
-    def detach() -> None:
-        dataflow.subscribers.discard(subscriber)
-        metrics.subscribers.labels("sse").dec()
-
-    return EventSourceResponse(streams.sse_events(dataflow, subscriber, first, detach), ping=15,
+    gauge = metrics.subscribers.labels("sse")
+    events = streams.sse_events(dataflow, request.headers.get("last-event-id"), service.settings.subscriber_queue,
+                                metrics.resyncs.inc, gauge.inc)
+    return EventSourceResponse(events, ping=15,
                                headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})

@@ -95,9 +95,17 @@ async def next_events(dataflow: Dataflow, subscriber: Subscriber) -> list[tuple[
     return [("changes", version, change_event(version, encoded))]
 
 
-async def sse_events(dataflow: Dataflow, subscriber: Subscriber, first: list[tuple[str, int, str]],
-                     detach: Callable[[], None]) -> AsyncIterator[dict[str, Any]]:
-    """The SSE event source: ``snapshot`` or the missed ``changes``, then live ``changes``."""
+async def sse_events(dataflow: Dataflow, last_event_id: str | None, maxsize: int,
+                     on_lag: Callable[[], None] | None = None,
+                     on_change: Callable[[int], None] | None = None) -> AsyncIterator[dict[str, Any]]:
+    """The SSE event source: ``snapshot`` or the missed ``changes``, then live ``changes``.
+
+    Subscribes when the response starts streaming and unsubscribes in ``finally``, so a client
+    that goes away at any point leaves nothing behind; ``on_change(+1/-1)`` counts subscribers.
+    """
+    subscriber, first = attach(dataflow, last_event_id, maxsize, on_lag)
+    if on_change is not None:
+        on_change(1)
     try:
         for event, version, data in first:
             yield {"event": event, "id": str(version), "data": data}
@@ -105,4 +113,6 @@ async def sse_events(dataflow: Dataflow, subscriber: Subscriber, first: list[tup
             for event, version, data in await next_events(dataflow, subscriber):
                 yield {"event": event, "id": str(version), "data": data}
     finally:
-        detach()
+        dataflow.subscribers.discard(subscriber)
+        if on_change is not None:
+            on_change(-1)

@@ -45,9 +45,16 @@ def encode(record: dict[str, Any], raw: bytes | None = None) -> bytes:
     Compact JSON never contains a raw newline, so the first one separates the two; logging the
     request body as received avoids re-encoding every update on the hot path.
     """
+    return frame(_payload(record, raw))
+
+
+def _payload(record: dict[str, Any], raw: bytes | None) -> bytes:
     payload = json.dumps(record, separators=(",", ":")).encode()
-    if raw is not None:
-        payload += b"\n" + raw
+    return payload + b"\n" + raw if raw is not None else payload
+
+
+def frame(payload: bytes) -> bytes:
+    """Length and CRC32 in front of ``payload``."""
     return _HEADER.pack(len(payload), zlib.crc32(payload)) + payload
 
 
@@ -184,7 +191,9 @@ class WriteAheadLog:
         if self.failed is not None:
             raise RuntimeError("the write-ahead log failed; the service must restart") from self.failed
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._group.append(_Entry(encode(record, raw), future, on_durable))
+        # Framed (CRC32) on the log thread: zlib releases the GIL on large inputs, and getting it
+        # back on the event loop thread could cost a whole switch interval.
+        self._group.append(_Entry(_payload(record, raw), future, on_durable))
         self._kick()
         return future
 
@@ -227,10 +236,10 @@ class WriteAheadLog:
         if not self._group:
             return
         group, self._group = self._group, []
-        data = b"".join(e.data for e in group)
+        payloads = [e.data for e in group if e.data]
         self._busy = True
         started = time.perf_counter()
-        work = self._thread.submit(self._write_and_sync, data)
+        work = self._thread.submit(self._frame_write_and_sync, payloads)
         work.add_done_callback(lambda done: loop.call_soon_threadsafe(self._group_done, done, group, started))
 
     def _rotation_done(self, done: Any, rotated: asyncio.Future[int] | None) -> None:
@@ -266,6 +275,10 @@ class WriteAheadLog:
             if entry.future is not None and not entry.future.done():
                 entry.future.set_result(None)
         self._kick()
+
+    def _frame_write_and_sync(self, payloads: list[bytes]) -> None:
+        if payloads:
+            self._write_and_sync(b"".join(frame(p) for p in payloads))
 
     def _write_and_sync(self, data: bytes) -> None:
         assert self._fd is not None, "open() the log first"

@@ -27,6 +27,7 @@ from api.service import Service
 
 router = APIRouter(prefix="/v1")
 log = logging.getLogger("tracker.ws")
+MAX_PIPELINED = 1024
 
 
 def _typed(kind: str, data: str) -> str:
@@ -61,7 +62,8 @@ async def worker_socket(websocket: WebSocket, id: str, subscribe: bool = True, t
         async with send_lock:
             await websocket.send_text(text)
 
-    acks: asyncio.Queue[asyncio.Future[str] | None] = asyncio.Queue()
+    # Bounded: a client that pipelines without reading its acks is slowed down, not buffered.
+    acks: asyncio.Queue[asyncio.Future[str] | None] = asyncio.Queue(MAX_PIPELINED)
     tasks = [asyncio.create_task(_send_acks(acks, send))]
     subscriber = None
     metrics = service.metrics
@@ -74,7 +76,7 @@ async def worker_socket(websocket: WebSocket, id: str, subscribe: bool = True, t
     try:
         while True:
             text = await websocket.receive_text()
-            acks.put_nowait(asyncio.ensure_future(_handle(service, dataflow, text)))
+            await acks.put(asyncio.ensure_future(_handle(service, dataflow, text)))
     except WebSocketDisconnect:
         pass
     finally:

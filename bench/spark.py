@@ -61,8 +61,9 @@ def run(quick: bool = False) -> dict:
     # Lines of the analysed plan of each round's query and of the state it leaves: if lineage
     # were not cut they would grow with the round count; min == max shows they do not.
     for label, p in (("propagate", prop_progress), ("summarize", sum_progress)):
-        figures[f"{label}_round_plan_lines_min"] = min(p.query_sizes)
-        figures[f"{label}_round_plan_lines_max"] = max(p.query_sizes)
+        # Round 1 reads the initial frame directly; rounds 2.. a projection of the last checkpoint.
+        figures[f"{label}_round_plan_lines_min"] = min(p.query_sizes[1:])
+        figures[f"{label}_round_plan_lines_max"] = max(p.query_sizes[1:])
         figures[f"{label}_state_plan_lines_max"] = max(p.plan_sizes)
     for factor in (2, 4):
         bigger = dataflows(base * factor)
@@ -70,7 +71,12 @@ def run(quick: bool = False) -> dict:
         figures[f"propagate_{factor}x_s"] = seconds
         figures[f"locations_{factor}x"] = location_count(bigger)
         key = "propagate_round_plan_lines_max"
-        figures[key] = max(figures[key], *progress.query_sizes)
+        figures[key] = max(figures[key], *progress.query_sizes[1:])
+    # The machine is shared: measure 1x again after the bigger runs and keep the faster of the
+    # two (a smaller 1x time makes every ratio below more conservative, never less).
+    again, _, _ = _full_propagate(spark, graphs, counts)
+    figures["propagate_1x_first_s"] = figures["propagate_1x_s"]
+    figures["propagate_1x_s"] = min(figures["propagate_1x_s"], again)
     figures["propagate_2x_over_1x"] = figures["propagate_2x_s"] / figures["propagate_1x_s"]
     figures["propagate_4x_over_2x"] = figures["propagate_4x_s"] / figures["propagate_2x_s"]
 

@@ -69,13 +69,15 @@ def incremental(
     # successors' frontiers can move. (Some of them may not have changed at all, e.g. +1 then -1:
     # recomputing them costs a little and the diff below then reports nothing for them.)
     changed = batch.select(*KEYS).distinct()
+    # Broadcast the small sides (a batch's locations, the locations it affects) so that Psi, the
+    # big table, is only scanned, never shuffled.
     affected = (
-        psi.join(changed.withColumnRenamed("loc", "src"), ["dataflow_id", "src"], "left_semi")
+        psi.join(F.broadcast(changed.withColumnRenamed("loc", "src")), ["dataflow_id", "src"], "left_semi")
         .select("dataflow_id", F.col("dst").alias("loc"))
         .distinct()
     )
     affected = cut(affected)
-    relevant_psi = psi.join(affected.withColumnRenamed("loc", "dst"), ["dataflow_id", "dst"], "left_semi")
+    relevant_psi = psi.join(F.broadcast(affected.withColumnRenamed("loc", "dst")), ["dataflow_id", "dst"], "left_semi")
     recomputed = cut(propagate_with_psi(relevant_psi, new_active, arity_one))
     before = frontiers.join(affected, KEYS, "left_semi")
     plus = recomputed.join(before, [*KEYS, "time"], "left_anti").withColumn("diff", F.lit(1).cast("long"))

@@ -67,13 +67,18 @@ def propagate(
     return fixed_point(start, start, step, KEYS, "time", arity_one, progress)
 
 
-def propagate_with_psi(psi: DataFrame, times: DataFrame, arity_one: bool = False) -> DataFrame:
+def propagate_with_psi(
+    psi: DataFrame, times: DataFrame, arity_one: bool = False, broadcast_times: bool = True
+) -> DataFrame:
     """The same frontiers in one join: ``envelope{ t + s : (l, t) active, s in Psi[l, L] }``.
 
     ``psi``: ``(dataflow_id, src, dst, summary)`` as produced by ``summarize`` (identity included).
+    ``broadcast_times``: ship the active times to every task instead of shuffling ``Psi`` (right
+    whenever the active pointstamps are far fewer than ``Psi``'s rows, the usual case).
     """
+    active = times.withColumnRenamed("loc", "src")
     reached = (
-        times.withColumnRenamed("loc", "src")
+        (F.broadcast(active) if broadcast_times else active)
         .join(psi, ["dataflow_id", "src"])
         .select("dataflow_id", F.col("dst").alias("loc"), add(F.col("time"), F.col("summary")).alias("time"))
     )

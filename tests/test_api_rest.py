@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import random
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -302,3 +304,31 @@ def test_admin_token_is_generated_when_not_given(tmp_path: Path) -> None:
     log = proc.log_path.read_text()
     assert str(token_file) in log
     assert log.count(token) == 1  # announced once at generation, never logged again
+
+
+def test_registering_a_large_graph_does_not_block_progress(service: ServiceProcess) -> None:
+    dataflow_id, token = register(service, loop_graph(operators=2))
+    big = loop_graph(operators=4000, name="big")
+    done: list[float] = []
+
+    def register_big() -> None:
+        started = time.perf_counter()
+        register(service, big)
+        done.append(time.perf_counter() - started)
+
+    thread = threading.Thread(target=register_big)
+    latencies = []
+    with service.client(token) as client:
+        thread.start()
+        for seq in range(30):
+            started = time.perf_counter()
+            answer = client.post(f"/v1/dataflows/{dataflow_id}/progress",
+                                 json={"worker": "w", "seq": seq, "updates": [update(1, 0, "target", [seq], 1)]})
+            latencies.append(time.perf_counter() - started)
+            assert answer.status_code == 200
+        in_flight = thread.is_alive()
+        thread.join(120)
+    assert done, "the large registration failed"
+    print(f"registration took {done[0]:.2f} s; progress latencies max {max(latencies) * 1e3:.1f} ms")
+    assert in_flight or done[0] > sum(latencies) / 2, "registration was too quick to overlap with the progress"
+    assert max(latencies) < max(0.5, done[0] / 2), "a progress batch waited for the registration"

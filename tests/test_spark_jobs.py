@@ -126,7 +126,8 @@ def test_iterations_keep_a_flat_plan(spark) -> None:
     assert progress.rounds >= 25
     assert len(set(progress.plan_sizes)) == 1, progress.plan_sizes
     # The work of each round has a fixed, non-trivial plan: it starts from checkpointed frames.
-    assert len(set(progress.query_sizes)) == 1 and progress.query_sizes[0] > 3, progress.query_sizes
+    # (Round 1 reads the initial frame directly, later rounds a projection of the last one.)
+    assert len(set(progress.query_sizes[1:])) == 1 and progress.query_sizes[1] > 3, progress.query_sizes
 
 
 @SPARK

@@ -10,6 +10,7 @@ check does catch early notifications.
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 from collections import defaultdict
 from typing import Any
@@ -141,6 +142,17 @@ def test_protocol_violations_are_refused_before_counting() -> None:
     with pytest.raises(ProgressError):
         worker._recv_one()
 
+    class WrongArity(Vertex):
+        def on_recv(self, edge: int, message: Any, time: tuple[int, ...]) -> None:
+            self.send_by(0, message, (time[0],))
+
+    worker.vertices[1] = WrongArity()
+    worker.vertices[1].stage, worker.vertices[1]._scheduler = 1, worker
+    worker.deliver(1, 0, (0, 3), "x")
+    with pytest.raises(ProgressError, match="arity"):
+        worker._recv_one()
+    assert len(link.batches) == 1, "refused callbacks submit nothing"
+
 
 def test_inputs_advance_and_close_in_single_batches() -> None:
     link = RecordingLink()
@@ -213,3 +225,24 @@ def test_the_safety_check_catches_early_notifications() -> None:
         assert rows != wordcount.reference(config)
     assert violations([["notify", 1, 0, [3]], ["recv", 1, 0, 0, [2]]]) != []
     assert violations([["notify", 1, 0, [3]], ["recv", 1, 0, 0, [4]], ["recv", 2, 0, 0, [1]]]) == []
+
+
+def test_merged_batches_keep_callback_boundaries_and_stay_bounded() -> None:
+    from tracker.link import MERGE_LIMIT
+
+    link = RecordingLink()
+    Link.submit(link, [(Location.target(1, 0), (0, 0), 1)] * 3)
+    big = [(Location.target(1, 0), (0, i), 1) for i in range(MERGE_LIMIT)]
+    Link.submit(link, big)
+    Link.submit(link, [(Location.target(1, 0), (0, 0), -3)])
+    first = json.loads(link._next_batch()[1])
+    second = json.loads(link._next_batch()[1])
+    assert first["seq"] == 0 and first["updates"] == [
+        {"location": {"node": 1, "port": 0, "kind": "target"}, "time": [0, 0], "delta": 3}]
+    assert second["seq"] == 1 and len(second["updates"]) == MERGE_LIMIT  # the big batch, whole and alone...
+    third = json.loads(link._next_batch()[1])
+    assert third["seq"] == 2 and third["updates"][0]["delta"] == -3
+    Link.submit(link, [(Location.target(1, 0), (0, 0), 1)])
+    Link.submit(link, [(Location.target(1, 0), (0, 0), -1)])
+    assert link._next_batch() is None, "batches that cancel out need no seq at all"
+    assert [seq for seq, _ in link.unacked] == [0, 1, 2] and link.next_seq == 3

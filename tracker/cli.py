@@ -58,6 +58,8 @@ def _add_worker_commands(commands: argparse._SubParsersAction) -> None:
     example.add_argument("--seed", type=int, help="input seed (default: the example's)")
     example.add_argument("--delay", type=float, default=0.0, help="random delay of each data message, seconds")
     example.add_argument("--timeout", type=float, default=120.0)
+    example.add_argument("--link", choices=["ws", "sse"], default="ws",
+                         help="how workers talk to the service: one WebSocket, or POST + SSE")
     example.add_argument("--check", action="store_true",
                          help="compare with the sequential reference (exit 1 if not equal)")
     example.add_argument("--stats", action="store_true", help="print the workers' statistics as JSON")
@@ -76,6 +78,7 @@ def _add_worker_commands(commands: argparse._SubParsersAction) -> None:
     worker.add_argument("--seed", type=int, default=0)
     worker.add_argument("--timeout", type=float, default=120.0)
     worker.add_argument("--trace", help="write every callback (recv/notify) to this JSON-lines file")
+    worker.add_argument("--link", choices=["ws", "sse"], default="ws")
     worker.set_defaults(func=_worker)
 
 

@@ -28,7 +28,7 @@ from typing import Any
 
 import httpx
 
-from tracker.link import ServiceLink
+from tracker.link import Link, ServiceLink
 from tracker.transport import Transport
 from tracker.worker import Worker
 
@@ -68,10 +68,16 @@ def _free_ports(count: int) -> list[int]:
 
 def launch(name: str, config: dict[str, Any], url: str, admin_token: str, workers: int = 2, *,
            delay: float = 0.0, progress_delay: float = 0.0, seed: int = 0, trace_dir: Path | None = None,
-           timeout: float = 120.0, service_url: str | list[str] | None = None) -> dict[str, Any]:
+           timeout: float = 120.0, service_url: str | list[str] | None = None, link: str = "ws") -> dict[str, Any]:
     """Run example ``name`` on ``workers`` processes; returns ``{"rows", "stats", "dataflow",
-    "wall_s"}``. ``service_url`` (one for all or one per worker) lets workers reach the service
-    through another address (a proxy in tests); ``url`` is used to register."""
+    "wall_s"}`` once every worker has finished (raises ``RuntimeError`` with the worker's stderr if
+    one fails). ``service_url`` (one for all or one per worker) lets workers reach the service
+    through another address (a proxy in tests); ``url`` is used to register. ``link`` is ``ws``
+    (one WebSocket per worker) or ``sse`` (POST + the SSE stream). Example::
+
+        result = launch("wordcount", {"epochs": 4}, "http://127.0.0.1:8000", admin_token, workers=3)
+        assert result["rows"] == load_example("wordcount").reference({**DEFAULTS, "epochs": 4})
+    """
     example = load_example(name)
     config = {**example.DEFAULTS, **config}
     dataflow_id, token = register(url, admin_token, example.build(config).registration(workers))
@@ -85,7 +91,7 @@ def launch(name: str, config: dict[str, Any], url: str, admin_token: str, worker
         command = [sys.executable, "-m", "tracker.cli", "worker", name, f"--url={urls[index]}",
                    f"--dataflow={dataflow_id}", f"--token={token}", f"--index={index}", f"--addresses={addresses}",
                    f"--config={json.dumps(config)}", f"--delay={delay}", f"--progress-delay={progress_delay}",
-                   f"--seed={seed * 1000 + index}", f"--timeout={timeout}"]
+                   f"--seed={seed * 1000 + index}", f"--timeout={timeout}", f"--link={link}"]
         if trace_dir is not None:
             command += ["--trace", str(Path(trace_dir) / f"trace-{index}.jsonl")]
         processes.append(subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE))
@@ -108,16 +114,21 @@ def launch(name: str, config: dict[str, Any], url: str, admin_token: str, worker
 
 async def run_worker(name: str, config: dict[str, Any], index: int, addresses: list[tuple[str, int]], url: str,
                      dataflow: str, token: str, *, delay: float = 0.0, progress_delay: float = 0.0, seed: int = 0,
-                     trace: list[tuple[Any, ...]] | None = None, timeout: float = 120.0
+                     trace: list[tuple[Any, ...]] | None = None, timeout: float = 120.0, link: str = "ws"
                      ) -> tuple[list[dict[str, Any]], dict[str, float]]:
     """Host worker ``index`` of example ``name`` in this process until the dataflow finishes;
     returns its rows and statistics."""
     example = load_example(name)
-    link = ServiceLink(url, dataflow, token, f"w{index}", delay=progress_delay, seed=seed)
+    if link == "sse":
+        from tracker.sse_link import SseLink
+
+        progress: Link = SseLink(url, dataflow, token, f"w{index}")
+    else:
+        progress = ServiceLink(url, dataflow, token, f"w{index}", delay=progress_delay, seed=seed)
     transport = Transport(index, addresses, delay=delay, seed=seed)
     await transport.start()
     await transport.connect_all()
-    worker = Worker(example.build(config), index, len(addresses), link, transport, trace=trace)
+    worker = Worker(example.build(config), index, len(addresses), progress, transport, trace=trace)
     stats = await worker.run(lambda w: example.drive(w, config), timeout=timeout)
     return example.collect(worker), stats
 
@@ -129,7 +140,8 @@ def worker_main(args: Any) -> int:
     try:
         rows, stats = asyncio.run(run_worker(
             args.name, json.loads(args.config), args.index, addresses, args.url, args.dataflow, args.token,
-            delay=args.delay, progress_delay=args.progress_delay, seed=args.seed, trace=trace, timeout=args.timeout))
+            delay=args.delay, progress_delay=args.progress_delay, seed=args.seed, trace=trace, timeout=args.timeout,
+            link=args.link))
     finally:
         if trace is not None:
             with open(args.trace, "w") as handle:
@@ -147,7 +159,8 @@ def example_main(args: Any) -> int:
     if not token:
         print("tracker example: needs the admin token (--token or env TRACKER_ADMIN_TOKEN)", file=sys.stderr)
         return 2
-    result = launch(args.name, config, args.url, token, args.workers, delay=args.delay, timeout=args.timeout)
+    result = launch(args.name, config, args.url, token, args.workers, delay=args.delay, timeout=args.timeout,
+                    link=args.link)
     for line in example.render(result["rows"]):
         print(line)
     if args.stats:

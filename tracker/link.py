@@ -29,6 +29,8 @@ from tracker.reachability import Tracker
 from tracker.timestamp import Timestamp, less_equal
 from tracker.vertex import location_update
 
+MERGE_LIMIT = 5000  # updates per merged batch (~400 KB of JSON)
+
 
 class LinkFailure(RuntimeError):
     """The progress tracker refused a batch for good (invalid update, lost acknowledged state)."""
@@ -44,25 +46,32 @@ class FrontierView:
     >>> view.snapshot(3, [{"location": {"node": 1, "port": 0, "kind": "target"}, "frontier": [[2]]}])
     >>> view.blocks(Location.target(1, 0), (2,)), view.blocks(Location.target(1, 0), (1,))
     (True, False)
+    >>> view.snapshot(-1, [{"location": {"node": 1, "port": 0, "kind": "target"}, "frontier": []}])
+    >>> view.blocks(Location.target(1, 0), (0,)), view.empty()
+    (True, False)
     """
 
     def __init__(self) -> None:
         self.known = False
-        self.version = -1
+        self.version: int | None = None  # of the state held; None before the first snapshot
         self.times: dict[Location, set[Timestamp]] = {}
 
     def snapshot(self, version: int, locations: list[dict[str, Any]]) -> None:
-        """Replace everything by a ``snapshot`` event's ``locations``."""
+        """Replace everything by a ``snapshot`` event's ``locations``.
+
+        A negative version means the service has computed no frontier yet (``--engine spark``
+        before its first micro-batch): its empty lists must not read as "nothing can arrive",
+        so the view stays unknown until the first ``changes`` event builds on it."""
         self.times = {}
         for row in locations:
             loc = row["location"]
             self.times[Location(loc["node"], loc["port"], loc["kind"])] = {tuple(t) for t in row["frontier"]}
         self.version = version
-        self.known = True
+        self.known = version >= 0
 
     def apply(self, version: int, changes: list[dict[str, Any]]) -> None:
         """Fold a ``changes`` event in; events at or below the current version are ignored."""
-        if not self.known or version <= self.version:
+        if self.version is None or version <= self.version:
             return
         for change in changes:
             loc = change["location"]
@@ -72,6 +81,7 @@ class FrontierView:
             else:
                 times.discard(tuple(change["time"]))
         self.version = version
+        self.known = True
 
     def blocks(self, location: Location, time: Timestamp) -> bool:
         """True while some frontier element at ``location`` is ``<= time`` (or nothing is known
@@ -99,13 +109,15 @@ def consolidate(updates: Iterable[Update]) -> list[Update]:
 
 
 class Link:
-    """What a :class:`~tracker.worker.Worker` needs from the progress tracker."""
+    """What a :class:`~tracker.worker.Worker` needs from the progress tracker: ``submit`` atomic
+    batches (sent in order, merged but never split, each exactly once), a :class:`FrontierView`
+    kept current, ``wake`` called on every ack or frontier change, and ``run``/``close``."""
 
     def __init__(self, worker: str) -> None:
         self.worker = worker
         self.view = FrontierView()
         self.wake: Callable[[], None] = lambda: None
-        self.pending: list[Update] = []
+        self.pending: deque[list[Update]] = deque()  # whole callback batches, oldest first
         self.unacked: deque[tuple[int, str]] = deque()
         self.next_seq = 0
         self.stats: dict[str, int] = defaultdict(int)
@@ -115,7 +127,7 @@ class Link:
     def submit(self, updates: list[Update]) -> None:
         """Queue one atomic batch (it may be merged with neighbours, never split)."""
         if updates:
-            self.pending.extend(updates)
+            self.pending.append(list(updates))
             self._more.set()
 
     def idle(self) -> bool:
@@ -123,8 +135,12 @@ class Link:
         return not self.pending and not self.unacked
 
     def _next_batch(self) -> tuple[int, str] | None:
-        updates = consolidate(self.pending)
-        self.pending = []
+        # Merge whole batches, oldest first, up to MERGE_LIMIT updates (the service caps a
+        # message at 1 MiB); a single larger batch still goes alone, never split.
+        merged = self.pending.popleft()
+        while self.pending and len(merged) + len(self.pending[0]) <= MERGE_LIMIT:
+            merged.extend(self.pending.popleft())
+        updates = consolidate(merged)
         if not updates:
             return None  # the merged updates cancel out: nothing to tell anyone
         seq = self.next_seq
@@ -155,6 +171,13 @@ class ServiceLink(Link):
 
     ``max_inflight`` bounds unacknowledged batches (while it is reached, new updates keep merging
     into the next batch); ``delay`` adds a random pause before each send (tests; FIFO is kept).
+    Example (inside a running event loop; a :class:`~tracker.worker.Worker` does this)::
+
+        link = ServiceLink("http://127.0.0.1:8000", dataflow_id, dataflow_token, "w0")
+        task = asyncio.create_task(link.run())
+        link.submit([(Location.source(0, 0), (1,), 1), (Location.source(0, 0), (0,), -1)])
+        ...  # link.view follows the frontier; link.idle() once everything is acknowledged
+        await link.close()
     """
 
     def __init__(self, url: str, dataflow: str, token: str, worker: str, *, max_inflight: int = 4,
@@ -268,7 +291,12 @@ class LocalHub:
     """An in-process progress tracker with the service's semantics, for tests.
 
     Batches of each worker are applied in FIFO order after a random delay, and each link sees
-    the resulting frontier changes after its own random delay (in version order).
+    the resulting frontier changes after its own random delay (in version order). Example::
+
+        tracker = Tracker(flow.graph())
+        tracker.apply(flow.initial(2))
+        hub = LocalHub(tracker, delay=0.002, seed=1)
+        workers = [Worker(flow, i, 2, hub.link(f"w{i}"), transports[i]) for i in range(2)]
     """
 
     def __init__(self, tracker: Tracker, *, delay: float = 0.0, seed: int = 0) -> None:

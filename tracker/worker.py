@@ -46,6 +46,13 @@ class InputHandle:
     ``send`` emits records at the current epoch, ``advance_to(e)`` moves the capability to a
     later epoch (``+1`` at the new time and ``-1`` at the old, in one batch), ``close()``
     drops it. Once every worker has advanced past epoch ``e``, notifications for ``e`` flow.
+    Example, in a driver coroutine given to :meth:`Worker.run`::
+
+        handle = worker.input(0)
+        for epoch, records in enumerate(batches):
+            handle.send(records)
+            handle.advance_to(epoch + 1)
+        handle.close()
     """
 
     def __init__(self, worker: Worker, stage: int) -> None:
@@ -97,7 +104,6 @@ class Worker:
 
     ``trace``, if a list, receives ``("recv", stage, index, port, time)`` and
     ``("notify", stage, index, time)`` for every callback, in the order they ran.
-    ``results`` is a list vertices may append their output to.
     """
 
     def __init__(self, dataflow: Dataflow, index: int, peers: int, link: Link | None,
@@ -108,7 +114,6 @@ class Worker:
         self.link = link
         self.transport = transport
         self.trace = trace
-        self.results: list[Any] = []
         self.vertices: dict[int, Vertex] = {}
         for stage in dataflow.stages:
             if stage.factory is not None:
@@ -162,6 +167,8 @@ class Worker:
         stage, kind, held_port, held = self._holding(vertex)
         if not 0 <= port < self.dataflow.stages[stage].outputs:
             raise ProgressError(f"stage {stage} has no output {port}")
+        if len(time) != self.dataflow.arity:
+            raise ProgressError(f"time {time} does not have the dataflow's arity {self.dataflow.arity}")
         ok = less_equal(held, time) if kind == "notify" else reachable(
             self.dataflow.summaries(stage, held_port, port), held, time)
         if not ok:
@@ -172,11 +179,13 @@ class Worker:
         """Request ``on_notify(time)``; see :meth:`Vertex.notify_at`."""
         stage, kind, held_port, held = self._holding(vertex)
         outputs = self.dataflow.stages[stage].outputs
+        if len(time) != self.dataflow.arity:
+            raise ProgressError(f"time {time} does not have the dataflow's arity {self.dataflow.arity}")
         if kind == "notify" or outputs == 0:
             ok = less_equal(held, time)
         else:
             ok = all(reachable(self.dataflow.summaries(stage, held_port, o), held, time) for o in range(outputs))
-        if not ok or len(time) != self.dataflow.arity:
+        if not ok:
             raise ProgressError(f"stage {stage} holds {held} ({kind}) and cannot be notified at {time}")
         if time in self.requested[stage] or time in self._requests:
             return  # coalesced with the pending request: one capability, one on_notify
