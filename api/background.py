@@ -148,6 +148,7 @@ def write_graph(service: Service, dataflow: Dataflow) -> None:
         small = len(dataflow.graph.locations()) <= NATIVE_PSI_MAX_LOCATIONS
         if small and not (service.settings.spark and service.settings.spark_check):
             service.store.write_summaries(dataflow.id, dataflow.psi())
+        dataflow.graph_stored = True
     except Exception:
         service.metrics.delta_errors.inc()
         log.exception("writing the graph tables failed", extra={"dataflow": dataflow.id})

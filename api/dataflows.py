@@ -113,6 +113,7 @@ class Dataflow:
     spark_detail: str | None = None
     audit: dict[str, Any] | None = None
     ready: bool = False
+    graph_stored: bool = False  # the graph tables (and, without Spark, the native Psi) are in Delta
     _psi: Any = None
     on_publish: Callable[[Dataflow, int, list[FrontierChange]], None] | None = None
 
@@ -292,6 +293,7 @@ class Dataflow:
             "durable_version": self.durable_version,
             "frontier_version": self.frontier_version,
             "engine": self.engine_mode,
+            "graph_stored": self.graph_stored,
             "delta_version": self.delta_version,
             "workers": {w: s for w, (s, _) in sorted(self.workers.items())},
         }

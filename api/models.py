@@ -160,6 +160,8 @@ class DataflowStatus(BaseModel):
     frontier_version: int = Field(default=0, description="the version the frontier is exact for; with "
                                   "--engine spark it may trail durable_version (-1: not computed yet)")
     engine: str = "native"
+    graph_stored: bool = Field(default=False, description="the graph tables (and, without Spark, the native "
+                               "Psi) have been written to Delta")
     delta_version: int = Field(default=0, description="highest version in the Delta progress table")
     workers: dict[str, int] = Field(default_factory=dict, description="last seq per worker")
 

@@ -40,6 +40,19 @@ class InvalidRequest(ValueError):
         return [{"loc": self.loc, "msg": self.msg, "type": "invalid"}]
 
 
+_LOCATIONS: dict[int, tuple[Graph, dict[tuple[int, int, str], Location]]] = {}
+
+
+def _locations(graph: Graph) -> dict[tuple[int, int, str], Location]:
+    """``(node, port, kind) -> Location`` for the graph's ports, built once per graph: a plain
+    tuple lookup is cheaper than constructing a ``Location`` per update to test membership."""
+    cached = _LOCATIONS.get(id(graph))
+    if cached is None or cached[0] is not graph:  # the graph is kept in the entry, so ids are not reused
+        cached = (graph, {(loc.node, loc.port, loc.kind): loc for loc in graph.locations()})
+        _LOCATIONS[id(graph)] = cached
+    return cached[1]
+
+
 def parse_progress(data: bytes | str, graph: Graph) -> tuple[str, int, list[Update]]:
     """``(worker, seq, updates)`` of a progress body, fully validated against ``graph``."""
     try:
@@ -64,7 +77,7 @@ def parse_progress(data: bytes | str, graph: Graph) -> tuple[str, int, list[Upda
     arity = graph.arity
     result: list[Update] = []
     append = result.append
-    has_location = graph.has_location
+    known = _locations(graph)
     for index, item in enumerate(updates):
         where = f"body.updates.{index}"
         if type(item) is not dict or item.keys() != _UPDATE_KEYS:
@@ -88,9 +101,9 @@ def parse_progress(data: bytes | str, graph: Graph) -> tuple[str, int, list[Upda
                 negative = True
         if type(delta) is not int:
             raise InvalidRequest(f"{where}.delta", "must be an integer")
-        location = Location(node, port, kind)
-        if not has_location(location):
-            raise GraphError(f"update {index}: unknown location {location}")
+        location = known.get((node, port, kind))
+        if location is None:
+            raise GraphError(f"update {index}: unknown location {Location(node, port, kind)}")
         if len(time) != arity:
             raise GraphError(
                 f"update {index}: time {time} has {len(time)} coordinates, the dataflow's arity is {arity}")

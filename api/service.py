@@ -212,6 +212,7 @@ class Service:
                 dataflow.compacted_version = compacted
             else:
                 dataflow.uncompacted.clear()
+            dataflow.graph_stored = self.store is not None  # written when it was registered
             if dataflow.engine_mode == "spark":
                 dataflow.reset_published()  # Spark recomputes the frontier from the recovered counts
             dataflow.ready = True

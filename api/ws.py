@@ -93,6 +93,9 @@ async def _handle(service: Service, dataflow: Any, text: str) -> str:
         result = await submit(service, dataflow, text.encode())
     except HTTPException as error:
         return json.dumps({"type": "error", "status": error.status_code, **error.detail})
+    except Exception:  # a service failure (e.g. the log): say so instead of going silent
+        log.exception("websocket batch failed")
+        return json.dumps({"type": "error", "status": 500, "error": "internal_error", "detail": "see the service log"})
     return json.dumps({"type": "ack", **result})
 
 

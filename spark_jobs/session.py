@@ -9,9 +9,10 @@ Delta's and GraphFrames' JVM classes are *detected*, never assumed: the machines
 download JVM packages, so the jars are only present when someone put them on the classpath
 (``SPARK_HOME/jars``, ``spark.jars`` via ``PYSPARK_SUBMIT_ARGS``, a cluster image).
 
->>> spark = get_spark("local[2]")  # doctest: +SKIP
->>> has_delta_jvm(spark), has_graphframes_jvm(spark)  # doctest: +SKIP
-(False, False)
+Example (starts a JVM, so not run as a doctest)::
+
+    spark = get_spark("local[2]")
+    has_delta_jvm(spark), has_graphframes_jvm(spark)   # (False, False) on this machine
 """
 
 from __future__ import annotations
@@ -70,8 +71,9 @@ def get_spark(master: str | None = None) -> SparkSession:
     ``master`` (or env ``SPARK_MASTER``, else ``local[*]``) is only used by the first call; later
     calls return the same session whatever they pass, because a JVM hosts one SparkContext.
 
-    >>> get_spark("local[2]").conf.get("spark.sql.shuffle.partitions")  # doctest: +SKIP
-    '4'
+    Example::
+
+        get_spark("local[2]").conf.get("spark.sql.shuffle.partitions")   # '4'
     """
     global _SESSION
     with _LOCK:

@@ -186,6 +186,8 @@ class Warehouse:
         if isinstance(dataflow_id, str):
             filters = [("dataflow_id", "=", dataflow_id)]
         elif dataflow_id is not None:
+            if not list(dataflow_id):
+                return schema.empty_table()
             filters = [("dataflow_id", "in", list(dataflow_id))]
         data = delta.to_pyarrow_table(filters=filters)
         return to_arrow(table, data)

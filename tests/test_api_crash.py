@@ -139,3 +139,36 @@ def test_kill_9_loses_no_acknowledged_batch_and_applies_none_twice(tmp_path: Pat
     assert from_delta == counts
     segments = sorted((tmp_path / "warehouse" / "_wal").glob("wal-*.log"))
     assert segments and int(segments[-1].stem.split("-")[1]) > 1, "the log never rotated"
+
+
+def test_a_torn_log_tail_is_cut_off_and_logging_continues(tmp_path: Path) -> None:
+    """A crash in the middle of writing a record leaves a torn tail; that record was never
+    acknowledged, so recovery drops it, keeps everything before, and appends after it."""
+    service = ServiceProcess(tmp_path / "warehouse", env={"TRACKER_DELTA": "0"})  # the log alone
+    service.start()
+    try:
+        dataflow_id, token = register(service, loop_graph(operators=2))
+        url = f"/v1/dataflows/{dataflow_id}/progress"
+        with service.client(token) as client:
+            for seq in range(3):
+                assert client.post(url, json={"worker": "w", "seq": seq,
+                                              "updates": [update(1, 0, "target", [seq], 1)]}).status_code == 200
+        service.kill9()
+        [segment] = sorted((tmp_path / "warehouse" / "_wal").glob("wal-*.log"))
+        intact = segment.stat().st_size
+        with open(segment, "ab") as handle:  # a record header promising more bytes than follow
+            handle.write(b"\x00\x10\x00\x00\x12\x34\x56\x78{\"t\":\"batch\",\"df\":")
+        service.restart()
+        assert segment.stat().st_size == intact
+        with service.client(token) as client:
+            detail = client.get(f"/v1/dataflows/{dataflow_id}").json()
+            assert detail["version"] == 3 and detail["status"]["workers"] == {"w": 2}
+            assert client.post(url, json={"worker": "w", "seq": 3, "updates": [update(1, 0, "target", [3], 1)]}
+                               ).json() == {"applied": True, "duplicate": False, "version": 4}
+        service.kill9()
+        service.restart()
+        with service.client(token) as client:
+            rows = client.get(f"/v1/dataflows/{dataflow_id}/pointstamps").json()
+        assert sorted(r["time"][0] for r in rows if r["location"]["node"] == 1) == [0, 1, 2, 3]
+    finally:
+        service.stop()

@@ -124,6 +124,13 @@ def test_sse_resume_from_too_old_or_bogus_id_gets_a_snapshot(service: ServicePro
                 event = next(source.iter_sse())
             assert (event.event, event.id) == ("snapshot", "30"), last
             assert snapshot_view(event.json()) == rest_view(service, dataflow_id)[1]
+        # ?version=N needs the same history: too old is a clear 404, a retained one is exact.
+        too_old = client.get(f"/v1/dataflows/{dataflow_id}/frontier", params={"version": 2})
+        assert too_old.status_code == 404 and too_old.json()["error"] == "unknown_version"
+        recent = client.get(f"/v1/dataflows/{dataflow_id}/frontier", params={"version": 25}).json()
+        assert recent["version"] == 25
+        assert {r["location"]["node"]: r["frontier"] for r in recent["locations"]
+                if r["location"]["kind"] == "source"}[0] == [[25]]
 
 
 @pytest.mark.skipif(shutil.which("curl") is None, reason="curl is not installed")
@@ -191,8 +198,14 @@ def test_websocket_auth_is_checked_at_the_handshake(service: ServiceProcess) -> 
     with pytest.raises(InvalidStatus) as foreign:
         ws_connect(url, additional_headers={"Authorization": f"Bearer {other_token}"})
     assert foreign.value.response.status_code == 403
+    with pytest.raises(InvalidStatus) as unknown:
+        ws_connect(f"{service.ws_url}/v1/dataflows/nope/ws?token={ADMIN}")
+    assert unknown.value.response.status_code == 404
     with ws_connect(f"{url}?token={ADMIN}") as ws:
         assert json.loads(ws.recv(timeout=5))["type"] == "snapshot"
+        metrics = httpx.get(service.url + "/metrics").text
+        [gauge] = [line for line in metrics.splitlines() if line.startswith('tracker_subscribers{transport="ws"}')]
+        assert float(gauge.split()[-1]) >= 1
 
 
 def test_a_slow_subscriber_is_resynced_and_does_not_slow_progress(service: ServiceProcess) -> None:
