@@ -36,14 +36,16 @@ def test_antichain_keeps_exactly_the_minimal_elements(elements: list[tuple[int, 
     assert chain.dominates(Antichain(elements))
 
 
-@given(st.lists(st.tuples(times2, st.sampled_from([-1, 1, 2])), max_size=20))
-def test_mutable_antichain_reports_exact_changes(updates: list[tuple[tuple[int, int], int]]) -> None:
-    counts: dict[tuple[int, int], int] = {}
-    chain: MutableAntichain[tuple[int, int]] = MutableAntichain()
-    frontier: set[tuple[int, int]] = set()
+@given(st.lists(st.tuples(st.one_of(times2, st.tuples(st.integers(0, 4))), st.sampled_from([-1, 1, 2])),
+                max_size=20).filter(lambda us: len({len(t) for t, _ in us}) <= 1), st.booleans())
+def test_mutable_antichain_reports_exact_changes(updates: list[tuple[tuple[int, ...], int]], single: bool) -> None:
+    counts: dict[tuple[int, ...], int] = {}
+    chain: MutableAntichain[tuple[int, ...]] = MutableAntichain()
+    frontier: set[tuple[int, ...]] = set()
     for time, delta in updates:
         counts[time] = counts.get(time, 0) + delta
-        for changed, diff in chain.update_iter([(time, delta)]):
+        changes = chain.update(time, delta) if single else chain.update_iter([(time, delta)])
+        for changed, diff in changes:
             (frontier.add if diff > 0 else frontier.remove)(changed)
         active = [t for t, c in counts.items() if c > 0]
         expected = {t for t in active if not any(less_than(o, t) for o in active)}

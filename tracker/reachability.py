@@ -55,9 +55,13 @@ class Tracker:
         if cycles:
             raise ValueError("graph has non-incrementing cycles: " + ", ".join(map(str, cycles)))
         self.graph = graph
-        self._outgoing: dict[Location, list[tuple[Location, PathSummary]]] = defaultdict(list)
+        # Zero summaries are stored as None: most transitions are edges, and skipping
+        # results_in for them is a large share of the hot path.
+        self._outgoing: dict[Location, list[tuple[Location, PathSummary | None]]] = {
+            loc: [] for loc in graph.locations()
+        }
         for step in graph.transitions():
-            self._outgoing[step.src].append((step.dst, step.summary))
+            self._outgoing[step.src].append((step.dst, None if step.summary.is_zero() else step.summary))
         self._pointstamps: dict[Location, MutableAntichain[Timestamp]] = {
             loc: MutableAntichain() for loc in graph.locations()
         }
@@ -84,7 +88,7 @@ class Tracker:
         return self._propagate(worklist)
 
     def _propagate(self, worklist: list[tuple[Timestamp, Location, int]]) -> list[FrontierChange]:
-        pushed: dict[tuple[Location, Timestamp], int] = defaultdict(int)
+        pushed: dict[tuple[Location, Timestamp], int] = {}
         implications = self._implications
         outgoing = self._outgoing
         while worklist:
@@ -93,12 +97,16 @@ class Tracker:
                 diff += heapq.heappop(worklist)[2]
             if diff == 0:
                 continue
-            for changed, change in implications[location].update_iter(((time, diff),)):
-                pushed[(location, changed)] += change
+            for changed, change in implications[location].update(time, diff):
+                key = (location, changed)
+                pushed[key] = pushed.get(key, 0) + change
                 for dest, summary in outgoing[location]:
-                    moved = summary.results_in(changed)
-                    if moved is not None:
-                        heapq.heappush(worklist, (moved, dest, change))
+                    if summary is None:
+                        heapq.heappush(worklist, (changed, dest, change))
+                    else:
+                        moved = summary.results_in(changed)
+                        if moved is not None:
+                            heapq.heappush(worklist, (moved, dest, change))
         changes = [FrontierChange(loc, t, d) for (loc, t), d in pushed.items() if d != 0]
         changes.sort(key=lambda c: (c.time, c.location, c.diff))
         return changes
