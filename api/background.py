@@ -230,7 +230,8 @@ async def compact(service: Service) -> None:
         frontiers = {loc: sorted(ts) for loc, ts in dataflow.published.items() if ts}
         pending, dataflow.uncompacted = dataflow.uncompacted, []
         try:
-            await loop.run_in_executor(service.delta_pool, service.store.write_state, dataflow.id, counts, frontiers)
+            await loop.run_in_executor(service.delta_pool, service.store.write_state, dataflow.id, counts, frontiers,
+                                       version)
         except Exception:
             dataflow.uncompacted[:0] = pending
             raise

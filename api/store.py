@@ -95,9 +95,10 @@ class Store:
         return self.warehouse.append("progress", table)
 
     def write_state(self, dataflow_id: str, counts: dict[tuple[Location, Timestamp], int],
-                    frontiers: dict[Location, Iterable[Timestamp]]) -> None:
-        """Replace the dataflow's ``pointstamps`` and ``frontiers`` partitions."""
-        self.warehouse.write_pointstamps(dataflow_id, counts)
+                    frontiers: dict[Location, Iterable[Timestamp]], version: int) -> None:
+        """Replace the dataflow's ``pointstamps`` and ``frontiers`` partitions, both as of
+        ``version`` (recorded with the pointstamps, so the incremental Spark job resumes there)."""
+        self.warehouse.write_pointstamps(dataflow_id, counts, as_of_version=version)
         self.warehouse.write_frontiers(dataflow_id, frontiers)
 
     def append_changes(self, batches: Iterable[tuple[str, int, list[FrontierChange], float]]) -> int:

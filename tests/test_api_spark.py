@@ -97,3 +97,7 @@ def test_compaction_writes_pointstamps_frontiers_and_changes(service: ServicePro
     want = {(row["location"]["node"], row["location"]["port"], row["location"]["kind"], tuple(t))
             for row in frontier["locations"] for t in row["frontier"]}
     assert got == want
+    # The incremental Spark job resumes from the version the pointstamps were written as of.
+    from spark_jobs.storage import Warehouse
+
+    assert Warehouse(service.warehouse).pointstamps_version(dataflow_id) == 1
