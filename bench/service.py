@@ -36,7 +36,7 @@ OPERATORS = 100
 BATCH = 128
 
 try:  # the trivial endpoint of the floor (imported by uvicorn in a subprocess)
-    from fastapi import FastAPI, WebSocket
+    from fastapi import FastAPI, WebSocket, WebSocketDisconnect
 
     floor_app = FastAPI()
 
@@ -47,8 +47,11 @@ try:  # the trivial endpoint of the floor (imported by uvicorn in a subprocess)
     @floor_app.websocket("/ws")
     async def _ws(websocket: WebSocket) -> None:
         await websocket.accept()
-        while True:
-            await websocket.send_text(await websocket.receive_text())
+        try:
+            while True:
+                await websocket.send_text(await websocket.receive_text())
+        except WebSocketDisconnect:  # the benchmark closing its connection is the normal end
+            return
 except ImportError:  # pragma: no cover
     floor_app = None
 

@@ -18,9 +18,11 @@ if ! command -v java >/dev/null; then
   _apt_install openjdk-17-jre-headless
 fi
 
-# Reinstall when pyproject.toml changed since the last install.
-STAMP="$VENV/.installed-$(sha1sum "$ROOT/pyproject.toml" | cut -c1-12)-${SETUP_EXTRAS:-run}"
-if [ ! -f "$STAMP" ]; then
+# Reinstall when pyproject.toml changed since the last install. A dev install (bin/test) is a
+# superset of the plain one (bin/serve), so it satisfies both.
+HASH="$(sha1sum "$ROOT/pyproject.toml" | cut -c1-12)"
+if [ -n "${SETUP_EXTRAS:-}" ]; then WANT="$VENV/.installed-$HASH-$SETUP_EXTRAS"; else WANT="$VENV/.installed-$HASH-run"; fi
+if [ ! -f "$WANT" ] && { [ -n "${SETUP_EXTRAS:-}" ] || [ ! -f "$VENV/.installed-$HASH-dev" ]; }; then
   echo "[setup] preparing $VENV (first run takes a few minutes: pyspark is large)" >&2
   [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
   "$VENV/bin/pip" install -q --upgrade pip >/dev/null
@@ -29,7 +31,7 @@ if [ ! -f "$STAMP" ]; then
   else
     "$VENV/bin/pip" install -q -e "$ROOT"
   fi
-  rm -f "$VENV"/.installed-*
-  touch "$STAMP"
+  find "$VENV" -maxdepth 1 -name ".installed-*" ! -name ".installed-$HASH-*" -delete
+  touch "$WANT"
 fi
 export PATH="$VENV/bin:$PATH"

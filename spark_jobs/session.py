@@ -90,6 +90,10 @@ def get_spark(master: str | None = None) -> SparkSession:
             .config("spark.sql.session.timeZone", "UTC")
             .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         )
+        if resolve_master(master).startswith("local"):
+            # An embedded session talks only to itself: keep the driver on loopback rather than
+            # whatever interface the hostname resolves to.
+            builder = builder.config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
         if delta_jars_present():
             builder = builder.config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension").config(
                 "spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog"
