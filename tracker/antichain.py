@@ -105,36 +105,22 @@ class MutableAntichain(Generic[T]):
         self._frontier: list[T] = []
 
     def update_iter(self, updates: Iterable[tuple[T, int]]) -> list[tuple[T, int]]:
-        """Apply ``(time, delta)`` updates and return the frontier's changes ``(time, +1/-1)``."""
-        counts = self._counts
-        rebuild = False
+        """Apply ``(time, delta)`` updates and return the frontier's net changes ``(time, +1/-1)``."""
+        net: dict[T, int] = {}
         for time, delta in updates:
-            if delta == 0:
-                continue
-            old = counts.get(time, 0)
-            new = old + delta
-            if new == 0:
-                del counts[time]
-            else:
-                counts[time] = new
-            if (old > 0) != (new > 0):
-                # A time entering the active set matters only if nothing active is <= it;
-                # a time leaving it matters only if it was a frontier element.
-                if new > 0:
-                    rebuild = rebuild or not any(less_equal(f, time) for f in self._frontier)
-                else:
-                    rebuild = rebuild or time in self._frontier
-        if not rebuild:
-            return []
-        return self._rebuild()
+            for changed, diff in self.update(time, delta):
+                    net[changed] = net.get(changed, 0) + diff
+        return [(time, diff) for time, diff in net.items() if diff]
 
     def update(self, time: T, delta: int) -> list[tuple[T, int]]:
-        """Apply one ``(time, delta)``; same answer as ``update_iter([(time, delta)])``, faster.
+        """Apply one ``(time, delta)`` and return the frontier's changes.
 
         The tracker's hot path: a time becoming active extends the frontier without looking at
         the other counts (the new frontier is the old one minus what ``time`` dominates, plus
         ``time``); only a frontier element becoming inactive needs the counts rescanned.
         """
+        if delta == 0:
+            return []
         counts = self._counts
         old = counts.get(time, 0)
         new = old + delta
