@@ -29,6 +29,7 @@ from api.models import (
 from api.parsing import InvalidRequest, MalformedJSON, parse_progress
 from api.service import Service
 from tracker.graph import GraphError, Location
+from tracker.structure import path_summaries
 
 router = APIRouter(prefix="/v1")
 
@@ -40,6 +41,7 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
     413: {"model": ErrorBody, "description": "body too large"},
     422: {"model": ErrorBody, "description": "invalid request"},
 }
+PSI_LOCATIONS = 2_000  # the whole of Psi is quadratic: beyond this, ask for one origin at a time
 NodeQ = Annotated[int | None, Query(ge=0, le=2**31 - 1)]
 KindQ = Annotated[Literal["source", "target"] | None, Query()]
 
@@ -151,7 +153,19 @@ async def summaries(dataflow: DataflowDep, from_node: NodeQ = None, from_port: N
     def ok(loc: Location, n: int | None, p: int | None, k: str | None) -> bool:
         return (n is None or loc.node == n) and (p is None or loc.port == p) and (k is None or loc.kind == k)
 
-    psi = await asyncio.to_thread(dataflow.psi)  # computed once; quadratic, so never on the loop
+    if None not in (from_node, from_port, from_kind):
+        origin = Location(from_node, from_port, from_kind)  # type: ignore[arg-type]
+        if not dataflow.graph.has_location(origin):
+            raise HTTPException(422, {"error": "unknown_location",
+                                      "detail": f"{origin} is not a port of this dataflow"})
+        psi = await asyncio.to_thread(path_summaries, dataflow.graph, [origin])  # linear: one origin
+    elif len(dataflow.graph.locations()) > PSI_LOCATIONS:
+        raise HTTPException(422, {"error": "too_large", "detail": (
+            f"Psi of a graph with {len(dataflow.graph.locations())} locations is quadratic in size; name one "
+            f"origin with from_node, from_port and from_kind (the whole of Psi is served up to {PSI_LOCATIONS} "
+            "locations)")})
+    else:
+        psi = await asyncio.to_thread(dataflow.psi)  # computed once; quadratic, so never on the loop
     rows = [
         {"from": location_json(a), "to": location_json(b), "summaries": [list(s) for s in chain.elements()]}
         for (a, b), chain in psi.items()

@@ -241,6 +241,22 @@ def test_auth_401_403_404(service: ServiceProcess) -> None:
         assert {mine, other} <= ids
 
 
+def test_summaries_of_a_large_graph_are_served_one_origin_at_a_time(service: ServiceProcess) -> None:
+    body = loop_graph(operators=1200)  # 2,402 locations: the whole of Psi would be millions of rows
+    dataflow_id, token = register(service, body)
+    graph, _ = core_graph(body)
+    with service.client(token) as client:
+        whole = client.get(f"/v1/dataflows/{dataflow_id}/summaries")
+        assert whole.status_code == 422 and whole.json()["error"] == "too_large"
+        rows = client.get(f"/v1/dataflows/{dataflow_id}/summaries",
+                          params={"from_node": 600, "from_port": 0, "from_kind": "source"}).json()
+    origin = Location.source(600, 0)
+    expected = {k: sorted(v) for k, v in path_summaries(graph, [origin]).items()}
+    assert {(Location(**r["from"]), Location(**r["to"])): sorted(tuple(s) for s in r["summaries"])
+            for r in rows} == expected
+    assert len(rows) == len(graph.locations()) - 2  # all but the input and the ring entry it feeds
+
+
 def test_summaries_and_explain(service: ServiceProcess) -> None:
     body = loop_graph(operators=3)
     dataflow_id, token = register(service, body)
@@ -256,6 +272,9 @@ def test_summaries_and_explain(service: ServiceProcess) -> None:
                         "kind": "source"}, "summaries": [[0]]}]
         client.post(f"/v1/dataflows/{dataflow_id}/progress", json={"worker": "w", "seq": 0, "updates": [
             update(0, 0, "source", [0], -1), update(2, 0, "source", [4], 1)]})
+        missing = client.get(f"/v1/dataflows/{dataflow_id}/summaries",
+                             params={"from_node": 9, "from_port": 0, "from_kind": "target"})
+        assert missing.status_code == 422 and missing.json()["error"] == "unknown_location"
         url = f"/v1/dataflows/{dataflow_id}/frontier/explain"
         stuck = client.get(url, params={"node": 1, "port": 0, "kind": "target", "time": "6"}).json()
         assert stuck["safe_to_notify"] is False and stuck["frontier"] == [[5]]

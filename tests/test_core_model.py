@@ -79,6 +79,14 @@ def test_graph_validation_errors(arity: int, nodes: list[Node], edges: list[Edge
         Graph.build(arity, nodes, edges)
 
 
+def test_graph_size_limits() -> None:
+    with pytest.raises(GraphError, match="1000000 transitions"):
+        Graph.build(1, [Node(0, 1000, 1000)], [])
+    with pytest.raises(GraphError, match="200000 ports"):
+        Graph.build(1, [Node(0, 0, 200_000)], [])
+    Graph.build(1, [Node(0, 400, 400)], [])  # 160,000 transitions: allowed
+
+
 def test_update_validation_errors() -> None:
     graph = Graph.build(2, [_node(0)], [])
     target = Location.target(0, 0)

@@ -101,6 +101,11 @@ class Edge:
     target: Location
 
 
+MAX_LOCATIONS = 100_000
+"""The most ports a graph may have."""
+MAX_TRANSITIONS = 200_000
+"""The most transitions (edges plus internal connection summaries) a graph may have."""
+
 Update = tuple[Location, Timestamp, int]
 """A change to an occurrence count: ``(location, time, delta)``."""
 
@@ -121,8 +126,11 @@ class Graph:
 
         Checked: arity >= 1, unique non-negative node ids, non-negative port counts, connection
         ports that exist, summaries of the right arity with non-negative increments and at least
-        one per connection, edges from an existing source to an existing target.
-        Cycles are not checked here: see :func:`tracker.structure.find_cycles`.
+        one per connection, edges from an existing source to an existing target, and size:
+        at most :data:`MAX_LOCATIONS` ports and :data:`MAX_TRANSITIONS` transitions (a node with
+        omitted connections has ``inputs * outputs`` of them), so that a few bytes of JSON cannot
+        ask for millions of objects. Cycles are not checked here: see
+        :func:`tracker.structure.find_cycles`.
         """
         if isinstance(arity, bool) or not isinstance(arity, int) or arity < 1:
             raise GraphError(f"timestamp_arity must be a positive integer, got {arity!r}")
@@ -130,6 +138,7 @@ class Graph:
         built: list[Node] = []
         for node in nodes:
             built.append(_check_node(node, arity, seen))
+        _check_size(built, len(edges))
         locations = frozenset(
             loc
             for node in built
@@ -198,6 +207,21 @@ class Graph:
                 raise GraphError(f"update {index}: delta must be an integer, got {delta!r}")
             result.append((loc, checked, delta))
         return result
+
+
+def _check_size(nodes: list[Node], edges: int) -> None:
+    locations = sum(n.inputs + n.outputs for n in nodes)
+    if locations > MAX_LOCATIONS:
+        raise GraphError(f"graph has {locations} ports (inputs plus outputs); the limit is {MAX_LOCATIONS}")
+    transitions = edges + sum(
+        n.inputs * n.outputs if n.connections is None else sum(len(c.summaries) for c in n.connections)
+        for n in nodes
+    )
+    if transitions > MAX_TRANSITIONS:
+        raise GraphError(
+            f"graph has {transitions} transitions (edges plus internal connections; a node without explicit "
+            f"connections connects every input to every output); the limit is {MAX_TRANSITIONS}"
+        )
 
 
 def _check_node(node: Node, arity: int, seen: dict[int, Node]) -> Node:

@@ -8,6 +8,7 @@ advance timestamps, and along which transitions?); :func:`path_summaries` comput
 from __future__ import annotations
 
 from collections import defaultdict, deque
+from collections.abc import Iterable
 
 from tracker.antichain import Antichain
 from tracker.graph import Graph, Location, Transition
@@ -35,8 +36,11 @@ def find_cycles(graph: Graph) -> list[Transition]:
     return sorted({t for t in zero if component[t.src] == component[t.dst]}, key=_transition_key)
 
 
-def path_summaries(graph: Graph) -> Summaries:
+def path_summaries(graph: Graph, origins: Iterable[Location] | None = None) -> Summaries:
     """``Psi`` for every pair ``(l1, l2)`` such that ``l2`` is reachable from ``l1``.
+
+    ``origins`` restricts ``l1`` (one search per origin, so one origin costs linear work while
+    the whole of ``Psi`` is quadratic in the number of locations).
 
     Includes ``(l, l)`` with the zero summary (the empty path), since a time at ``l`` is
     itself a time that may appear at ``l``. Requires a graph without non-incrementing cycles
@@ -53,7 +57,7 @@ def path_summaries(graph: Graph) -> Summaries:
         outgoing[t.src].append(t)
     zero = PathSummary.zero(graph.arity)
     result: Summaries = {}
-    for origin in graph.locations():
+    for origin in graph.locations() if origins is None else origins:
         reached: dict[Location, Antichain[PathSummary]] = {origin: Antichain([zero])}
         # Label-correcting search: a location is re-expanded only with summaries that entered
         # its antichain, and strictly advancing cycles stop entering, so this terminates.
