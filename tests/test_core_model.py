@@ -84,7 +84,7 @@ def test_graph_size_limits() -> None:
         Graph.build(1, [Node(0, 1000, 1000)], [])
     with pytest.raises(GraphError, match="200000 ports"):
         Graph.build(1, [Node(0, 0, 200_000)], [])
-    Graph.build(1, [Node(0, 400, 400)], [])  # 160,000 transitions: allowed
+    Graph.build(1, [Node(0, 300, 300)], [])  # 90,000 transitions: allowed
 
 
 def test_update_validation_errors() -> None:

@@ -103,7 +103,7 @@ class Edge:
 
 MAX_LOCATIONS = 100_000
 """The most ports a graph may have."""
-MAX_TRANSITIONS = 200_000
+MAX_TRANSITIONS = 100_000
 """The most transitions (edges plus internal connection summaries) a graph may have."""
 
 Update = tuple[Location, Timestamp, int]
