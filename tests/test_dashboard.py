@@ -185,6 +185,53 @@ def test_live_graph_frontiers_plots_and_screenshot(service: ServiceProcess, brow
     page.close()
 
 
+def test_a_running_worker_example_is_drawn_and_moves_on_screen(service: ServiceProcess, browser: Browser) -> None:
+    """The real thing: `tracker example components` (worker processes over the WebSocket link)
+    runs against the service while the page watches; its frontiers must move on screen."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    with service.client() as client:
+        before = {d["id"] for d in client.get("/v1/dataflows").json()}
+    env = {**os.environ, "TRACKER_ADMIN_TOKEN": ADMIN}
+    example = subprocess.Popen(
+        [sys.executable, "-m", "tracker.cli", "example", "components", "--url", service.url, "--workers", "2",
+         "--epochs", "5000", "--delay", "0.02", "--timeout", "120"],
+        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        start_new_session=True)  # its own process group: the worker processes are ended with it
+    try:
+        deadline = time.monotonic() + 30
+        new: list[dict[str, Any]] = []
+        while not new and time.monotonic() < deadline:
+            with service.client() as client:
+                new = [d for d in client.get("/v1/dataflows").json() if d["id"] not in before]
+            time.sleep(0.1)
+        assert new, "the example did not register its dataflow within 30 s"
+        dataflow_id = new[0]["id"]
+        page = browser.new_page(viewport={"width": 1400, "height": 1250})
+        page.goto(service.url + "/dashboard")
+        if page.locator("#login").is_visible():
+            page.fill("#token", ADMIN)
+            page.click("#save-token")
+        page.locator(f'#dataflows li[data-id="{dataflow_id}"]').click(timeout=WAIT_MS)
+        page.wait_for_function("window.dashboard.cy && window.dashboard.cy.nodes('.operator').length === 4",
+                               timeout=WAIT_MS)
+        assert page.evaluate("window.dashboard.cy.edges('.loop').length") >= 1  # the feedback loop is drawn
+        status = page.locator("#status")
+        expect(status).to_contain_text("version", timeout=WAIT_MS)
+        first = status.inner_text()
+        # The workers keep reporting progress: the version shown must move without a reload.
+        page.wait_for_function("(t) => document.querySelector('#status').innerText !== t", arg=first,
+                               timeout=WAIT_MS)
+        page.screenshot(path=str(OUTPUT / "dashboard-example.png"), full_page=True)
+        page.close()
+    finally:
+        os.killpg(example.pid, signal.SIGKILL)
+        example.wait(timeout=10)
+
+
 def test_history_route_uses_the_same_auth(service: ServiceProcess) -> None:
     example = Example(service)
     other = Example(service)
