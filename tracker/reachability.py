@@ -18,6 +18,7 @@ from __future__ import annotations
 import heapq
 from collections import defaultdict
 from collections.abc import Iterable
+from operator import itemgetter
 from typing import NamedTuple
 
 from tracker.antichain import MutableAntichain
@@ -32,6 +33,9 @@ class FrontierChange(NamedTuple):
     location: Location
     time: Timestamp
     diff: int
+
+
+_BY_TIME = itemgetter(1, 0, 2)  # (time, location, diff)
 
 
 class Tracker:
@@ -107,8 +111,11 @@ class Tracker:
                         moved = summary.results_in(changed)
                         if moved is not None:
                             heapq.heappush(worklist, (moved, dest, change))
-        changes = [FrontierChange(loc, t, d) for (loc, t), d in pushed.items() if d != 0]
-        changes.sort(key=lambda c: (c.time, c.location, c.diff))
+        # tuple.__new__ and itemgetter skip NamedTuple's Python-level constructor and a lambda
+        # per change: with hundreds of changes per batch this was a tenth of the service's time.
+        new = tuple.__new__
+        changes = [new(FrontierChange, (loc, t, d)) for (loc, t), d in pushed.items() if d != 0]
+        changes.sort(key=_BY_TIME)
         return changes
 
     def frontier(self, location: Location) -> list[Timestamp]:
