@@ -128,11 +128,24 @@ class Store:
             "time": [c.time for c in changes], "diff": [c.diff for c in changes], "at": ats,
         }
         schema = TABLES["frontier_changes"]
-        table = pa.Table.from_arrays([pa.array(columns[f.name], type=f.type) for f in schema], schema=schema)
-        return self.warehouse.append("frontier_changes", table)
+        return self.warehouse.append("frontier_changes", _chunked_table(columns, schema, len(changes)))
 
     def write_summaries(self, dataflow_id: str, psi: Any) -> None:
         """Replace the dataflow's ``summaries``."""
         self.warehouse.write_summaries(dataflow_id, psi)
 
 
+
+
+_CHUNK = 4096
+
+
+def _chunked_table(columns: dict[str, list[Any]], schema: pa.Schema, rows: int) -> pa.Table:
+    """A table built chunk by chunk: one ``pa.array`` call over a long list holds the GIL
+    throughout, and this runs in a thread beside the event loop."""
+    arrays = [
+        pa.chunked_array([pa.array(columns[f.name][i:i + _CHUNK], type=f.type) for i in range(0, rows, _CHUNK)],
+                         type=f.type)
+        for f in schema
+    ]
+    return pa.Table.from_arrays(arrays, schema=schema)
