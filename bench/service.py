@@ -30,7 +30,7 @@ from typing import Any
 import httpx
 from websockets.asyncio.client import connect
 
-from tests.service_fixtures import ADMIN, ServiceProcess, free_port, loop_graph, register, update
+from tests.service_fixtures import ADMIN, ServiceProcess, core_graph, free_port, loop_graph, register, update
 
 OPERATORS = 100
 BATCH = 128
@@ -179,12 +179,10 @@ async def _ingest(service: ServiceProcess, dataflow_id: str, token: str, work: l
 
 
 def _native_seconds(body: dict[str, Any], work: list[list[list[dict]]]) -> float:
-    from api.models import RegisterRequest
-    from api.service import build_graph, registration_record
     from tracker.graph import Location
     from tracker.reachability import Tracker
 
-    graph, initial = build_graph(registration_record(RegisterRequest.model_validate(body)))
+    graph, initial = core_graph(body)
     tracker = Tracker(graph)
     tracker.apply(initial)
     converted = [[[(Location(**u["location"]), tuple(u["time"]), u["delta"]) for u in b] for b in batches]
@@ -199,12 +197,10 @@ def _native_seconds(body: dict[str, Any], work: list[list[list[dict]]]) -> float
 
 def _native_apply_samples(body: dict[str, Any], n: int) -> list[float]:
     """The native tracker's own time for the latency batches (moving the input capability)."""
-    from api.models import RegisterRequest
-    from api.service import build_graph, registration_record
     from tracker.graph import Location
     from tracker.reachability import Tracker
 
-    graph, initial = build_graph(registration_record(RegisterRequest.model_validate(body)))
+    graph, initial = core_graph(body)
     tracker = Tracker(graph)
     tracker.apply(initial)
     samples = []

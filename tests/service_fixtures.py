@@ -122,6 +122,15 @@ def loop_graph(operators: int = 3, arity: int = 1, name: str = "loop") -> dict[s
     return {"name": name, "timestamp_arity": arity, "nodes": nodes, "edges": edges}
 
 
+def core_graph(body: dict[str, Any]) -> tuple[Any, list[Any]]:
+    """The core ``Graph`` and initial pointstamps of a registration body, built exactly as the
+    service builds them (for local oracles and native baselines)."""
+    from api.models import RegisterRequest
+    from api.service import build_graph, registration_record
+
+    return build_graph(registration_record(RegisterRequest.model_validate(body)))
+
+
 def register(service: ServiceProcess, body: dict[str, Any]) -> tuple[str, str]:
     """Register ``body``; returns ``(id, token)``."""
     with service.client() as client:

@@ -19,9 +19,7 @@ import httpx
 import polars as pl
 import pytest
 
-from api.models import RegisterRequest
-from api.service import build_graph, registration_record
-from tests.service_fixtures import ServiceProcess, loop_graph, register, update
+from tests.service_fixtures import ServiceProcess, core_graph, loop_graph, register, update
 from tracker import oracle
 from tracker.graph import Location
 
@@ -79,7 +77,7 @@ def test_kill_9_loses_no_acknowledged_batch_and_applies_none_twice(tmp_path: Pat
     service.start()
     body = loop_graph(operators=5, arity=2)
     dataflow_id, token = register(service, body)
-    graph, initial = build_graph(registration_record(RegisterRequest.model_validate(body)))
+    graph, initial = core_graph(body)
     locations = graph.locations()
     workers = [Worker(f"w{i}", service.url, token, dataflow_id, locations) for i in range(WORKERS)]
     rng = random.Random(1)

@@ -9,9 +9,7 @@ from typing import Any
 import pytest
 from httpx_sse import connect_sse
 
-from api.models import RegisterRequest
-from api.service import build_graph, registration_record
-from tests.service_fixtures import ServiceProcess, loop_graph, register, update
+from tests.service_fixtures import ServiceProcess, core_graph, loop_graph, register, update
 from tracker import oracle
 from tracker.graph import Location
 
@@ -42,7 +40,7 @@ def test_spark_engine_frontiers_streams_and_recovery(tmp_path: Path) -> None:
     try:
         body = loop_graph(operators=3, arity=2)
         dataflow_id, token = register(service, body)
-        graph, initial = build_graph(registration_record(RegisterRequest.model_validate(body)))
+        graph, initial = core_graph(body)
         first = frontier_when_caught_up(service, dataflow_id, 0)
         assert as_map(first) == oracle.frontiers(graph, oracle.accumulate([initial]))
         batches = [

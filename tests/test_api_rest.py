@@ -12,9 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from api.models import RegisterRequest
-from api.service import build_graph, registration_record
-from tests.service_fixtures import ServiceProcess, loop_graph, register, update
+from tests.service_fixtures import ServiceProcess, core_graph, loop_graph, register, update
 from tracker import oracle
 from tracker.graph import Graph, Location
 from tracker.structure import path_summaries
@@ -27,11 +25,6 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceProcess
     proc = ServiceProcess(tmp_path_factory.mktemp("rest") / "warehouse").start()
     yield proc
     proc.stop()
-
-
-def core_graph(body: dict[str, Any]) -> tuple[Graph, list]:
-    """The core graph and initial pointstamps of a registration body (what the service builds)."""
-    return build_graph(registration_record(RegisterRequest.model_validate(body)))
 
 
 def frontier_map(answer: dict[str, Any]) -> dict[Location, list[tuple[int, ...]]]:

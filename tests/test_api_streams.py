@@ -16,9 +16,7 @@ from httpx_sse import connect_sse
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect as ws_connect
 
-from api.models import RegisterRequest
-from api.service import build_graph, registration_record
-from tests.service_fixtures import ADMIN, ServiceProcess, loop_graph, register, update
+from tests.service_fixtures import ADMIN, ServiceProcess, core_graph, loop_graph, register, update
 from tracker.graph import Location
 from tracker.reachability import Tracker
 
@@ -34,7 +32,7 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceProcess
 
 
 def local_tracker(body: dict[str, Any]) -> Tracker:
-    graph, initial = build_graph(registration_record(RegisterRequest.model_validate(body)))
+    graph, initial = core_graph(body)
     tracker = Tracker(graph)
     tracker.apply(initial)
     return tracker
