@@ -238,7 +238,7 @@ async def compact(service: Service) -> None:
         dataflow.compacted_state = version
         changes.extend((dataflow, item) for item in pending)
     if changes:
-        rows = [(d.id, version, items, at) for d, (version, items, at) in changes]
+        rows = [(d.id, version, encoded, at) for d, (version, encoded, at) in changes]
         try:
             await loop.run_in_executor(service.delta_pool, service.store.append_changes, rows)
         except Exception:

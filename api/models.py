@@ -70,7 +70,7 @@ class UpdateModel(_Model):
 
     location: LocationModel
     time: list[StrictInt] = Field(max_length=64)
-    delta: StrictInt
+    delta: StrictInt = Field(ge=-(2**31 - 1), le=2**31 - 1)
 
 
 class RegisterRequest(_Model):
@@ -97,7 +97,7 @@ class ProgressRequest(_Model):
     """
 
     worker: StrictStr = Field(min_length=1, max_length=200)
-    seq: StrictInt = Field(ge=0)
+    seq: StrictInt = Field(ge=0, le=2**63 - 1)
     updates: list[UpdateModel] = Field(max_length=100_000)
 
 

@@ -71,9 +71,11 @@ def serve(args: argparse.Namespace) -> int:
     logging.getLogger("tracker.server").info(
         "starting", extra={"host": settings.host, "port": settings.port, "warehouse": str(settings.warehouse),
                            "engine": settings.engine, "spark": settings.spark})
-    # A shorter GIL switch interval: the event loop waits less for the log and Delta threads
-    # when it wants the GIL back (the latency tail), at a small cost in throughput.
-    sys.setswitchinterval(0.001)
+    # A much shorter GIL switch interval (default 5 ms): the log thread gets the GIL to start its
+    # fdatasync while the event loop is still applying the batch (so the two overlap; at 1 ms
+    # they ran one after the other), and the loop waits less for the Delta threads (the tail).
+    # Measured on the service benchmark: about -0.13 ms at p50, for a few % of throughput.
+    sys.setswitchinterval(0.0001)
     config = uvicorn.Config(app, host=settings.host, port=settings.port, log_config=None, access_log=False,
                             ws_max_size=settings.max_body, ws_per_message_deflate=settings.ws_deflate,
                             lifespan="on", timeout_graceful_shutdown=5)

@@ -21,6 +21,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from api.auth import Principal, matches, new_token, token_hash
+from api.columns import RawBatch
 from api.config import Settings
 from api.dataflows import Dataflow, decode_updates, encode_updates
 from api.metrics import Metrics
@@ -205,7 +206,8 @@ class Service:
                 else:
                     worker, seq, updates = batch["w"], batch["s"], decode_updates(batch["u"])
                 self._replay(dataflow, batch["v"], worker, seq, updates)
-                dataflow.unflushed.append((batch["v"], worker, seq, updates, batch["at"]))
+                payload = RawBatch(batch["_raw"], len(updates)) if "_raw" in batch and updates else updates
+                dataflow.unflushed.append((batch["v"], worker, seq, payload, batch["at"]))
             if self.store is not None:
                 compacted = self.store.max_change_version(dataflow_id)
                 dataflow.uncompacted = [u for u in dataflow.uncompacted if u[0] > compacted]

@@ -7,15 +7,16 @@ event loop; one thread also serialises the commits of one table.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 
+from api.columns import ChangeItem, RawBatch, changes_table, progress_table
+from api.parsing import parse_progress
 from tracker.graph import Graph, Location, Update
-from tracker.reachability import FrontierChange
 from tracker.timestamp import Timestamp
 
 log = logging.getLogger("tracker.store")
@@ -59,40 +60,28 @@ class Store:
         """The graph tables (``dataflows`` last)."""
         self.warehouse.write_dataflow(dataflow_id, name, graph)
 
-    def append_progress(self, batches: Iterable[tuple[str, Graph, int, str, int, list[Update], float]]) -> int:
+    def append_progress(self, batches: Iterable[tuple[str, Graph, int, str, int, list[Update] | RawBatch, float]]
+                        ) -> int:
         """One commit with the rows of many batches of many dataflows.
 
-        A batch with no updates is stored as one no-op row (delta 0 at the graph's first
-        location) so that its version and seq survive in the table recovery reads.
+        Raw request bodies are decoded by Arrow off the GIL (see :mod:`api.columns`); decoded
+        updates (the initial pointstamps, recovered batches, or a body Arrow reads differently)
+        are built as columns here. A batch with no updates is stored as one no-op row (delta 0
+        at the graph's first location) so that its version and seq survive in the table
+        recovery reads.
         """
-        columns: dict[str, list[Any]] = {name: [] for name in (
-            "dataflow_id", "version", "worker", "seq", "node", "port", "kind", "time", "delta", "received_at")}
-        ids, versions, workers, seqs = (columns[n] for n in ("dataflow_id", "version", "worker", "seq"))
-        nodes, ports, kinds, times, deltas, ats = (columns[n] for n in ("node", "port", "kind", "time", "delta",
-                                                                        "received_at"))
-        for dataflow_id, graph, version, worker, seq, updates, received in batches:
-            at = datetime.fromtimestamp(received, UTC)
-            if not updates:
-                updates = [(graph.locations()[0], (0,) * graph.arity, 0)]
-            count = len(updates)
-            ids.extend([dataflow_id] * count)
-            versions.extend([version] * count)
-            workers.extend([worker] * count)
-            seqs.extend([seq] * count)
-            ats.extend([at] * count)
-            for loc, time, delta in updates:  # columns, not dicts: this runs on every flush
-                nodes.append(loc.node)
-                ports.append(loc.port)
-                kinds.append(loc.kind)
-                times.append(time)
-                deltas.append(delta)
-        if not ids:
+        batches = list(batches)
+        raw = [(d, v, w, s, u, at) for d, _, v, w, s, u, at in batches if isinstance(u, RawBatch)]
+        decoded = progress_table(raw) if raw else None
+        rest = [b for b in batches if not isinstance(b[5], RawBatch)] if decoded is not None else [
+            (d, g, v, w, s, parse_progress(u.body, g)[2] if isinstance(u, RawBatch) else u, at)
+            for d, g, v, w, s, u, at in batches]
+        tables = [decoded] if decoded is not None else []
+        if rest:
+            tables.append(_progress_rows(rest))
+        if not tables:
             return -1
-        from spark_jobs.storage import TABLES
-
-        schema = TABLES["progress"]
-        table = pa.Table.from_arrays([pa.array(columns[f.name], type=f.type) for f in schema], schema=schema)
-        return self.warehouse.append("progress", table)
+        return self.warehouse.append("progress", pa.concat_tables(tables) if len(tables) > 1 else tables[0])
 
     def write_state(self, dataflow_id: str, counts: dict[tuple[Location, Timestamp], int],
                     frontiers: dict[Location, Iterable[Timestamp]], version: int) -> None:
@@ -101,34 +90,12 @@ class Store:
         self.warehouse.write_pointstamps(dataflow_id, counts, as_of_version=version)
         self.warehouse.write_frontiers(dataflow_id, frontiers)
 
-    def append_changes(self, batches: Iterable[tuple[str, int, list[FrontierChange], float]]) -> int:
-        """Append frontier changes of many dataflows in one commit.
-
-        Built as columns, not row dicts: a batch that moves every frontier of a large dataflow
-        yields thousands of rows, and this thread shares the GIL with the event loop.
-        """
-        from spark_jobs.storage import TABLES
-
-        ids: list[str] = []
-        versions: list[int] = []
-        ats: list[datetime] = []
-        changes: list[FrontierChange] = []
-        for dataflow_id, version, items, at in batches:
-            count = len(items)
-            ids.extend([dataflow_id] * count)
-            versions.extend([version] * count)
-            ats.extend([datetime.fromtimestamp(at, UTC)] * count)
-            changes.extend(items)
-        if not changes:
+    def append_changes(self, batches: Sequence[ChangeItem]) -> int:
+        """Append frontier changes of many dataflows in one commit; each item carries a version's
+        change list as encoded for the streams, which Arrow decodes off the GIL."""
+        if not batches:
             return -1
-        locations = [c.location for c in changes]
-        columns = {
-            "dataflow_id": ids, "version": versions, "node": [loc.node for loc in locations],
-            "port": [loc.port for loc in locations], "kind": [loc.kind for loc in locations],
-            "time": [c.time for c in changes], "diff": [c.diff for c in changes], "at": ats,
-        }
-        schema = TABLES["frontier_changes"]
-        return self.warehouse.append("frontier_changes", _chunked_table(columns, schema, len(changes)))
+        return self.warehouse.append("frontier_changes", changes_table(batches))
 
     def write_summaries(self, dataflow_id: str, psi: Any) -> None:
         """Replace the dataflow's ``summaries``."""
@@ -137,15 +104,29 @@ class Store:
 
 
 
-_CHUNK = 4096
+def _progress_rows(batches: list[tuple[str, Graph, int, str, int, list[Update], float]]) -> pa.Table:
+    """``progress`` rows built from decoded updates, as columns rather than row dicts."""
+    from spark_jobs.storage import TABLES
 
-
-def _chunked_table(columns: dict[str, list[Any]], schema: pa.Schema, rows: int) -> pa.Table:
-    """A table built chunk by chunk: one ``pa.array`` call over a long list holds the GIL
-    throughout, and this runs in a thread beside the event loop."""
-    arrays = [
-        pa.chunked_array([pa.array(columns[f.name][i:i + _CHUNK], type=f.type) for i in range(0, rows, _CHUNK)],
-                         type=f.type)
-        for f in schema
-    ]
-    return pa.Table.from_arrays(arrays, schema=schema)
+    columns: dict[str, list[Any]] = {name: [] for name in TABLES["progress"].names}
+    ids, versions, workers, seqs = (columns[n] for n in ("dataflow_id", "version", "worker", "seq"))
+    nodes, ports, kinds, times, deltas, ats = (columns[n] for n in ("node", "port", "kind", "time", "delta",
+                                                                    "received_at"))
+    for dataflow_id, graph, version, worker, seq, updates, received in batches:
+        at = datetime.fromtimestamp(received, UTC)
+        if not updates:
+            updates = [(graph.locations()[0], (0,) * graph.arity, 0)]
+        count = len(updates)
+        ids.extend([dataflow_id] * count)
+        versions.extend([version] * count)
+        workers.extend([worker] * count)
+        seqs.extend([seq] * count)
+        ats.extend([at] * count)
+        for loc, time, delta in updates:
+            nodes.append(loc.node)
+            ports.append(loc.port)
+            kinds.append(loc.kind)
+            times.append(time)
+            deltas.append(delta)
+    schema = TABLES["progress"]
+    return pa.Table.from_arrays([pa.array(columns[f.name], type=f.type) for f in schema], schema=schema)

@@ -128,6 +128,15 @@ BAD_PROGRESS: list[tuple[str, Any, int, str]] = [
      "invalid_request"),
     ("bool delta", {"worker": "w", "seq": 0, "updates": [update(1, 0, "target", [1, 1], True)]}, 422,
      "invalid_request"),
+    ("time beyond 2**62 - 1", {"worker": "w", "seq": 0, "updates": [update(1, 0, "target", [1, 2**62], 1)]}, 422,
+     "invalid_update"),
+    ("time beyond 64 bits", {"worker": "w", "seq": 0, "updates": [update(1, 0, "target", [1, 2**64], 1)]}, 422,
+     "invalid_request"),
+    ("delta beyond 2**31 - 1", {"worker": "w", "seq": 0, "updates": [update(1, 0, "target", [1, 1], -2**31)]},
+     422, "invalid_request"),
+    ("seq beyond 2**63 - 1", {"worker": "w", "seq": 2**63, "updates": []}, 422, "invalid_request"),
+    ("bool node", {"worker": "w", "seq": 0, "updates": [update(True, 0, "target", [1, 1], 1)]}, 422,
+     "invalid_request"),
     ("one bad update among good ones", {"worker": "w", "seq": 0, "updates": [
         update(1, 0, "target", [1, 1], 1), update(2, 0, "target", [1, 1], 1), update(1, 0, "target", [1], 1)]},
      422, "invalid_update"),
@@ -196,6 +205,10 @@ BAD_GRAPHS: list[tuple[str, Any]] = [
     ("initial at unknown place", {"name": "g", "nodes": [{"id": 0, "inputs": 0, "outputs": 1}], "edges": [],
                                   "initial": [update(4, 0, "source", [0], 1)]}),
     ("no ports", {"name": "g", "nodes": [], "edges": []}),
+    ("node id beyond 32 bits", {"name": "g", "nodes": [{"id": 2**31, "inputs": 0, "outputs": 1}], "edges": []}),
+    ("summary increment beyond 2**31 - 1", {"name": "g", "nodes": [{"id": 0, "inputs": 1, "outputs": 1,
+                                            "connections": [{"input": 0, "output": 0, "summaries": [[2**31]]}]}],
+                                            "edges": []}),
 ]
 
 

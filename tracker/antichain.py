@@ -132,13 +132,15 @@ class MutableAntichain(Generic[T]):
             return []
         frontier = self._frontier
         if new > 0:
-            if len(time) == 1:
-                t0 = time[0]
-                if any(f[0] <= t0 for f in frontier):
+            if len(time) == 1:  # a total order: the frontier has at most one element
+                if not frontier:
+                    self._frontier = [time]
+                    return [(time, 1)]
+                least = frontier[0]
+                if least[0] <= time[0]:
                     return []
-                # In one dimension the frontier has at most one element, and it is > time.
                 self._frontier = [time]
-                return [(frontier[0], -1), (time, 1)] if frontier else [(time, 1)]
+                return [(least, -1), (time, 1)]
             if any(less_equal(f, time) for f in frontier):
                 return []
             evicted = [f for f in frontier if less_equal(time, f)]

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Literal, NamedTuple
 
 from tracker.antichain import Antichain
-from tracker.timestamp import PathSummary, Timestamp, check_time, minimum
+from tracker.timestamp import MAX_INCREMENT, PathSummary, Timestamp, check_time, minimum
 
 Kind = Literal["source", "target"]
 
@@ -105,6 +105,10 @@ MAX_LOCATIONS = 100_000
 """The most ports a graph may have."""
 MAX_TRANSITIONS = 100_000
 """The most transitions (edges plus internal connection summaries) a graph may have."""
+MAX_NODE_ID = 2**31 - 1
+"""The largest node id (the tables store node ids and ports as 32-bit integers)."""
+MAX_DELTA = 2**31 - 1
+"""The largest magnitude of one update's ``delta`` (counts are stored as 64-bit integers)."""
 
 Update = tuple[Location, Timestamp, int]
 """A change to an occurrence count: ``(location, time, delta)``."""
@@ -205,6 +209,8 @@ class Graph:
                 raise GraphError(f"update {index}: {error}") from None
             if isinstance(delta, bool) or not isinstance(delta, int):
                 raise GraphError(f"update {index}: delta must be an integer, got {delta!r}")
+            if not -MAX_DELTA <= delta <= MAX_DELTA:
+                raise GraphError(f"update {index}: delta {delta} is out of range (at most {MAX_DELTA} either way)")
             result.append((loc, checked, delta))
         return result
 
@@ -229,6 +235,8 @@ def _check_node(node: Node, arity: int, seen: dict[int, Node]) -> Node:
         value = getattr(node, name)
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise GraphError(f"node {node.id!r}: {name} must be a non-negative integer, got {value!r}")
+    if node.id > MAX_NODE_ID:
+        raise GraphError(f"node {node.id}: node ids are at most {MAX_NODE_ID}")
     if node.id in seen:
         raise GraphError(f"duplicate node id {node.id}")
     seen[node.id] = node
@@ -246,9 +254,9 @@ def _check_node(node: Node, arity: int, seen: dict[int, Node]) -> Node:
         summaries: Antichain[PathSummary] = Antichain()
         for raw in conn.summaries:
             try:
-                summaries.insert(PathSummary(check_time(raw, arity, what="summary")))
+                summaries.insert(PathSummary(check_time(raw, arity, what="summary", limit=MAX_INCREMENT)))
             except ValueError as error:
-                raise GraphError(f"{where}: {error} (increments must be non-negative)") from None
+                raise GraphError(f"{where}: {error} (increments are non-negative, at most {MAX_INCREMENT})") from None
         checked.append(Connection(conn.input, conn.output, tuple(summaries.elements())))
     return Node(node.id, node.inputs, node.outputs, node.name, tuple(checked))
 

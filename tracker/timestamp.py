@@ -22,6 +22,13 @@ from typing import TypeAlias
 Timestamp: TypeAlias = tuple[int, ...]
 """A logical time: a tuple of ``arity`` non-negative integers."""
 
+MAX_INCREMENT = 2**31 - 1
+"""The largest coordinate of a connection's summary."""
+MAX_TIME = 2**62 - 1
+"""The largest coordinate of a reported time. Times are stored as 64-bit integers, and a time
+plus any minimal path summary (at most 100,000 transitions of :data:`MAX_INCREMENT`, under
+2**48) must still fit, in the native tracker and in Spark alike."""
+
 
 def less_equal(a: Sequence[int], b: Sequence[int]) -> bool:
     """The product order: ``a <= b`` in every coordinate. Works on times and summaries.
@@ -52,11 +59,12 @@ def minimum(arity: int) -> Timestamp:
     return (0,) * arity
 
 
-def check_time(value: object, arity: int, what: str = "time") -> Timestamp:
+def check_time(value: object, arity: int, what: str = "time", limit: int = MAX_TIME) -> Timestamp:
     """Return ``value`` as a :data:`Timestamp` of ``arity``, or raise ``ValueError`` saying why.
 
-    Accepts any sequence of ints (JSON lists arrive as lists); rejects bools, negatives and a
-    wrong length, because a malformed time would silently corrupt the product order.
+    Accepts any sequence of ints (JSON lists arrive as lists); rejects bools, negatives,
+    coordinates above ``limit`` and a wrong length, because a malformed time would silently
+    corrupt the product order (or, too large, fail to fit the tables after being acknowledged).
 
     >>> check_time([2, 7], 2)
     (2, 7)
@@ -70,6 +78,8 @@ def check_time(value: object, arity: int, what: str = "time") -> Timestamp:
     for x in value:
         if isinstance(x, bool) or not isinstance(x, int) or x < 0:
             raise ValueError(f"{what} {list(value)!r} must hold non-negative integers only")
+        if x > limit:
+            raise ValueError(f"{what} {list(value)!r}: coordinates are at most {limit}")
     return tuple(value)
 
 
