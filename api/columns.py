@@ -10,7 +10,7 @@ only the per-batch columns (a few per batch, not per row) are built in Python.
 
 The request bodies were decoded once already, by :func:`api.parsing.parse_progress`, which is
 what the tracker applied; if Arrow reads one differently (duplicate keys, which Arrow refuses
-and ``orjson`` resolves to the last) the rows would not be what was applied. Each body's row
+and ``msgspec`` resolves to the last) the rows would not be what was applied. Each body's row
 count and the absence of nulls are therefore checked, and on any doubt the caller falls back
 to the Python path (:func:`progress_table` returns ``None``).
 

@@ -61,7 +61,7 @@ def test_progress_rows_from_arrow_equal_rows_from_the_parser(raw_bodies: list[by
 
 
 def test_a_body_arrow_reads_differently_falls_back_to_the_parser(tmp_path: Path) -> None:
-    # orjson (the parser) takes the last of duplicate keys, Arrow refuses them: the rows must be
+    # msgspec (the parser) takes the last of duplicate keys, Arrow refuses them: the rows must be
     # what the tracker applied, so the store re-parses such a body in Python.
     raw = (b'{"worker":"w","seq":0,"updates":[{"location":{"node":1,"port":0,"kind":"target"},'
            b'"time":[3,1],"delta":1,"delta":5}]}')

@@ -131,7 +131,7 @@ BAD_PROGRESS: list[tuple[str, Any, int, str]] = [
     ("time beyond 2**62 - 1", {"worker": "w", "seq": 0, "updates": [update(1, 0, "target", [1, 2**62], 1)]}, 422,
      "invalid_update"),
     ("time beyond 64 bits", {"worker": "w", "seq": 0, "updates": [update(1, 0, "target", [1, 2**64], 1)]}, 422,
-     "invalid_request"),
+     "invalid_update"),
     ("delta beyond 2**31 - 1", {"worker": "w", "seq": 0, "updates": [update(1, 0, "target", [1, 1], -2**31)]},
      422, "invalid_request"),
     ("seq beyond 2**63 - 1", {"worker": "w", "seq": 2**63, "updates": []}, 422, "invalid_request"),
