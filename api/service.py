@@ -180,7 +180,15 @@ class Service:
     # -- recovery -------------------------------------------------------------------------
 
     def recover(self) -> None:
-        """Rebuild every dataflow: registration, Delta ``progress``, then the log beyond it."""
+        """Rebuild every dataflow: registration, then the compacted ``pointstamps`` (counts as of
+        a version, if compaction ever ran), then the Delta ``progress`` batches after that
+        version, then the log beyond what ``progress`` holds.
+
+        Starting from the snapshot makes a restart cost the state plus the recent tail, not the
+        whole history. Log records the snapshot already covers but ``progress`` does not hold
+        yet are not applied again; they are queued for the next flush, so that ``progress``
+        still gets every batch exactly once.
+        """
         registrations: dict[str, dict[str, Any]] = {}
         batches: dict[str, list[dict[str, Any]]] = defaultdict(list)
         for _segment, record in self.wal.recover():
@@ -190,24 +198,42 @@ class Service:
                 batches[record["df"]].append(record)
         for dataflow_id, record in registrations.items():
             graph, initial = build_graph(record)
-            dataflow = self._new_dataflow(record, graph, self._tracker_with(graph, initial), initial)
-            from_delta = self.store.progress(dataflow_id) if self.store is not None else {}
-            if 0 in from_delta:
-                dataflow.unflushed.clear()
-            for version in sorted(v for v in from_delta if v >= 1):
-                worker, seq, updates = from_delta[version]
-                self._replay(dataflow, version, worker, seq, updates)
-            dataflow.delta_version = dataflow.version
+            snapshot = self.store.snapshot(dataflow_id) if self.store is not None else None
+            if snapshot is None:  # never compacted: replay everything from the initial counts
+                dataflow = self._new_dataflow(record, graph, self._tracker_with(graph, initial), initial)
+                base = 0
+            else:  # start from the compacted counts and replay only what follows them
+                base, counts = snapshot
+                tracker = self._tracker_with(graph, [(loc, t, c) for (loc, t), c in counts.items()])
+                dataflow = self._new_dataflow(record, graph, tracker, initial)
+                dataflow.version = base
+                dataflow.workers = self.store.worker_positions(dataflow_id)
+            in_delta = self.store.max_progress_version(dataflow_id) if self.store is not None else -1
+            if in_delta >= 0:
+                dataflow.unflushed.clear()  # the initial counts (version 0) are in Delta already
+            if self.store is not None:
+                from_delta = self.store.progress(dataflow_id, after=base)
+                for version in sorted(v for v in from_delta if v > base):
+                    worker, seq, updates = from_delta[version]
+                    self._replay(dataflow, version, worker, seq, updates)
+            dataflow.delta_version = max(in_delta, 0)
             for batch in batches.get(dataflow_id, []):
-                if batch["v"] <= dataflow.version:
+                if batch["v"] <= in_delta:
                     continue  # already in Delta: applying it again would count it twice
                 if "_raw" in batch:  # the request body as received (validated before it was logged)
                     worker, seq, updates = parse_progress(batch["_raw"], graph)
                 else:
                     worker, seq, updates = batch["w"], batch["s"], decode_updates(batch["u"])
-                self._replay(dataflow, batch["v"], worker, seq, updates)
+                if batch["v"] <= dataflow.version:  # in the snapshot but not yet in Delta progress
+                    dataflow.workers[worker] = (seq, batch["v"])
+                else:
+                    self._replay(dataflow, batch["v"], worker, seq, updates)
                 payload = RawBatch(batch["_raw"], len(updates)) if "_raw" in batch and updates else updates
                 dataflow.unflushed.append((batch["v"], worker, seq, payload, batch["at"]))
+            dataflow.durable_version = dataflow.version
+            if dataflow.engine_mode == "native":
+                dataflow.reset_published()
+                dataflow.history_floor = max(dataflow.history_floor, base)  # no history before the snapshot
             if self.store is not None:
                 compacted = self.store.max_change_version(dataflow_id)
                 dataflow.uncompacted = [u for u in dataflow.uncompacted if u[0] > compacted]
@@ -221,7 +247,8 @@ class Service:
             self.dataflows[dataflow_id] = dataflow
             self.token_index[dataflow.token_hash] = dataflow_id
             log.info("recovered dataflow", extra={"dataflow": dataflow_id, "version": dataflow.version,
-                                                  "delta_version": dataflow.delta_version})
+                                                  "delta_version": dataflow.delta_version,
+                                                  "snapshot_version": None if snapshot is None else base})
         self.metrics.dataflows.set(len(self.dataflows))
         self.wal.open()
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from api.columns import ChangeItem, RawBatch, changes_table, progress_table
 from api.parsing import parse_progress
@@ -32,9 +33,12 @@ class Store:
 
     # -- recovery -------------------------------------------------------------------------
 
-    def progress(self, dataflow_id: str) -> dict[int, tuple[str, int, list[Update]]]:
-        """Every batch of the ``progress`` table, by version: ``(worker, seq, updates)``."""
+    def progress(self, dataflow_id: str, after: int = -1) -> dict[int, tuple[str, int, list[Update]]]:
+        """The batches of the ``progress`` table with a version above ``after``, by version:
+        ``(worker, seq, updates)``."""
         data = self.warehouse.read("progress", dataflow_id)
+        if after >= 0:
+            data = data.filter(pc.greater(data.column("version"), after))
         batches: dict[int, tuple[str, int, list[Update]]] = {}
         columns = [data.column(n).to_pylist() for n in ("version", "worker", "seq", "node", "port", "kind", "time",
                                                          "delta")]
@@ -42,6 +46,21 @@ class Store:
             entry = batches.setdefault(version, (worker, seq, []))
             entry[2].append((Location(node, port, kind), tuple(time), delta))
         return batches
+
+    def worker_positions(self, dataflow_id: str) -> dict[str, tuple[int, int]]:
+        """Every worker's last ``(seq, version)`` in the ``progress`` table (computed by Arrow)."""
+        data = self.warehouse.read("progress", dataflow_id).select(["worker", "seq", "version"])
+        data = data.filter(pc.greater(data.column("version"), 0))  # version 0: the registration's initial counts
+        if data.num_rows == 0:
+            return {}
+        last = data.group_by("worker").aggregate([("seq", "max"), ("version", "max")])
+        # A worker's seqs and versions grow together, so the two maxima belong to one batch.
+        return {w: (s, v) for w, s, v in zip(last.column("worker").to_pylist(), last.column("seq_max").to_pylist(),
+                                             last.column("version_max").to_pylist(), strict=True)}
+
+    def snapshot(self, dataflow_id: str) -> tuple[int, dict[tuple[Location, Timestamp], int]] | None:
+        """The compacted counts and the version they are exact for, if compaction wrote any."""
+        return self.warehouse.pointstamps_snapshot(dataflow_id)
 
     def max_progress_version(self, dataflow_id: str) -> int:
         """The highest version in ``progress`` for this dataflow (-1 if none)."""

@@ -372,6 +372,18 @@ class Warehouse:
         recorded by a writer that said so; ``None`` if no writer did."""
         return self.watermark("pointstamps", POINTSTAMPS_APP + dataflow_id)
 
+    def pointstamps_snapshot(self, dataflow_id: str) -> tuple[int, dict[tuple[Location, Timestamp], int]] | None:
+        """``(as_of_version, counts)`` of the stored ``pointstamps``, both read from one table
+        version (so they belong together); ``None`` if no writer recorded the version."""
+        path = self.path("pointstamps")
+        if not DeltaTable.is_deltatable(path):
+            return None
+        delta = DeltaTable(path)
+        as_of = delta.transaction_version(POINTSTAMPS_APP + dataflow_id)
+        if as_of is None:
+            return None
+        return as_of, self.read_pointstamps(dataflow_id, delta.version())
+
     def read_pointstamps(self, dataflow_id: str, version: int | None = None) -> dict[tuple[Location, Timestamp], int]:
         """Consolidated counts from ``pointstamps``."""
         counts: dict[tuple[Location, Timestamp], int] = defaultdict(int)
