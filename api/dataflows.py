@@ -22,6 +22,7 @@ from typing import Any
 
 from api.columns import RawBatch
 from api.streams import Subscriber
+from api.wal import LogFailed
 from tracker.graph import Graph, GraphError, Location, Update
 from tracker.reachability import FrontierChange, Tracker
 from tracker.timestamp import Timestamp
@@ -177,7 +178,7 @@ class Dataflow:
         durable, so its acknowledgement also means durable.
         """
         if wal.failed is not None:  # refuse before touching any state
-            raise RuntimeError("the write-ahead log failed; the service must restart")
+            raise LogFailed()
         last = self.workers.get(worker)
         expected = 0 if last is None else last[0] + 1
         if seq < expected:
@@ -194,7 +195,7 @@ class Dataflow:
         received = time.time()
         record = {"t": "batch", "df": self.id, "v": version, "at": received}
         self.pending[version] = (version, worker, seq, updates, received)
-        # Log first, apply second: the log thread syncs while this thread applies (the batch is
+        # Log first, apply second: the sync process syncs while this thread applies (the batch is
         # validated, so applying cannot fail); the publish callback runs after both.
         box: list[list[FrontierChange]] = []
         durable = wal.enqueue(record, lambda: self._publish(version, box[0], worker, seq, updates, received, raw), raw)

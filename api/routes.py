@@ -28,6 +28,7 @@ from api.models import (
 )
 from api.parsing import InvalidRequest, MalformedJSON, parse_progress
 from api.service import Service
+from api.wal import LogFailed
 from tracker.graph import GraphError, Location
 from tracker.structure import path_summaries
 
@@ -53,7 +54,7 @@ def _summary(d: Dataflow) -> dict[str, Any]:
 
 async def submit(service: Service, dataflow: Dataflow, data: bytes) -> dict[str, Any]:
     """Parse, apply and wait for the durability of one batch (the body of ``POST .../progress``
-    or of a WebSocket message); raises HTTPException for 400, 409 and 422."""
+    or of a WebSocket message); raises HTTPException for 400, 409, 422 and 503 (the log failed)."""
     started = time.perf_counter()
     metrics = service.metrics
     try:
@@ -72,7 +73,12 @@ async def submit(service: Service, dataflow: Dataflow, data: bytes) -> dict[str,
         metrics.batches.labels("gap").inc()
         raise HTTPException(409, {"error": "sequence_gap", "expected": gap.expected, "worker": worker, "seq": seq,
                                   "detail": f"worker {worker!r} sent seq {seq}; expected {gap.expected}"}) from None
-    await outcome.durable
+    except LogFailed as error:
+        raise _log_failed(error) from None
+    try:
+        await outcome.durable
+    except LogFailed as error:
+        raise _log_failed(error) from None
     if outcome.applied:
         metrics.batches.labels("applied").inc()
         metrics.updates.inc(outcome.updates)
@@ -81,6 +87,11 @@ async def submit(service: Service, dataflow: Dataflow, data: bytes) -> dict[str,
         metrics.batches.labels("duplicate").inc()
     return {"applied": outcome.applied, "duplicate": outcome.duplicate, "version": outcome.version,
             "worker": worker, "seq": seq}
+
+
+def _log_failed(error: LogFailed) -> HTTPException:
+    """503: the batch was not acknowledged (and is not durable); the service must restart."""
+    return HTTPException(503, {"error": "log_failed", "detail": str(error)})
 
 
 @router.post("/dataflows", status_code=201, response_model=RegisterResponse, responses=_ERRORS,
@@ -109,7 +120,8 @@ async def get_dataflow(dataflow: DataflowDep) -> dict[str, Any]:
 @router.post("/dataflows/{id}/progress", response_model=ProgressResponse, summary="Report a progress batch",
              openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
                  "schema": {"$ref": "#/components/schemas/ProgressRequest"}}}}},
-             responses={**_ERRORS, 409: {"model": ErrorBody, "description": "sequence gap; see `expected`"}})
+             responses={**_ERRORS, 409: {"model": ErrorBody, "description": "sequence gap; see `expected`"},
+                        503: {"model": ErrorBody, "description": "the write-ahead log failed: not acknowledged"}})
 async def progress(request: Request, dataflow: DataflowDep, service: ServiceDep) -> JSONResponse:
     """Apply an atomic batch keyed by ``(worker, seq)``; answered once it is durable.
 

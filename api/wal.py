@@ -5,13 +5,14 @@ corrupt record ends the log (everything after it was never acknowledged, because
 acknowledged only after the ``fdatasync`` that covers it returned), so recovery truncates there.
 
 Group commit: :meth:`WriteAheadLog.enqueue` appends a record to an in-memory group and returns
-a future. If no sync is running, the group is handed at once to the log's own thread, which
-writes it with a single ``write`` and a single ``fdatasync`` (the event loop never blocks on the
-disk, and the caller can apply the batch to the tracker *while* the disk syncs); when it
-returns, the loop runs each record's ``on_durable`` callback in log order and resolves the
-futures. Requests arriving during an ``fdatasync`` form the next group, so under load the cost
-of one sync is shared by every batch that arrived meanwhile, and with no load a batch waits for
-exactly one sync.
+a future. If no sync is running, the group is written at once with a single ``write`` (into the
+page cache: microseconds) and the sync process (:mod:`api.syncer`) is asked for the
+``fdatasync``, so the event loop never blocks on the disk and the caller applies the batch to
+the tracker *while* the disk syncs, on the other core and without contending for the GIL. When
+the syncer answers (the event loop watches its pipe), the loop runs each record's
+``on_durable`` callback in log order and resolves the futures. Requests arriving during an
+``fdatasync`` form the next group, so under load the cost of one sync is shared by every batch
+that arrived meanwhile, and with no load a batch waits for exactly one sync.
 
 The log is split into numbered segments (``wal-000001.log``, ...). :meth:`rotate` starts a new
 segment whose first records are supplied by the caller (the registrations of live dataflows),
@@ -25,10 +26,11 @@ import json
 import logging
 import os
 import struct
+import subprocess
+import sys
 import time
 import zlib
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,6 +38,7 @@ from typing import Any
 log = logging.getLogger("tracker.wal")
 
 _HEADER = struct.Struct("<II")
+_SYNC = struct.Struct("<I")  # a segment number to the syncer, an errno back
 _MAX_RECORD = 256 * 1024 * 1024
 
 
@@ -84,6 +87,14 @@ def read_segment(path: Path) -> tuple[list[dict[str, Any]], int]:
     return records, offset
 
 
+class LogFailed(RuntimeError):
+    """The log could not make a record durable (a failed write or ``fdatasync``, or the sync
+    process died): nothing more is acknowledged until the service restarts and recovers."""
+
+    def __init__(self) -> None:
+        super().__init__("the write-ahead log failed; the service must restart")
+
+
 @dataclass
 class _Entry:
     data: bytes
@@ -110,8 +121,9 @@ class WriteAheadLog:
         self._fd: int | None = None
         self._segment = 0
         self._group: list[_Entry] = []
-        self._busy = False
-        self._thread = ThreadPoolExecutor(1, thread_name_prefix="wal")
+        self._inflight: tuple[list[_Entry], float, tuple[int, int, asyncio.Future[int]] | None] | None = None
+        self._syncer: subprocess.Popen[bytes] | None = None
+        self._watched: asyncio.AbstractEventLoop | None = None
         self._on_sync = on_sync
         self._rotate_to: list[bytes] | None = None
         self._rotated: asyncio.Future[int] | None = None
@@ -147,10 +159,12 @@ class WriteAheadLog:
                 yield number, record
 
     def open(self) -> None:
-        """Open the newest segment for appending (or create the first one)."""
+        """Open the newest segment for appending (or create the first one), start the syncer."""
         segments = self.segments()
         self._segment = segments[-1][0] if segments else 1
         self._fd = self._open_segment(self._segment)
+        self._syncer = subprocess.Popen([sys.executable, "-m", "api.syncer", str(self.directory)],
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE)
 
     def _open_segment(self, number: int) -> int:
         path = self.directory / f"wal-{number:06d}.log"
@@ -189,10 +203,8 @@ class WriteAheadLog:
         """Add ``record`` (and ``raw`` bytes, see :func:`encode`) to the next group; the future
         resolves once it is on disk, after ``on_durable`` ran (callbacks run in log order)."""
         if self.failed is not None:
-            raise RuntimeError("the write-ahead log failed; the service must restart") from self.failed
+            raise LogFailed() from self.failed
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        # Framed (CRC32) on the log thread: zlib releases the GIL on large inputs, and getting it
-        # back on the event loop thread could cost a whole switch interval.
         self._group.append(_Entry(_payload(record, raw), future, on_durable))
         self._kick()
         return future
@@ -200,7 +212,7 @@ class WriteAheadLog:
     def barrier(self) -> asyncio.Future[None]:
         """A future that resolves once everything enqueued so far is durable."""
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        if not self._group and not self._busy:
+        if not self._group and self._inflight is None:
             future.set_result(None)
             return future
         self._group.append(_Entry(b"", future, None))
@@ -221,48 +233,80 @@ class WriteAheadLog:
         return rotated
 
     def _kick(self) -> None:
-        """Hand the next piece of work to the log thread unless it is busy (then its
-        completion callback will)."""
-        if self._busy:
+        """Write the next group (or the rotation's header) and ask the syncer to sync it,
+        unless a sync is running (then its completion will)."""
+        if self._inflight is not None or self.failed is not None:
             return
-        loop = asyncio.get_running_loop()
-        if self._rotate_to is not None:
-            header, self._rotate_to = self._rotate_to, None
-            rotated, self._rotated = self._rotated, None
-            self._busy = True
-            work = self._thread.submit(self._start_segment, header)
-            work.add_done_callback(lambda done: loop.call_soon_threadsafe(self._rotation_done, done, rotated))
-            return
-        if not self._group:
-            return
-        group, self._group = self._group, []
-        payloads = [e.data for e in group if e.data]
-        self._busy = True
+        self._watch()
         started = time.perf_counter()
-        work = self._thread.submit(self._frame_write_and_sync, payloads)
-        work.add_done_callback(lambda done: loop.call_soon_threadsafe(self._group_done, done, group, started))
+        try:
+            if self._rotate_to is not None:
+                header, self._rotate_to = self._rotate_to, None
+                rotated, self._rotated = self._rotated, None
+                number = self._segment + 1
+                fd = self._open_segment(number)
+                self._write(fd, b"".join(header))
+                assert rotated is not None
+                self._inflight = ([], started, (number, fd, rotated))
+                self._request(number)
+                return
+            if not self._group:
+                return
+            group, self._group = self._group, []
+            data = b"".join(frame(e.data) for e in group if e.data)
+            self._inflight = (group, started, None)
+            if not data:  # barriers only: everything before them is durable already
+                asyncio.get_running_loop().call_soon(self._synced, 0)
+                return
+            assert self._fd is not None, "open() the log first"
+            self._write(self._fd, data)
+            self._request(self._segment)
+        except OSError as error:
+            self._fail(error)
 
-    def _rotation_done(self, done: Any, rotated: asyncio.Future[int] | None) -> None:
-        self._busy = False
-        error = done.exception()
-        if rotated is not None and not rotated.done():
-            if error is not None:
-                rotated.set_exception(error)
-            else:
-                rotated.set_result(done.result())
-        self._kick()
+    def _watch(self) -> None:
+        loop = asyncio.get_running_loop()
+        if self._watched is not loop:
+            assert self._syncer is not None and self._syncer.stdout is not None, "open() the log first"
+            loop.add_reader(self._syncer.stdout.fileno(), self._on_answer)
+            self._watched = loop
 
-    def _group_done(self, done: Any, group: list[_Entry], started: float) -> None:
-        self._busy = False
-        error = done.exception()
-        if error is not None:  # a failed fsync is fatal for the log: nothing more is acknowledged
-            self.failed = error
-            log.critical("wal: write or fdatasync failed; refusing further writes", exc_info=error)
-            for entry in group + self._group:
-                if entry.future is not None and not entry.future.done():
-                    entry.future.set_exception(RuntimeError("write-ahead log failure"))
-            self._group = []
+    @staticmethod
+    def _write(fd: int, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            written = os.write(fd, view)
+            view = view[written:]
+
+    def _request(self, segment: int) -> None:
+        assert self._syncer is not None and self._syncer.stdin is not None
+        os.write(self._syncer.stdin.fileno(), _SYNC.pack(segment))
+
+    def _on_answer(self) -> None:
+        assert self._syncer is not None and self._syncer.stdout is not None
+        answer = os.read(self._syncer.stdout.fileno(), _SYNC.size)
+        if len(answer) != _SYNC.size:  # the syncer is gone: nothing can be acknowledged any more
+            self._unwatch()
+            self._fail(OSError("the write-ahead log's sync process exited"))
             return
+        self._synced(_SYNC.unpack(answer)[0])
+
+    def _synced(self, errno: int) -> None:
+        assert self._inflight is not None
+        group, started, rotation = self._inflight
+        self._inflight = None
+        if errno:  # a failed fsync is fatal for the log: nothing more is acknowledged
+            self._fail(OSError(errno, os.strerror(errno)))
+            if rotation is not None and not rotation[2].done():
+                rotation[2].set_exception(LogFailed())
+            return
+        if rotation is not None:
+            number, fd, rotated = rotation
+            old, self._fd, self._segment = self._fd, fd, number
+            if old is not None:
+                os.close(old)
+            if not rotated.done():
+                rotated.set_result(number)
         records = sum(1 for e in group if e.data)
         if self._on_sync is not None and records:
             self._on_sync(records, time.perf_counter() - started)
@@ -276,33 +320,29 @@ class WriteAheadLog:
                 entry.future.set_result(None)
         self._kick()
 
-    def _frame_write_and_sync(self, payloads: list[bytes]) -> None:
-        if payloads:
-            self._write_and_sync(b"".join(frame(p) for p in payloads))
+    def _fail(self, error: BaseException) -> None:
+        self.failed = error
+        log.critical("wal: write or fdatasync failed; refusing further writes", exc_info=error)
+        inflight = self._inflight[0] if self._inflight is not None else []
+        self._inflight = None
+        for entry in inflight + self._group:
+            if entry.future is not None and not entry.future.done():
+                entry.future.set_exception(LogFailed())
+        self._group = []
 
-    def _write_and_sync(self, data: bytes) -> None:
-        assert self._fd is not None, "open() the log first"
-        view = memoryview(data)
-        while view:
-            written = os.write(self._fd, view)
-            view = view[written:]
-        os.fdatasync(self._fd)
-
-    def _start_segment(self, header: list[bytes]) -> int:
-        number = self._segment + 1
-        fd = self._open_segment(number)
-        data = b"".join(header)
-        if data:
-            os.write(fd, data)
-        os.fdatasync(fd)
-        old, self._fd, self._segment = self._fd, fd, number
-        if old is not None:
-            os.close(old)
-        return number
+    def _unwatch(self) -> None:
+        if self._watched is not None and self._syncer is not None and self._syncer.stdout is not None:
+            self._watched.remove_reader(self._syncer.stdout.fileno())
+            self._watched = None
 
     def close(self) -> None:
-        """Close the current segment (pending groups must have been awaited)."""
-        self._thread.shutdown(wait=True)
+        """Close the current segment and stop the syncer (pending groups must have been awaited)."""
+        if self._syncer is not None:
+            self._unwatch()
+            assert self._syncer.stdin is not None
+            self._syncer.stdin.close()
+            self._syncer.wait(10)
+            self._syncer = None
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None

@@ -10,7 +10,9 @@ Delta ``progress`` table holds each ``(worker, seq)`` once.
 from __future__ import annotations
 
 import json
+import os
 import random
+import signal
 import threading
 import time
 from pathlib import Path
@@ -239,3 +241,53 @@ def test_restart_starts_from_the_compacted_snapshot_even_ahead_of_progress(tmp_p
     assert sorted(progress.select("version", "seq").unique()["version"].to_list()) == list(range(0, 41))
     per_version = progress.filter(pl.col("version") > 0).group_by("version").agg(pl.len().alias("rows"))
     assert per_version["rows"].to_list() == [3] * 40  # each batch's three updates, once
+
+
+def _children(pid: int) -> list[int]:
+    """Child processes of ``pid``, whichever of its threads started them."""
+    return [int(child) for task in Path(f"/proc/{pid}/task").iterdir()
+            for child in (task / "children").read_text().split()]
+
+
+def _gone(pid: int, timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
+        except FileNotFoundError:
+            return True
+        if state == "Z":  # exited, waiting for its parent (or init) to reap it
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_the_sync_process_dies_with_the_service_and_its_loss_stops_acknowledgements(tmp_path: Path) -> None:
+    service = ServiceProcess(tmp_path / "warehouse")
+    service.start()
+    dataflow_id, token = register(service, loop_graph())
+    url = f"/v1/dataflows/{dataflow_id}/progress"
+    try:
+        with service.client(token) as client:
+            assert client.post(url, json={"worker": "w", "seq": 0, "updates": [update(1, 0, "target", [5], 1)]}
+                               ).status_code == 200
+            assert service.process is not None
+            (syncer,) = _children(service.process.pid)
+            os.kill(syncer, signal.SIGKILL)
+            refused = client.post(url, json={"worker": "w", "seq": 1, "updates": [update(1, 0, "target", [6], 1)]})
+            assert refused.status_code == 503 and refused.json()["error"] == "log_failed", refused.text
+            assert client.get("/healthz").status_code == 503
+            again = client.post(url, json={"worker": "w", "seq": 1, "updates": []})
+            assert again.status_code == 503  # nothing is acknowledged until a restart
+        service.kill9()
+        service.restart()
+        with service.client(token) as client:
+            assert client.get("/healthz").status_code == 200
+            assert client.get(f"/v1/dataflows/{dataflow_id}").json()["version"] == 1  # only the acknowledged batch
+            assert client.post(url, json={"worker": "w", "seq": 1, "updates": []}).json()["version"] == 2
+        assert service.process is not None
+        (syncer,) = _children(service.process.pid)
+        service.kill9()
+        assert _gone(syncer), "the sync process outlived the service"
+    finally:
+        service.stop()
