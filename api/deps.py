@@ -1,4 +1,9 @@
-"""FastAPI dependencies: the service, the caller, the dataflow being addressed."""
+"""FastAPI dependencies: the service, the caller, the dataflow being addressed.
+
+They are ``async def`` although nothing in them awaits: FastAPI runs a plain ``def``
+dependency in its thread pool, and the three hops (service, caller, dataflow) cost ~0.5 ms per
+request, as much as applying a batch that moves 400 frontier entries.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +16,7 @@ from api.dataflows import Dataflow
 from api.service import Service
 
 
-def get_service(request: Request) -> Service:
+async def get_service(request: Request) -> Service:
     """The :class:`Service` of this app."""
     return request.app.state.service
 
@@ -19,7 +24,7 @@ def get_service(request: Request) -> Service:
 ServiceDep = Annotated[Service, Depends(get_service)]
 
 
-def principal(
+async def principal(
     service: ServiceDep,
     authorization: Annotated[str | None, Header(description="Bearer <admin or dataflow token>")] = None,
 ) -> Principal:
@@ -33,7 +38,7 @@ def principal(
 PrincipalDep = Annotated[Principal, Depends(principal)]
 
 
-def admin(caller: PrincipalDep) -> Principal:
+async def admin(caller: PrincipalDep) -> Principal:
     """Only the admin token; 403 for a dataflow token."""
     if not caller.admin:
         raise forbidden("only the admin token may do this")
@@ -51,7 +56,7 @@ def lookup(service: Service, caller: Principal, dataflow_id: str) -> Dataflow:
     return dataflow
 
 
-def dataflow_dep(
+async def dataflow_dep(
     service: ServiceDep,
     caller: PrincipalDep,
     dataflow_id: Annotated[str, Path(alias="id", max_length=64, description="dataflow id")],

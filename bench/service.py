@@ -6,7 +6,8 @@ loopback port (``tracker serve``, Spark off so the JVM does not compete for the 
 * **Latency**: a worker sends a batch (on a WebSocket, or by ``POST``) that moves the input
   capability of a 100-operator ring with a feedback loop from ``t`` to ``t + 1``, which moves the
   frontier at every location; another subscriber (a WebSocket) times until it receives that
-  version's ``changes``. p50 and p99 are compared with the *physical floor* measured in the same
+  version's ``changes`` (in its own process, :mod:`bench.watcher`, as a real subscriber would
+  be). p50 and p99 are compared with the *physical floor* measured in the same
   run: a bare loopback round trip to a trivial uvicorn endpoint over the same transport, plus one
   ``fdatasync`` of a small record on the warehouse's disk.
 * **Throughput**: updates per second ingested through the service (several WebSocket workers,
@@ -108,36 +109,42 @@ def _settled(service: ServiceProcess, dataflow_id: str) -> None:
 
 async def _latency(service: ServiceProcess, dataflow_id: str, token: str, transport: str, n: int,
                    start_step: int, seq0: int) -> list[float]:
+    """Send ``n`` batches one at a time; each sample is the time from sending a batch to its
+    ``changes`` event arriving at a subscriber in another process (:mod:`bench.watcher`)."""
     headers = {"Authorization": f"Bearer {token}"}
     url = f"{service.ws_url}/v1/dataflows/{dataflow_id}/ws"
+    watcher = await asyncio.create_subprocess_exec(sys.executable, "-m", "bench.watcher", url, token,
+                                                   stdout=asyncio.subprocess.PIPE,
+                                                   cwd=Path(__file__).resolve().parent.parent)
+    assert watcher.stdout is not None
     samples = []
-    async with connect(url, additional_headers=headers, max_size=None, compression=None) as watcher, \
-            connect(url + "?subscribe=false", additional_headers=headers, compression=None) as sender, \
-            httpx.AsyncClient(base_url=service.url, headers=headers) as client:
-        snapshot = json.loads(await watcher.recv())
-        version = snapshot["version"]
-        for i in range(n):
-            step = start_step + i
-            body = {"worker": f"lat-{transport}", "seq": seq0 + i,
-                    "updates": [update(0, 0, "source", [step], -1), update(0, 0, "source", [step + 1], 1)]}
-            text = json.dumps(body)
-            started = time.perf_counter()
-            if transport == "ws":
-                await sender.send(text)
-            else:
-                post = asyncio.ensure_future(client.post(f"/v1/dataflows/{dataflow_id}/progress", content=text,
-                                                         headers={"Content-Type": "application/json"}))
-            version += 1
-            marker = f'"version":{version},'
-            while True:
-                message = await watcher.recv()
-                if marker in message[:60]:  # no need to parse ~400 changes to time them
-                    break
-            samples.append(time.perf_counter() - started)
-            if transport == "ws":
-                await sender.recv()  # the ack
-            else:
-                (await post).raise_for_status()
+    try:
+        async with connect(url + "?subscribe=false", additional_headers=headers, compression=None) as sender, \
+                httpx.AsyncClient(base_url=service.url, headers=headers) as client:
+            version = int(await watcher.stdout.readline())
+            for i in range(n):
+                step = start_step + i
+                body = {"worker": f"lat-{transport}", "seq": seq0 + i,
+                        "updates": [update(0, 0, "source", [step], -1), update(0, 0, "source", [step + 1], 1)]}
+                text = json.dumps(body)
+                started = time.perf_counter()
+                if transport == "ws":
+                    await sender.send(text)
+                else:
+                    post = asyncio.ensure_future(client.post(f"/v1/dataflows/{dataflow_id}/progress", content=text,
+                                                             headers={"Content-Type": "application/json"}))
+                version += 1
+                seen, at = (await watcher.stdout.readline()).split()
+                if int(seen) != version:
+                    raise RuntimeError(f"the subscriber saw version {seen}, expected {version}")
+                samples.append(float(at) - started)
+                if transport == "ws":
+                    await sender.recv()  # the ack
+                else:
+                    (await post).raise_for_status()
+    finally:
+        watcher.terminate()
+        await watcher.wait()
     return samples
 
 
