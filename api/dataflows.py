@@ -13,6 +13,7 @@ crash could take back.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections import deque
@@ -126,29 +127,35 @@ class Dataflow:
     audit: dict[str, Any] | None = None
     ready: bool = False
     graph_stored: bool = False  # the graph tables (and, without Spark, the native Psi) are in Delta
-    _psi: Any = None
     on_publish: Callable[[Dataflow, int, list[FrontierChange]], None] | None = None
 
     @property
     def published(self) -> dict[Location, set[Timestamp]]:
-        """The frontier as of ``frontier_version``: location -> set of times.
-
-        Publishing only queues a version's changes; they are folded in here, when somebody
-        reads the frontier, which keeps ~2 set operations per change off the hot path.
-        """
-        if self._unfolded:
-            published = self._published
-            for changes in self._unfolded:
-                for location, when, diff in changes:
-                    times = published.get(location)
-                    if times is None:
-                        times = published[location] = set()
-                    if diff > 0:
-                        times.add(when)
-                    else:
-                        times.discard(when)
-            self._unfolded = []
+        """The frontier as of ``frontier_version``: location -> set of times."""
+        self._fold()
         return self._published
+
+    def _fold(self) -> None:
+        """Fold published versions' changes into :attr:`published`.
+
+        Publishing only queues a version's changes and schedules this for right after the
+        subscribers' sends (it runs on the event loop's next turn), which keeps ~2 set operations
+        per change off the latency path without keeping change lists alive: thousands of them
+        made the collector's full passes take tens of milliseconds.
+        """
+        if not self._unfolded:
+            return
+        published = self._published
+        for changes in self._unfolded:
+            for location, when, diff in changes:
+                times = published.get(location)
+                if times is None:
+                    times = published[location] = set()
+                if diff > 0:
+                    times.add(when)
+                else:
+                    times.discard(when)
+        self._unfolded = []
 
     @published.setter
     def published(self, frontier: dict[Location, set[Timestamp]]) -> None:
@@ -235,9 +242,6 @@ class Dataflow:
         """Fold durable changes into the published frontier, history and subscribers."""
         if not changes:
             return
-        self._unfolded.append(changes)
-        if len(self._unfolded) > 4096:  # compaction folds them every few seconds; this bounds the memory
-            _ = self.published
         # Encoded once, shared by every subscriber, and kept as the history entry: one string per
         # version rather than a tuple per change keeps the garbage collector's full passes (and so
         # the latency tail) short even with a long history.
@@ -251,9 +255,14 @@ class Dataflow:
             self.history_changes -= old_count
             self.history_floor = old_version
         self.uncompacted.append((version, encoded, time.time()))
+        self._unfolded.append(changes)
         if notify:
             for subscriber in list(self.subscribers):
                 subscriber.offer(version, encoded)
+            if len(self._unfolded) == 1:  # scheduled after the subscribers' wake-ups, so after their sends
+                asyncio.get_running_loop().call_soon(self._fold)
+        elif len(self._unfolded) >= 256:  # replaying a recovered history: no loop to schedule on
+            self._fold()
 
     def inflight(self) -> list[tuple[int, str, int, list[Update], float]]:
         """Applied batches whose log record is not durable yet."""
@@ -312,12 +321,16 @@ class Dataflow:
         ]
 
     def psi(self) -> Any:
-        """``Psi`` (minimal path summaries), computed natively once and cached."""
-        if self._psi is None:
-            from tracker.structure import path_summaries
+        """``Psi`` (minimal path summaries), computed natively; call it off the event loop.
 
-            self._psi = path_summaries(self.graph)
-        return self._psi
+        Not cached: Psi has up to n^2 entries, and keeping tens of thousands of small objects
+        alive for the dataflow's lifetime made every full pass of the garbage collector (a
+        latency spike) tens of milliseconds longer. It is needed at registration and by the
+        rare whole-Psi query.
+        """
+        from tracker.structure import path_summaries
+
+        return path_summaries(self.graph)
 
     def status(self) -> dict[str, Any]:
         """The ``status`` object of ``GET /v1/dataflows/{id}``."""

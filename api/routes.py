@@ -177,7 +177,7 @@ async def summaries(dataflow: DataflowDep, from_node: NodeQ = None, from_port: N
             f"origin with from_node, from_port and from_kind (the whole of Psi is served up to {PSI_LOCATIONS} "
             "locations)")})
     else:
-        psi = await asyncio.to_thread(dataflow.psi)  # computed once; quadratic, so never on the loop
+        psi = await asyncio.to_thread(dataflow.psi)  # quadratic, so never on the loop
     rows = [
         {"from": location_json(a), "to": location_json(b), "summaries": [list(s) for s in chain.elements()]}
         for (a, b), chain in psi.items()
