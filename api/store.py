@@ -36,12 +36,10 @@ class Store:
     def progress(self, dataflow_id: str, after: int = -1) -> dict[int, tuple[str, int, list[Update]]]:
         """The batches of the ``progress`` table with a version above ``after``, by version:
         ``(worker, seq, updates)``."""
-        data = self.warehouse.read("progress", dataflow_id)
-        if after >= 0:
-            data = data.filter(pc.greater(data.column("version"), after))
+        names = ["version", "worker", "seq", "node", "port", "kind", "time", "delta"]
+        data = self.warehouse.columns("progress", dataflow_id, names, after_version=after if after >= 0 else None)
         batches: dict[int, tuple[str, int, list[Update]]] = {}
-        columns = [data.column(n).to_pylist() for n in ("version", "worker", "seq", "node", "port", "kind", "time",
-                                                         "delta")]
+        columns = [data.column(n).to_pylist() for n in names]
         for version, worker, seq, node, port, kind, time, delta in zip(*columns, strict=True):
             entry = batches.setdefault(version, (worker, seq, []))
             entry[2].append((Location(node, port, kind), tuple(time), delta))
@@ -49,7 +47,7 @@ class Store:
 
     def worker_positions(self, dataflow_id: str) -> dict[str, tuple[int, int]]:
         """Every worker's last ``(seq, version)`` in the ``progress`` table (computed by Arrow)."""
-        data = self.warehouse.read("progress", dataflow_id).select(["worker", "seq", "version"])
+        data = self.warehouse.columns("progress", dataflow_id, ["worker", "seq", "version"])
         data = data.filter(pc.greater(data.column("version"), 0))  # version 0: the registration's initial counts
         if data.num_rows == 0:
             return {}
@@ -64,14 +62,13 @@ class Store:
 
     def max_progress_version(self, dataflow_id: str) -> int:
         """The highest version in ``progress`` for this dataflow (-1 if none)."""
-        versions = self.warehouse.read("progress", dataflow_id).column("version").to_pylist()
-        return max(versions) if versions else -1
+        found = self.warehouse.max_of("progress", dataflow_id, "version")
+        return -1 if found is None else found
 
     def max_change_version(self, dataflow_id: str) -> int:
         """The highest version in ``frontier_changes`` for this dataflow (-1 if none)."""
-        data = self.warehouse.read("frontier_changes", dataflow_id)
-        versions = data.column("version").to_pylist()
-        return max(versions) if versions else -1
+        found = self.warehouse.max_of("frontier_changes", dataflow_id, "version")
+        return -1 if found is None else found
 
     # -- writes ---------------------------------------------------------------------------
 

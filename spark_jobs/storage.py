@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 
 from spark_jobs.tables import TABLES, Rows, schema_of, to_arrow
@@ -191,6 +192,23 @@ class Warehouse:
             filters = [("dataflow_id", "in", list(dataflow_id))]
         data = delta.to_pyarrow_table(filters=filters)
         return to_arrow(table, data)
+
+    def columns(self, table: str, dataflow_id: str, names: list[str], after_version: int | None = None) -> pa.Table:
+        """Only the named columns of ``dataflow_id``'s rows (with a ``version`` above
+        ``after_version``, if given), as stored; the filters reach the Parquet reader."""
+        path = self.path(table)
+        if not DeltaTable.is_deltatable(path):
+            return schema_of(table).empty_table().select(names)
+        filters: list[tuple[str, str, Any]] = [("dataflow_id", "=", dataflow_id)]
+        if after_version is not None:
+            filters.append(("version", ">", after_version))
+        return DeltaTable(path).to_pyarrow_table(columns=names, filters=filters)
+
+    def max_of(self, table: str, dataflow_id: str, column: str) -> int | None:
+        """The largest ``column`` value among ``dataflow_id``'s rows (``None`` if it has none),
+        reading that one column only."""
+        data = self.columns(table, dataflow_id, [column])
+        return pc.max(data.column(column)).as_py() if data.num_rows else None
 
     def spark_read(
         self, table: str, dataflow_id: str | list[str] | None = None, version: int | None = None
