@@ -51,20 +51,22 @@ class InvalidRequest(ValueError):
         return [{"loc": self.loc, "msg": self.msg, "type": "invalid"}]
 
 
-class _Location(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+# gc=False: decoded structs hold only ints, strings and tuples (no cycles), and left to the
+# collector the hundreds of them per batch triggered collections that cost as much as decoding.
+class _Location(msgspec.Struct, frozen=True, forbid_unknown_fields=True, gc=False):
     # frozen: hashable, so it is itself the key that finds the graph's Location.
     node: int
     port: int
     kind: Literal["source", "target"]
 
 
-class _Update(msgspec.Struct, forbid_unknown_fields=True):
+class _Update(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     location: _Location
     time: tuple[int, ...]
     delta: Annotated[int, msgspec.Meta(ge=-MAX_DELTA, le=MAX_DELTA)]
 
 
-class _Batch(msgspec.Struct, forbid_unknown_fields=True):
+class _Batch(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     worker: Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
     seq: Annotated[int, msgspec.Meta(ge=0, le=MAX_SEQ)]
     updates: Annotated[list[_Update], msgspec.Meta(max_length=MAX_UPDATES)]
