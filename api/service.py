@@ -276,12 +276,13 @@ class Service:
         return {k: c for k, c in counts.items() if c != 0}
 
     def _tracker_with(self, graph: Graph, initial: list[Update]) -> Any:
+        """A tracker of ``graph`` (which :func:`build_graph` checked for cycles) holding ``initial``."""
         if self.settings.engine == "spark":
             from api.engine import CountsOnly
 
             tracker: Any = CountsOnly(graph)
         else:
-            tracker = Tracker(graph)
+            tracker = Tracker(graph, cycles_checked=True)
         tracker.apply(initial, validated=True)
         return tracker
 

@@ -54,8 +54,11 @@ class Tracker:
     ([(18,)], [(17,)])
     """
 
-    def __init__(self, graph: Graph) -> None:
-        cycles = find_cycles(graph)
+    def __init__(self, graph: Graph, *, cycles_checked: bool = False) -> None:
+        """``cycles_checked=True`` skips the cycle check (linear, but a large share of building
+        a tracker for a big graph) when the caller has just run :func:`find_cycles` on this
+        very graph and found none."""
+        cycles = [] if cycles_checked else find_cycles(graph)
         if cycles:
             raise ValueError("graph has non-incrementing cycles: " + ", ".join(map(str, cycles)))
         self.graph = graph
