@@ -73,23 +73,36 @@ async def dashboard() -> FileResponse:
 
 
 def _history(root: Path, dataflow_id: str, limit: int) -> dict[str, Any]:
-    """The last ``limit`` frontier changes and the per-second throughput, from Delta."""
+    """The last ``limit`` frontier changes and the per-second throughput, from Delta.
+
+    Read with polars' lazy Delta scan: only this dataflow's partition and the needed columns are
+    read, and the top ``limit`` versions are kept while scanning (the table grows by hundreds of
+    rows per version, so reading it whole would take seconds and gigabytes after a while).
+    """
     import polars as pl
+    from deltalake import DeltaTable
 
     from spark_jobs.report import throughput
     from spark_jobs.storage import Warehouse
 
     wh = Warehouse(root)
-    changes = pl.from_arrow(wh.read("frontier_changes", dataflow_id))
-    progress = pl.from_arrow(wh.read("progress", dataflow_id))
-    assert isinstance(changes, pl.DataFrame) and isinstance(progress, pl.DataFrame)
-    changes = changes.sort("version", maintain_order=True).tail(limit)
-    rate = throughput(progress)
+
+    def scan(table: str, columns: list[str]) -> pl.LazyFrame | None:
+        path = wh.path(table)
+        if not DeltaTable.is_deltatable(path):
+            return None
+        return pl.scan_delta(path).filter(pl.col("dataflow_id") == dataflow_id).select(columns)
+
+    changes_scan = scan("frontier_changes", ["version", "node", "port", "kind", "time", "diff", "at"])
+    progress_scan = scan("progress", ["version", "received_at", "delta"])
+    changes = [] if changes_scan is None else (
+        changes_scan.top_k(limit, by="version").sort("version", maintain_order=True).collect().iter_rows(named=True))
+    rate = throughput(pl.DataFrame() if progress_scan is None else progress_scan.collect())
     return {
         "frontier_changes": [
             {"version": r["version"], "location": {"node": r["node"], "port": r["port"], "kind": r["kind"]},
              "time": r["time"], "diff": r["diff"], "at": r["at"].timestamp()}
-            for r in changes.iter_rows(named=True)
+            for r in changes
         ],
         "throughput": [{"second": r["second"].timestamp(), "batches": r["batches"], "updates": r["updates"]}
                        for r in rate.iter_rows(named=True)],

@@ -249,3 +249,21 @@ def test_assets_are_shipped_with_their_licences() -> None:
         assert "Permission is hereby granted" in (vendor / licence).read_text()
     page = (vendor.parent / "dashboard.html").read_text()
     assert "http://" not in page and "https://" not in page  # no CDN
+
+
+def test_history_keeps_the_last_versions_of_its_own_dataflow(tmp_path: Path) -> None:
+    from api.dashboard import _history
+    from api.dataflows import changes_json
+    from api.store import Store
+    from tracker.graph import Location
+    from tracker.reachability import FrontierChange
+
+    store = Store(tmp_path)
+    for dataflow_id in ("mine", "other"):
+        store.append_changes([(dataflow_id, v, changes_json([FrontierChange(Location.target(1, 0), (v,), 1),
+                                                              FrontierChange(Location.target(2, 0), (v,), -1)]), 0.0)
+                              for v in range(1, 51)])
+    got = _history(tmp_path, "mine", 10)["frontier_changes"]
+    assert [c["version"] for c in got] == [46, 46, 47, 47, 48, 48, 49, 49, 50, 50]
+    assert {tuple(c["time"]) for c in got} == {(v,) for v in range(46, 51)}
+    assert _history(tmp_path, "nobody", 10) == {"frontier_changes": [], "throughput": []}
