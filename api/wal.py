@@ -165,6 +165,13 @@ class WriteAheadLog:
         self._fd = self._open_segment(self._segment)
         self._syncer = subprocess.Popen([sys.executable, "-m", "api.syncer", str(self.directory)],
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        # One sync before serving: a syncer that cannot start or sync fails the start-up, not
+        # the first acknowledgement.
+        self._request(self._segment)
+        assert self._syncer.stdout is not None
+        answer = os.read(self._syncer.stdout.fileno(), _SYNC.size)
+        if len(answer) != _SYNC.size or _SYNC.unpack(answer)[0] != 0:
+            raise OSError(f"the write-ahead log's sync process failed to start or sync (answer {answer!r})")
 
     def _open_segment(self, number: int) -> int:
         path = self.directory / f"wal-{number:06d}.log"
