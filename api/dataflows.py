@@ -135,6 +135,11 @@ class Dataflow:
         self._fold()
         return self._published
 
+    @published.setter
+    def published(self, frontier: dict[Location, set[Timestamp]]) -> None:
+        self._published = frontier
+        self._unfolded = []
+
     def _fold(self) -> None:
         """Fold published versions' changes into :attr:`published`.
 
@@ -155,11 +160,6 @@ class Dataflow:
                     times.add(when)
                 else:
                     times.discard(when)
-        self._unfolded = []
-
-    @published.setter
-    def published(self, frontier: dict[Location, set[Timestamp]]) -> None:
-        self._published = frontier
         self._unfolded = []
 
     def reset_published(self) -> None:
