@@ -18,6 +18,9 @@ class Metrics:
         self.registry = CollectorRegistry()
         r = self.registry
         self.batches = Counter("tracker_batches", "Progress batches by outcome", ["outcome"], registry=r)
+        # The hot path's children, looked up once (``labels()`` hashes and locks on every call).
+        self.applied, self.duplicates, self.rejected, self.gaps = (
+            self.batches.labels(outcome) for outcome in ("applied", "duplicate", "rejected", "gap"))
         self.updates = Counter("tracker_updates", "Pointstamp updates applied", registry=r)
         self.frontier_changes = Counter("tracker_frontier_changes", "Frontier changes published", registry=r)
         self.subscribers = Gauge("tracker_subscribers", "Open frontier streams", ["transport"], registry=r)

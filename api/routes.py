@@ -61,16 +61,16 @@ async def submit(service: Service, dataflow: Dataflow, data: bytes) -> dict[str,
         worker, seq, updates = parse_progress(data, dataflow.graph)
         outcome = dataflow.submit(worker, seq, updates, service.wal, data)
     except MalformedJSON as error:
-        metrics.batches.labels("rejected").inc()
+        metrics.rejected.inc()
         raise HTTPException(400, {"error": "malformed_json", "detail": str(error)}) from None
     except InvalidRequest as error:
-        metrics.batches.labels("rejected").inc()
+        metrics.rejected.inc()
         raise HTTPException(422, {"error": "invalid_request", "detail": error.detail()}) from None
     except GraphError as error:
-        metrics.batches.labels("rejected").inc()
+        metrics.rejected.inc()
         raise HTTPException(422, {"error": "invalid_update", "detail": str(error)}) from None
     except SequenceGap as gap:
-        metrics.batches.labels("gap").inc()
+        metrics.gaps.inc()
         raise HTTPException(409, {"error": "sequence_gap", "expected": gap.expected, "worker": worker, "seq": seq,
                                   "detail": f"worker {worker!r} sent seq {seq}; expected {gap.expected}"}) from None
     except LogFailed as error:
@@ -80,11 +80,11 @@ async def submit(service: Service, dataflow: Dataflow, data: bytes) -> dict[str,
     except LogFailed as error:
         raise _log_failed(error) from None
     if outcome.applied:
-        metrics.batches.labels("applied").inc()
+        metrics.applied.inc()
         metrics.updates.inc(outcome.updates)
         metrics.apply_latency.observe(time.perf_counter() - started)
     else:
-        metrics.batches.labels("duplicate").inc()
+        metrics.duplicates.inc()
     return {"applied": outcome.applied, "duplicate": outcome.duplicate, "version": outcome.version,
             "worker": worker, "seq": seq}
 
