@@ -11,9 +11,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 
-from tracker.graph import Location
+from tracker.graph import MAX_DELTA, Location
 
 NonNegInt = StrictInt
+MAX_SEQ = 2**63 - 1
+"""The largest batch sequence number (stored as a 64-bit integer)."""
 Kind = Literal["source", "target"]
 
 
@@ -70,7 +72,7 @@ class UpdateModel(_Model):
 
     location: LocationModel
     time: list[StrictInt] = Field(max_length=64)
-    delta: StrictInt = Field(ge=-(2**31 - 1), le=2**31 - 1)
+    delta: StrictInt = Field(ge=-MAX_DELTA, le=MAX_DELTA)
 
 
 class RegisterRequest(_Model):
@@ -97,7 +99,7 @@ class ProgressRequest(_Model):
     """
 
     worker: StrictStr = Field(min_length=1, max_length=200)
-    seq: StrictInt = Field(ge=0, le=2**63 - 1)
+    seq: StrictInt = Field(ge=0, le=MAX_SEQ)
     updates: list[UpdateModel] = Field(max_length=100_000)
 
 

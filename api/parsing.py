@@ -27,11 +27,11 @@ from typing import Annotated, Literal, NoReturn
 
 import msgspec
 
+from api.models import MAX_SEQ
 from tracker.graph import MAX_DELTA, Graph, GraphError, Location, Update
 from tracker.timestamp import MAX_TIME
 
 MAX_UPDATES = 100_000
-MAX_SEQ = 2**63 - 1
 
 
 class MalformedJSON(ValueError):

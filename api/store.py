@@ -17,6 +17,7 @@ import pyarrow.compute as pc
 
 from api.columns import ChangeItem, RawBatch, changes_table, progress_table
 from api.parsing import parse_progress
+from spark_jobs.tables import TABLES
 from tracker.graph import Graph, Location, Update
 from tracker.timestamp import Timestamp
 
@@ -89,10 +90,11 @@ class Store:
         batches = list(batches)
         raw = [(d, v, w, s, u, at) for d, _, v, w, s, u, at in batches if isinstance(u, RawBatch)]
         decoded = progress_table(raw) if raw else None
-        rest = [b for b in batches if not isinstance(b[5], RawBatch)] if decoded is not None else [
-            (d, g, v, w, s, parse_progress(u.body, g)[2] if isinstance(u, RawBatch) else u, at)
-            for d, g, v, w, s, u, at in batches]
-        tables = [decoded] if decoded is not None else []
+        tables = [] if decoded is None else [decoded]
+        if decoded is None:  # Arrow in doubt (or nothing raw): every body through the parser
+            batches = [(d, g, v, w, s, parse_progress(u.body, g)[2] if isinstance(u, RawBatch) else u, at)
+                       for d, g, v, w, s, u, at in batches]
+        rest = [b for b in batches if not isinstance(b[5], RawBatch)]
         if rest:
             tables.append(_progress_rows(rest))
         if not tables:
@@ -122,8 +124,6 @@ class Store:
 
 def _progress_rows(batches: list[tuple[str, Graph, int, str, int, list[Update], float]]) -> pa.Table:
     """``progress`` rows built from decoded updates, as columns rather than row dicts."""
-    from spark_jobs.storage import TABLES
-
     columns: dict[str, list[Any]] = {name: [] for name in TABLES["progress"].names}
     ids, versions, workers, seqs = (columns[n] for n in ("dataflow_id", "version", "worker", "seq"))
     nodes, ports, kinds, times, deltas, ats = (columns[n] for n in ("node", "port", "kind", "time", "delta",
