@@ -145,6 +145,7 @@ def create_app(settings: Settings, admin_token: str) -> FastAPI:
             except Exception:
                 log.exception("Delta storage unavailable; running on the write-ahead log alone")
         started = time.perf_counter()
+        service.loop = asyncio.get_running_loop()
         await asyncio.to_thread(service.recover)
         # Everything recovered (graphs, trackers, histories) is long-lived: keep it out of the
         # collector's full passes, which otherwise lengthen the latency tail.
@@ -155,6 +156,7 @@ def create_app(settings: Settings, admin_token: str) -> FastAPI:
         loop = asyncio.get_running_loop()
         if settings.spark:
             loop.run_in_executor(service.spark_pool, background.start_spark, service)
+        service.after_recovery()
         stop = asyncio.Event()
         flusher = asyncio.create_task(background.flush_loop(service, stop))
         tasks = []

@@ -73,6 +73,7 @@ def spark_check(service: Service, dataflow: Dataflow) -> None:
         dataflow.spark_check = "disagreed" if problems else "agreed"
         dataflow.spark_detail = "; ".join(problems) or (
             f"cycle check and {len(spark)} summaries agree ({time.perf_counter() - started:.1f} s)")
+        service.remember_check(dataflow)
         service.metrics.spark_checks.labels(dataflow.spark_check).inc()
         (log.error if problems else log.info)("spark registration check", extra={
             "dataflow": dataflow.id, "result": dataflow.spark_check, "detail": dataflow.spark_detail})
@@ -140,14 +141,19 @@ async def audit_now(service: Service, dataflow: Dataflow, loop: asyncio.Abstract
 # -- Delta ------------------------------------------------------------------------------------
 
 def write_graph(service: Service, dataflow: Dataflow) -> None:
-    """The graph tables of a new dataflow (the log already made the registration durable)."""
+    """The graph tables of a new dataflow (the log already made the registration durable).
+
+    ``summaries`` first (when no Spark check will write them) and the ``dataflows`` row last:
+    recovery rewrites the tables of every logged dataflow that has no ``dataflows`` row, so a
+    crash half-way through is repaired on the next start.
+    """
     try:
-        service.store.write_dataflow(dataflow.id, dataflow.name, dataflow.graph)
         # Without the Spark check, the native Psi fills ``summaries`` (Psi has up to n^2 rows:
         # beyond a few thousand locations that is Spark's job, not a side task of this thread).
         small = len(dataflow.graph.locations()) <= NATIVE_PSI_MAX_LOCATIONS
         if small and not (service.settings.spark and service.settings.spark_check):
             service.store.write_summaries(dataflow.id, dataflow.psi())
+        service.store.write_dataflow(dataflow.id, dataflow.name, dataflow.graph, dataflow.created_at)
         dataflow.graph_stored = True
     except Exception:
         service.metrics.delta_errors.inc()
@@ -215,28 +221,26 @@ async def flush(service: Service) -> None:
 
 
 async def compact(service: Service) -> None:
-    """Write consolidated ``pointstamps`` and current ``frontiers`` of every changed dataflow
-    (as of its durable version) and append the new ``frontier_changes``."""
+    """Append the new ``frontier_changes`` of every changed dataflow, then write its consolidated
+    ``pointstamps`` and current ``frontiers`` (as of its durable version).
+
+    The changes go first: a crash between the commits then leaves ``frontier_changes`` ahead of
+    the ``pointstamps`` snapshot, never behind it. Recovery starts from the snapshot and skips
+    replayed changes the table already holds; the other order would lose the changes between
+    the old and the new snapshot for good.
+    """
     if service.store is None:
         return
     loop = asyncio.get_running_loop()
+    due = [d for d in service.dataflows.values() if d.frontier_version >= 0 and (
+        d.uncompacted or d.compacted_state != d.frontier_version)]
+    # Everything below is read on the loop, so counts, frontiers and changes agree on a version.
+    states = [(d, d.frontier_version, service.snapshot_counts(d),
+               {loc: sorted(ts) for loc, ts in d.published.items() if ts}) for d in due]
     changes = []
-    for dataflow in list(service.dataflows.values()):
-        if dataflow.frontier_version < 0 or (
-                not dataflow.uncompacted and dataflow.compacted_state == dataflow.frontier_version):
-            continue
-        version = dataflow.frontier_version
-        counts = service.snapshot_counts(dataflow)
-        frontiers = {loc: sorted(ts) for loc, ts in dataflow.published.items() if ts}
-        pending, dataflow.uncompacted = dataflow.uncompacted, []
-        try:
-            await loop.run_in_executor(service.delta_pool, service.store.write_state, dataflow.id, counts, frontiers,
-                                       version)
-        except Exception:
-            dataflow.uncompacted[:0] = pending
-            raise
-        dataflow.compacted_state = version
-        changes.extend((dataflow, item) for item in pending)
+    for dataflow in due:
+        changes.extend((dataflow, item) for item in dataflow.uncompacted)
+        dataflow.uncompacted = []
     if changes:
         rows = [(d.id, version, encoded, at) for d, (version, encoded, at) in changes]
         try:
@@ -247,6 +251,10 @@ async def compact(service: Service) -> None:
             raise
         for dataflow, (version, _, _) in changes:
             dataflow.compacted_version = max(dataflow.compacted_version, version)
+    for dataflow, version, counts, frontiers in states:
+        await loop.run_in_executor(service.delta_pool, service.store.write_state, dataflow.id, counts, frontiers,
+                                   version)
+        dataflow.compacted_state = version
 
 
 async def maybe_rotate(service: Service) -> None:

@@ -238,8 +238,10 @@ class Dataflow:
         if self.on_publish is not None:
             self.on_publish(self, version, changes)
 
-    def record_changes(self, version: int, changes: list[FrontierChange], *, notify: bool = True) -> None:
-        """Fold durable changes into the published frontier, history and subscribers."""
+    def record_changes(self, version: int, changes: list[FrontierChange], *, notify: bool = True,
+                       at: float | None = None) -> None:
+        """Fold durable changes into the published frontier, history and subscribers; ``at``
+        (default now) is when the batch was applied, as ``frontier_changes`` will say."""
         if not changes:
             return
         # Encoded once, shared by every subscriber, and kept as the history entry: one string per
@@ -254,7 +256,7 @@ class Dataflow:
             old_version, old_count, _ = self.history.popleft()
             self.history_changes -= old_count
             self.history_floor = old_version
-        self.uncompacted.append((version, encoded, time.time()))
+        self.uncompacted.append((version, encoded, time.time() if at is None else at))
         self._unfolded.append(changes)
         if notify:
             for subscriber in list(self.subscribers):

@@ -51,12 +51,30 @@ def configure_logging(level: str) -> None:
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
+class StartupError(Exception):
+    """The service cannot start for a reason the user can fix; the message says which."""
+
+
 def build(settings: Settings) -> Any:
-    """The app for ``settings``, after logging and the admin token are set up."""
+    """The app for ``settings``, after logging, the warehouse's lock and the admin token are set
+    up. Raises :class:`StartupError` (a clear message) if the warehouse cannot be used."""
+    from spark_jobs.ownership import WarehouseBusy, WarehouseLock
+
     configure_logging(settings.log_level)
-    settings.warehouse.mkdir(parents=True, exist_ok=True)
+    try:
+        settings.warehouse.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise StartupError(f"the warehouse {settings.warehouse} exists and is not a directory") from None
+    except OSError as error:
+        raise StartupError(f"cannot create the warehouse {settings.warehouse}: {error.strerror}") from None
+    try:
+        lock = WarehouseLock.acquire(settings.warehouse, f"tracker serve on port {settings.port}")
+    except WarehouseBusy as busy:
+        raise StartupError(f"{busy}; one process at a time may write a warehouse, stop it first") from None
     token = load_admin_token(settings.warehouse, settings.admin_token)
-    return create_app(settings, token)
+    app = create_app(settings, token)
+    app.state.warehouse_lock = lock  # held for the app's lifetime; the kernel drops it at exit
+    return app
 
 
 def app_from_env() -> Any:
@@ -67,7 +85,11 @@ def app_from_env() -> Any:
 def serve(args: argparse.Namespace) -> int:
     """Run the service until interrupted; the exit code."""
     settings = Settings.from_env(args)
-    app = build(settings)
+    try:
+        app = build(settings)
+    except StartupError as error:
+        print(f"tracker serve: error: {error}", file=sys.stderr)
+        return 2
     logging.getLogger("tracker.server").info(
         "starting", extra={"host": settings.host, "port": settings.port, "warehouse": str(settings.warehouse),
                            "engine": settings.engine, "spark": settings.spark})

@@ -12,6 +12,7 @@ exactly once.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 import uuid
@@ -27,7 +28,7 @@ from api.dataflows import Dataflow, decode_updates, encode_updates
 from api.metrics import Metrics
 from api.models import RegisterRequest, location_json
 from api.parsing import parse_progress
-from api.wal import WriteAheadLog
+from api.wal import LogFailed, WriteAheadLog
 from tracker.graph import Connection, Edge, Graph, GraphError, Location, Node, Update
 from tracker.reachability import Tracker
 from tracker.structure import find_cycles
@@ -115,6 +116,10 @@ class Service:
         self.started = time.time()
         self.rotation: tuple[int, dict[str, int]] | None = None
         self.delta_uncertain = False  # the last progress commit failed: its outcome is unknown
+        self.loop: asyncio.AbstractEventLoop | None = None  # the event loop serving requests
+        self.checks: dict[str, dict[str, Any]] = {}  # dataflow id -> its logged Spark check result
+        self.unstored: list[Dataflow] = []  # recovered without their graph tables: write them
+        self.unchecked: list[Dataflow] = []  # recovered with no Spark check result: run it
 
     # -- auth -----------------------------------------------------------------------------
 
@@ -174,6 +179,30 @@ class Service:
         if self.settings.spark and self.settings.spark_check:
             loop.run_in_executor(self.spark_pool, background.spark_check, self, dataflow)
 
+    def after_recovery(self) -> None:
+        """Finish what a crash interrupted: graph tables never written, Spark checks never
+        concluded (each on its own thread, queued behind the Spark session's start)."""
+        from api import background
+
+        loop = asyncio.get_running_loop()
+        for dataflow in self.unstored:
+            loop.run_in_executor(self.delta_pool, background.write_graph, self, dataflow)
+        for dataflow in self.unchecked:
+            loop.run_in_executor(self.spark_pool, background.spark_check, self, dataflow)
+        self.unstored, self.unchecked = [], []
+
+    def remember_check(self, dataflow: Dataflow) -> None:
+        """Log a concluded Spark check (from any thread), so a restart reports it again
+        instead of running it again."""
+        if self.loop is not None:
+            self.loop.call_soon_threadsafe(self._log_check, dataflow.id, dataflow.spark_check, dataflow.spark_detail)
+
+    def _log_check(self, dataflow_id: str, result: str, detail: str | None) -> None:
+        record = {"t": "check", "df": dataflow_id, "result": result, "detail": detail}
+        self.checks[dataflow_id] = record
+        with contextlib.suppress(LogFailed):  # nobody waits: a check lost in a crash runs again after the restart
+            self.wal.enqueue(record).add_done_callback(lambda done: done.exception())
+
     def _on_publish(self, dataflow: Dataflow, version: int, changes: list[Any]) -> None:
         self.metrics.frontier_changes.inc(len(changes))
 
@@ -196,6 +225,9 @@ class Service:
                 registrations.setdefault(record["df"], record)
             elif record.get("t") == "batch":
                 batches[record["df"]].append(record)
+            elif record.get("t") == "check":
+                self.checks[record["df"]] = record
+        stored = self.store.registered() if self.store is not None else set()
         for dataflow_id, record in registrations.items():
             graph, initial = build_graph(record)
             snapshot = self.store.snapshot(dataflow_id) if self.store is not None else None
@@ -214,8 +246,8 @@ class Service:
             if self.store is not None:
                 from_delta = self.store.progress(dataflow_id, after=base)
                 for version in sorted(v for v in from_delta if v > base):
-                    worker, seq, updates = from_delta[version]
-                    self._replay(dataflow, version, worker, seq, updates)
+                    worker, seq, updates, received = from_delta[version]
+                    self._replay(dataflow, version, worker, seq, updates, received)
             dataflow.delta_version = max(in_delta, 0)
             for batch in batches.get(dataflow_id, []):
                 if batch["v"] <= in_delta:
@@ -227,7 +259,7 @@ class Service:
                 if batch["v"] <= dataflow.version:  # in the snapshot but not yet in Delta progress
                     dataflow.workers[worker] = (seq, batch["v"])
                 else:
-                    self._replay(dataflow, batch["v"], worker, seq, updates)
+                    self._replay(dataflow, batch["v"], worker, seq, updates, batch["at"])
                 payload = RawBatch(batch["_raw"], len(updates)) if "_raw" in batch and updates else updates
                 dataflow.unflushed.append((batch["v"], worker, seq, payload, batch["at"]))
             dataflow.durable_version = dataflow.version
@@ -240,7 +272,7 @@ class Service:
                 dataflow.compacted_version = compacted
             else:
                 dataflow.uncompacted.clear()
-            dataflow.graph_stored = self.store is not None  # written when it was registered
+            self._resume_side_work(dataflow, stored)
             if dataflow.engine_mode == "spark":
                 dataflow.reset_published()  # Spark recomputes the frontier from the recovered counts
             dataflow.ready = True
@@ -252,17 +284,33 @@ class Service:
         self.metrics.dataflows.set(len(self.dataflows))
         self.wal.open()
 
+    def _resume_side_work(self, dataflow: Dataflow, stored: set[str]) -> None:
+        """Status of a recovered dataflow's graph tables and Spark check; what is missing is
+        queued for :meth:`after_recovery`."""
+        dataflow.graph_stored = dataflow.id in stored
+        if self.store is not None and not dataflow.graph_stored:
+            self.unstored.append(dataflow)
+        if dataflow.spark_check == "skipped":
+            return
+        check = self.checks.get(dataflow.id)
+        if check is None:
+            self.unchecked.append(dataflow)
+        else:
+            dataflow.spark_check, dataflow.spark_detail = check["result"], check["detail"]
+
     @staticmethod
-    def _replay(dataflow: Dataflow, version: int, worker: str, seq: int, updates: list[Update]) -> None:
+    def _replay(dataflow: Dataflow, version: int, worker: str, seq: int, updates: list[Update], at: float) -> None:
         changes = dataflow.replay(version, worker, seq, updates)
         dataflow.durable_version = version
         if dataflow.engine_mode == "native":
             dataflow.frontier_version = version
-            dataflow.record_changes(version, changes, notify=False)
+            dataflow.record_changes(version, changes, notify=False, at=at)
 
     def log_header(self) -> list[dict[str, Any]]:
-        """The records a new log segment starts with: every live registration."""
-        return [d.registration for d in self.dataflows.values()]
+        """The records a new log segment starts with: every live registration, and the Spark
+        check results logged so far."""
+        return [d.registration for d in self.dataflows.values()] + [
+            self.checks[d] for d in self.dataflows if d in self.checks]
 
     def snapshot_counts(self, dataflow: Dataflow) -> dict[tuple[Location, tuple[int, ...]], int]:
         """Occurrence counts as of the frontier's version: in-flight batches (not durable yet)

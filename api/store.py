@@ -34,17 +34,23 @@ class Store:
 
     # -- recovery -------------------------------------------------------------------------
 
-    def progress(self, dataflow_id: str, after: int = -1) -> dict[int, tuple[str, int, list[Update]]]:
+    def progress(self, dataflow_id: str, after: int = -1) -> dict[int, tuple[str, int, list[Update], float]]:
         """The batches of the ``progress`` table with a version above ``after``, by version:
-        ``(worker, seq, updates)``."""
-        names = ["version", "worker", "seq", "node", "port", "kind", "time", "delta"]
+        ``(worker, seq, updates, received_at as a POSIX time)``."""
+        names = ["version", "worker", "seq", "node", "port", "kind", "time", "delta", "received_at"]
         data = self.warehouse.columns("progress", dataflow_id, names, after_version=after if after >= 0 else None)
-        batches: dict[int, tuple[str, int, list[Update]]] = {}
+        batches: dict[int, tuple[str, int, list[Update], float]] = {}
         columns = [data.column(n).to_pylist() for n in names]
-        for version, worker, seq, node, port, kind, time, delta in zip(*columns, strict=True):
-            entry = batches.setdefault(version, (worker, seq, []))
+        for version, worker, seq, node, port, kind, time, delta, received in zip(*columns, strict=True):
+            entry = batches.get(version)
+            if entry is None:
+                entry = batches[version] = (worker, seq, [], received.timestamp())
             entry[2].append((Location(node, port, kind), tuple(time), delta))
         return batches
+
+    def registered(self) -> set[str]:
+        """The dataflows whose graph tables are complete (their ``dataflows`` row is written last)."""
+        return set(self.warehouse.dataflow_ids())
 
     def worker_positions(self, dataflow_id: str) -> dict[str, tuple[int, int]]:
         """Every worker's last ``(seq, version)`` in the ``progress`` table (computed by Arrow)."""
@@ -73,9 +79,9 @@ class Store:
 
     # -- writes ---------------------------------------------------------------------------
 
-    def write_dataflow(self, dataflow_id: str, name: str, graph: Graph) -> None:
-        """The graph tables (``dataflows`` last)."""
-        self.warehouse.write_dataflow(dataflow_id, name, graph)
+    def write_dataflow(self, dataflow_id: str, name: str, graph: Graph, created_at: str) -> None:
+        """The graph tables (``dataflows`` last); ``created_at`` is the registration's ISO time."""
+        self.warehouse.write_dataflow(dataflow_id, name, graph, created_at=datetime.fromisoformat(created_at))
 
     def append_progress(self, batches: Iterable[tuple[str, Graph, int, str, int, list[Update] | RawBatch, float]]
                         ) -> int:

@@ -2,7 +2,9 @@
 
 Progress (iteration, new rows, elapsed) goes to stderr as the job runs; the result summary goes
 to stdout. Exit codes: 0 done (``cycles``: the graph is acceptable), 1 ``cycles`` found some,
-2 usage error (unknown dataflow, missing warehouse), without a traceback.
+2 usage error (unknown dataflow, missing warehouse, Spark cannot start, or the warehouse is in use:
+the jobs that write, ``summaries``, ``propagate`` and ``incremental``, refuse to run while the
+service or another job holds it, see :mod:`spark_jobs.ownership`), without a traceback.
 
 >>> # run_job(argparse.Namespace(job="summaries", warehouse="./warehouse", dataflow="df-1", master=None))
 """
@@ -14,7 +16,12 @@ import sys
 import time
 from pathlib import Path
 
+from spark_jobs.ownership import WarehouseBusy, WarehouseLock
 from spark_jobs.storage import UnknownDataflowError, Warehouse
+
+WRITES = {"summaries": "`summaries`", "propagate": "`frontiers`",
+          "incremental": "`pointstamps`, `frontiers` and `frontier_changes`"}
+"""The jobs that write tables, and what they write: they need the warehouse to themselves."""
 
 
 def _fail(message: str) -> int:
@@ -26,7 +33,8 @@ def run_job(args: argparse.Namespace) -> int:
     """Run one job for ``args.dataflow`` (comma-separated ids run together); return the exit code."""
     warehouse = str(args.warehouse)
     if "://" not in warehouse and not Path(warehouse).is_dir():
-        return _fail(f"warehouse {warehouse!r} does not exist")
+        problem = "is not a directory" if Path(warehouse).exists() else "does not exist"
+        return _fail(f"warehouse {warehouse!r} {problem}")
     ids = [i for i in str(args.dataflow).split(",") if i]
     probe = Warehouse(warehouse)  # no Spark needed to tell an unknown dataflow apart
     known = set(probe.dataflow_ids())
@@ -37,13 +45,34 @@ def run_job(args: argparse.Namespace) -> int:
             f" (known: {', '.join(sorted(known)) or 'none'})"
         )
 
+    lock = None
+    if args.job in WRITES:
+        try:
+            lock = WarehouseLock.acquire(warehouse, f"tracker jobs {args.job}")
+        except WarehouseBusy as busy:
+            return _fail(f"{busy}. `{args.job}` writes {WRITES[args.job]}, which the live service keeps up to "
+                         "date itself; stop the service first (its state is safe in the tables and its log), "
+                         "or run `cycles`, which only reads")
+    try:
+        return _run(args, warehouse, ids)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _run(args: argparse.Namespace, warehouse: str, ids: list[str]) -> int:
     from spark_jobs import jobs
     from spark_jobs.frames import Progress
     from spark_jobs.session import get_spark
 
     started = time.perf_counter()
     print(f"[{args.job}] starting Spark ({args.master or 'SPARK_MASTER or local[*]'})", file=sys.stderr, flush=True)
-    wh = Warehouse(warehouse, get_spark(args.master))
+    try:
+        spark = get_spark(args.master)
+    except Exception as error:  # a wrong --master, no Java: say so without a traceback
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        return _fail(f"cannot start Spark (master {args.master or 'local[*]'}): {first}")
+    wh = Warehouse(warehouse, spark)
     progress = Progress(label=args.job, echo=True)
     try:
         if args.job == "cycles":
@@ -61,7 +90,8 @@ def run_job(args: argparse.Namespace) -> int:
             code = 1 if bad else 0
         elif args.job == "summaries":
             rows, scope = jobs.summaries_job(wh, ids, progress)
-            print(f"summaries: {rows} rows written for {len(ids)} dataflow(s); scope summaries: {scope.count()} rows")
+            print(f"summaries: {rows} rows written for {len(ids)} dataflow(s); scope summaries (every location to "
+                  f"the inputs of operator 0, the boundary of seed 004): {scope.count()} rows")
             code = 0
         elif args.job == "propagate":
             rows = jobs.propagate_job(wh, ids, progress)

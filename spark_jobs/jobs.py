@@ -129,18 +129,44 @@ def resume_after(wh: Warehouse, dataflow_id: str) -> int:
 def incremental_job(wh: Warehouse, ids: list[str], progress: Progress | None = None) -> tuple[int, int]:
     """Apply the ``progress`` rows past each dataflow's watermark as one batch per dataflow.
 
-    Writes, in order: ``pointstamps`` (with the new watermark in the same commit, so a batch is
-    never applied twice), ``frontiers``, then the changes to ``frontier_changes`` tagged with the
-    batch's last version. Returns ``(progress rows applied, frontier changes)``. A crash between
-    the commits leaves ``frontiers`` stale; ``propagate`` repairs it.
+    Writes, in order: the changes to ``frontier_changes`` tagged with the batch's last version,
+    ``pointstamps`` (with the new watermark in the same commit, so a batch is never applied
+    twice), then ``frontiers``. Returns ``(progress rows applied, frontier changes)``.
+
+    ``frontier_changes`` may already hold changes past the watermark: the service appends its
+    changes before it writes ``pointstamps``, and so does this job, so a crash between the two
+    commits leaves them there. Those versions are folded in first without appending anything,
+    so that no change is ever appended twice. A crash after the last commit but one leaves
+    ``frontiers`` stale; ``propagate`` (or the next run) repairs it.
     """
-    inputs = read_inputs(wh, ids)
     marks = {i: resume_after(wh, i) for i in ids}
-    progress_rows = wh.spark_read("progress", ids)
-    cutoff = F.lit(-1)
+    ahead = {}
     for i, mark in marks.items():
-        cutoff = F.when(F.col("dataflow_id") == i, F.lit(mark)).otherwise(cutoff)
-    pending = _located(progress_rows.where(F.col("version") > cutoff)).localCheckpoint()
+        logged = wh.max_of("frontier_changes", i, "version")
+        if logged is not None and logged > mark:
+            ahead[i] = logged
+    inputs = read_inputs(wh, ids)
+    applied = 0
+    if ahead:  # catch up to what frontier_changes holds, appending nothing
+        applied += _incremental_step(wh, inputs, {i: marks[i] for i in ahead}, ahead, None, append=False)[0]
+        marks.update(ahead)
+    done, changes = _incremental_step(wh, inputs, marks, {}, progress, append=True)
+    return applied + done, changes
+
+
+def _incremental_step(wh: Warehouse, inputs: Inputs, after: dict[str, int], upto: dict[str, int],
+                      progress: Progress | None, *, append: bool) -> tuple[int, int]:
+    """One incremental batch per dataflow of ``after``: its ``progress`` rows with a version in
+    ``(after[id], upto[id]]`` (no upper bound where ``upto`` has none)."""
+    ids = sorted(after)
+    lower, upper = F.lit(-1), F.lit(None).cast("long")
+    for i in ids:
+        lower = F.when(F.col("dataflow_id") == i, F.lit(after[i])).otherwise(lower)
+        if i in upto:
+            upper = F.when(F.col("dataflow_id") == i, F.lit(upto[i])).otherwise(upper)
+    rows = wh.spark_read("progress", ids)
+    window = (F.col("version") > lower) & (upper.isNull() | (F.col("version") <= upper))
+    pending = _located(rows.where(window)).localCheckpoint()
     last = {r["dataflow_id"]: r["v"] for r in pending.groupBy("dataflow_id").agg(F.max("version").alias("v")).collect()}
     if not last:
         return 0, 0
@@ -163,23 +189,14 @@ def incremental_job(wh: Warehouse, ids: list[str], progress: Progress | None = N
         F.current_timestamp().alias("at"),
     ).toArrow()
     touched = sorted(last)
-    wh.replace_partitions(
-        "pointstamps",
-        touched,
-        result.points.where(F.col("dataflow_id").isin(touched))
-        .select("dataflow_id", *decode(F.col("loc")), "time", "count")
-        .toArrow(),
-        {POINTSTAMPS_APP + i: v for i, v in last.items()},
-    )
-    wh.replace_partitions(
-        "frontiers",
-        touched,
-        result.frontiers.where(F.col("dataflow_id").isin(touched))
-        .select("dataflow_id", *decode(F.col("loc")), "time")
-        .toArrow(),
-    )
-    if changes.num_rows:
+    points_rows = (result.points.where(F.col("dataflow_id").isin(touched))
+                   .select("dataflow_id", *decode(F.col("loc")), "time", "count").toArrow())
+    frontier_rows = (result.frontiers.where(F.col("dataflow_id").isin(touched))
+                     .select("dataflow_id", *decode(F.col("loc")), "time").toArrow())
+    if append and changes.num_rows:
         wh.append("frontier_changes", changes)
+    wh.replace_partitions("pointstamps", touched, points_rows, {POINTSTAMPS_APP + i: v for i, v in last.items()})
+    wh.replace_partitions("frontiers", touched, frontier_rows)
     if progress is not None:
-        progress.round(changes.num_rows)
-    return applied, changes.num_rows
+        progress.round(changes.num_rows if append else 0)
+    return applied, changes.num_rows if append else 0

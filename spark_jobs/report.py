@@ -304,15 +304,28 @@ def render(report: Report) -> str:
 
 
 def run_report(args: argparse.Namespace) -> int:
-    """``tracker report``: print the report (text or ``--json``); 2 for an unknown dataflow."""
-    as_of = datetime.fromisoformat(args.as_of) if args.as_of else None
+    """``tracker report``: print the report (text or ``--json``); 2, with a message and no
+    traceback, for an unknown dataflow, a missing warehouse or a bad option."""
+    def fail(message: str) -> int:
+        print(f"tracker report: error: {message}", file=sys.stderr)
+        return 2
+
+    try:
+        as_of = datetime.fromisoformat(args.as_of) if args.as_of else None
+    except ValueError:
+        return fail(f"--as-of {args.as_of!r} is not an ISO time (e.g. 2026-11-22T10:00:00Z)")
     if as_of is not None and as_of.tzinfo is None:
         as_of = as_of.replace(tzinfo=UTC)
+    if args.limit < 1:
+        return fail(f"--limit must be at least 1, got {args.limit}")
+    warehouse = str(args.warehouse)
+    if "://" not in warehouse and not Path(warehouse).is_dir():  # never create one just to report on it
+        problem = "is not a directory" if Path(warehouse).exists() else "does not exist"
+        return fail(f"warehouse {warehouse!r} {problem}")
     try:
-        report = build_report(args.warehouse, args.dataflow, as_of=as_of, limit=args.limit)
+        report = build_report(warehouse, args.dataflow, as_of=as_of, limit=args.limit)
     except UnknownDataflowError as error:
-        print(f"tracker report: {error}", file=sys.stderr)
-        return 2
+        return fail(str(error))
     if args.json:
         print(json.dumps(report.as_json(), indent=2))
     else:

@@ -248,10 +248,12 @@ class Warehouse:
 
     # -- graphs ---------------------------------------------------------------------------------
 
-    def write_dataflow(self, dataflow_id: str, name: str, graph: Graph, graph_version: int = 1) -> None:
+    def write_dataflow(self, dataflow_id: str, name: str, graph: Graph, graph_version: int = 1,
+                       created_at: datetime | None = None) -> None:
         """Write the graph: nodes, connections (implicit zero ones spelled out, one row per
         summary) and edges, then the ``dataflows`` row last, so whoever sees the dataflow listed
-        finds its whole graph (Delta commits are atomic per table, not across tables)."""
+        finds its whole graph (Delta commits are atomic per table, not across tables).
+        ``created_at`` defaults to now."""
         nodes, connections, edges = [], [], []
         for node in graph.nodes:
             nodes.append(
@@ -296,7 +298,7 @@ class Warehouse:
                     "name": name,
                     "timestamp_arity": graph.arity,
                     "graph_version": graph_version,
-                    "created_at": datetime.now(UTC),
+                    "created_at": created_at or datetime.now(UTC),
                 }
             ],
         )

@@ -296,3 +296,61 @@ def test_the_sync_process_dies_with_the_service_and_its_loss_stops_acknowledgeme
         assert _gone(syncer), "the sync process outlived the service"
     finally:
         service.stop()
+
+
+def test_a_restart_finishes_what_a_crash_interrupted_and_one_writer_holds_the_warehouse(tmp_path: Path) -> None:
+    """After ``kill -9``: graph tables the crash left half-written are written again (with the
+    registration's own ``created_at``), and changes replayed from the log keep the time their
+    batch arrived. While the service runs, nothing else may write its warehouse: a second
+    service and the Spark jobs that write refuse to start, with a message naming the holder."""
+    import subprocess
+    import sys
+
+    from deltalake import DeltaTable
+
+    from tests.service_fixtures import ROOT, free_port
+
+    warehouse = tmp_path / "warehouse"
+    service = ServiceProcess(warehouse, env={"TRACKER_FLUSH_SECONDS": "0.2", "TRACKER_COMPACT_SECONDS": "3600"})
+    service.start()
+    try:
+        dataflow_id, token = register(service, loop_graph(operators=3))
+        with service.client(token) as client:
+            deadline = time.monotonic() + 30
+            while not (info := client.get(f"/v1/dataflows/{dataflow_id}").json())["status"]["graph_stored"]:
+                assert time.monotonic() < deadline, "the graph tables were never written"
+                time.sleep(0.05)
+            for step in range(10):
+                answer = client.post(f"/v1/dataflows/{dataflow_id}/progress", json={
+                    "worker": "w", "seq": step,
+                    "updates": [update(0, 0, "source", [step], -1), update(0, 0, "source", [step + 1], 1)]})
+                assert answer.status_code == 200, answer.text
+
+        for argv in (["serve", "--port", str(free_port())], ["jobs", "propagate", "--dataflow", dataflow_id]):
+            refused = subprocess.run([sys.executable, "-m", "tracker.cli", *argv, "--warehouse", str(warehouse)],
+                                     cwd=ROOT, capture_output=True, text=True, timeout=120)
+            assert refused.returncode == 2, refused.stderr
+            assert f"tracker serve on port {service.port}" in refused.stderr and "Traceback" not in refused.stderr
+
+        service.kill9()
+        # As if the crash had come between the graph's commits: no `dataflows` row, no edges.
+        for table in ("dataflows", "edges"):
+            DeltaTable(str(warehouse / table)).delete(f"dataflow_id = '{dataflow_id}'")
+        restarted_at = time.time()
+        service.restart()
+        with service.client(token) as client:
+            deadline = time.monotonic() + 30
+            while not client.get(f"/v1/dataflows/{dataflow_id}").json()["status"]["graph_stored"]:
+                assert time.monotonic() < deadline, "the graph tables were not written again"
+                time.sleep(0.05)
+    finally:
+        service.stop()  # graceful: the final compaction appends frontier_changes
+    row = pl.read_delta(str(warehouse / "dataflows")).filter(pl.col("dataflow_id") == dataflow_id).to_dicts()
+    assert len(row) == 1 and row[0]["created_at"].isoformat() == info["created_at"]
+    assert pl.read_delta(str(warehouse / "edges")).filter(pl.col("dataflow_id") == dataflow_id).height == 4
+    progress = pl.read_delta(str(warehouse / "progress")).filter(pl.col("dataflow_id") == dataflow_id)
+    arrived = dict(progress.group_by("version").agg(pl.col("received_at").first()).iter_rows())
+    changes = pl.read_delta(str(warehouse / "frontier_changes")).filter(pl.col("dataflow_id") == dataflow_id)
+    assert sorted(set(changes["version"])) == list(range(1, 11))
+    for version, at in changes.select("version", "at").iter_rows():
+        assert at == arrived[version] and at.timestamp() < restarted_at

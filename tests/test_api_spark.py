@@ -101,3 +101,19 @@ def test_compaction_writes_pointstamps_frontiers_and_changes(service: ServicePro
     from spark_jobs.storage import Warehouse
 
     assert Warehouse(service.warehouse).pointstamps_version(dataflow_id) == 1
+
+
+def test_a_restart_reports_the_spark_check_without_running_it_again(service: ServiceProcess) -> None:
+    """A concluded check is logged: after a restart the status says so at once, long before the
+    restarted service's Spark session could have run the check again."""
+    dataflow_id, token = register(service, loop_graph(operators=3, name="checked"))
+    with service.client(token) as client:
+        wait_for("the Spark check", lambda: client.get(f"/v1/dataflows/{dataflow_id}").json()[
+            "status"]["spark_check"] == "agreed")
+    service.stop()
+    service.start()
+    with service.client(token) as client:
+        status = client.get(f"/v1/dataflows/{dataflow_id}").json()["status"]
+        spark = client.get("/healthz").json()["spark"]
+    assert status["spark_check"] == "agreed" and "agree" in status["spark_detail"], status
+    assert spark != "ready", "Spark was up already when the status was read: the test proves nothing"

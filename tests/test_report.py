@@ -128,7 +128,8 @@ def test_docs_polars_examples_run(warehouse: Path) -> None:
     clear: pl.DataFrame = scope["clear"]
     assert sorted(zip(clear["node"], clear["epoch"], clear["seconds"], strict=True)) == [(1, 1, 3.0)]
     stuck: pl.DataFrame = scope["stuck"]
-    assert stuck.row(0, named=True)["node"] == 2
+    assert [(r["node"], r["kind"], r["oldest"]) for r in stuck.to_dicts()] == [
+        (2, "target", [1]), (0, "source", [2]), (1, "target", [2])]
 
 
 @pytest.mark.service

@@ -8,6 +8,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from spark_jobs.ownership import WarehouseLock
 from spark_jobs.storage import Warehouse
 from tests.test_spark_jobs import chain
 from tracker import oracle
@@ -42,6 +43,17 @@ def test_unknown_dataflow_and_missing_warehouse_exit_2(tmp_path: Path, capsys) -
     err = capsys.readouterr().err
     assert "unknown dataflow nope" in err and "known" in err and "Traceback" not in err
     assert main(["jobs", "propagate", "--warehouse", str(tmp_path / "missing"), "--dataflow", "x"]) == 2
+    assert main(["report", "--warehouse", str(tmp_path / "missing"), "--dataflow", "x"]) == 2
+    assert not (tmp_path / "missing").exists(), "a report created the warehouse it was asked about"
+    capsys.readouterr()
+    held = WarehouseLock.acquire(tmp_path, "tracker serve on port 1234")
+    try:
+        for job in ("summaries", "propagate", "incremental"):
+            assert main(["jobs", job, "--warehouse", str(tmp_path), "--dataflow", "known"]) == 2
+            err = capsys.readouterr().err
+            assert "tracker serve on port 1234" in err and "stop the service first" in err and "Traceback" not in err
+    finally:
+        held.release()
 
 
 def test_jobs_end_to_end(spark, tmp_path: Path, capsys) -> None:
@@ -92,6 +104,27 @@ def test_jobs_end_to_end(spark, tmp_path: Path, capsys) -> None:
     }
     assert later == {(c.location, c.time, c.diff) for c in tracker.apply(batches[2])}
     counts = oracle.accumulate(batches)
+    assert wh.read_pointstamps("good") == counts
+    expected = {loc: ts for loc, ts in oracle.frontiers(graph, counts).items() if ts}
+    assert wh.read_frontiers("good") == expected
+
+    # frontier_changes ahead of the watermark (the service appends changes before it writes
+    # pointstamps, and crashed in between): those versions are folded in, not appended again.
+    more = [[(Location.source(0, 0), (1, 0), -1), (Location.source(0, 0), (2, 0), 1)],
+            [(Location.source(0, 0), (2, 0), -1), (Location.source(0, 0), (3, 0), 1)]]
+    for version, batch in enumerate(more, start=3):
+        wh.append("progress", progress_rows("good", version, batch))
+    service_changes = tracker.apply(more[0])
+    wh.append("frontier_changes", [{"dataflow_id": "good", "version": 3, "node": c.location.node,
+                                    "port": c.location.port, "kind": c.location.kind, "time": list(c.time),
+                                    "diff": c.diff} for c in service_changes])
+    assert main(["jobs", "incremental", *args, "--dataflow", "good"]) == 0
+    rows = wh.read("frontier_changes", "good").to_pylist()
+    assert sorted((r["node"], r["kind"], r["time"], r["diff"]) for r in rows if r["version"] == 3) == sorted(
+        (c.location.node, c.location.kind, list(c.time), c.diff) for c in service_changes)
+    assert {(Location(r["node"], r["port"], r["kind"]), tuple(r["time"]), r["diff"]) for r in rows
+            if r["version"] == 4} == {(c.location, c.time, c.diff) for c in tracker.apply(more[1])}
+    counts = oracle.accumulate(batches + more)
     assert wh.read_pointstamps("good") == counts
     expected = {loc: ts for loc, ts in oracle.frontiers(graph, counts).items() if ts}
     assert wh.read_frontiers("good") == expected

@@ -88,8 +88,10 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     serve = commands.add_parser("serve", help="run the service (FastAPI + uvicorn)")
-    serve.add_argument("--host", default=os.environ.get("TRACKER_HOST", "127.0.0.1"))
-    serve.add_argument("--port", type=int, default=int(os.environ.get("TRACKER_PORT", "8000")))
+    serve.add_argument("--host", default=os.environ.get("TRACKER_HOST", "127.0.0.1"),
+                       help="interface to listen on (env TRACKER_HOST; default 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=int(os.environ.get("TRACKER_PORT", "8000")),
+                       help="TCP port (env TRACKER_PORT; default 8000)")
     serve.add_argument("--warehouse", default=os.environ.get("TRACKER_WAREHOUSE", "./warehouse"),
                        help="directory (or URI) holding the Delta tables (env TRACKER_WAREHOUSE)")
     serve.add_argument("--engine", choices=["native", "spark"], default=os.environ.get("TRACKER_ENGINE", "native"),
@@ -98,17 +100,28 @@ def build_parser() -> argparse.ArgumentParser:
                        help="Spark master URL (env SPARK_MASTER; default local[*])")
     serve.set_defaults(func=_serve)
 
-    jobs = commands.add_parser("jobs", help="run one Spark job over the Delta tables")
+    jobs = commands.add_parser(
+        "jobs", help="run one Spark job over the Delta tables", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Run one Spark job over the Delta tables of a warehouse:\n"
+                    "  cycles       list the transitions on non-incrementing cycles (reads only; exit 1 if any)\n"
+                    "  summaries    compute Psi, the minimal path summaries, into `summaries`\n"
+                    "  propagate    recompute `frontiers` from `pointstamps` from scratch\n"
+                    "  incremental  fold the `progress` rows past the `pointstamps` watermark into `pointstamps`\n"
+                    "               and `frontiers`, appending the net frontier changes to `frontier_changes`\n"
+                    "               (tagged with the last version folded in)\n"
+                    "The jobs that write refuse to run while the service (or another job) holds the warehouse.")
     jobs.add_argument("job", choices=["cycles", "summaries", "propagate", "incremental"])
-    jobs.add_argument("--warehouse", default=os.environ.get("TRACKER_WAREHOUSE", "./warehouse"))
-    jobs.add_argument("--dataflow", required=True, help="dataflow id")
+    jobs.add_argument("--warehouse", default=os.environ.get("TRACKER_WAREHOUSE", "./warehouse"),
+                      help="directory (or URI) holding the Delta tables (env TRACKER_WAREHOUSE)")
+    jobs.add_argument("--dataflow", required=True, help="dataflow id; several, comma-separated, run together")
     jobs.add_argument("--master", default=os.environ.get("SPARK_MASTER"),
                       help="Spark master URL (env SPARK_MASTER; default local[*])")
     jobs.set_defaults(func=_jobs)
 
     report = commands.add_parser("report", help="print a dataflow's frontiers, epoch clear times and stuck "
                                  "locations from the Delta tables alone (no service, no Spark)")
-    report.add_argument("--warehouse", default=os.environ.get("TRACKER_WAREHOUSE", "./warehouse"))
+    report.add_argument("--warehouse", default=os.environ.get("TRACKER_WAREHOUSE", "./warehouse"),
+                        help="directory (or URI) holding the Delta tables (env TRACKER_WAREHOUSE)")
     report.add_argument("--dataflow", required=True, help="dataflow id")
     report.add_argument("--json", action="store_true", help="print JSON instead of text tables")
     report.add_argument("--as-of", default=None, help="ISO time 'now' is measured at (default: now, UTC)")
@@ -121,7 +134,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``tracker`` console script; returns the process exit code."""
     args = build_parser().parse_args(argv)
-    return int(args.func(args) or 0)
+    try:
+        return int(args.func(args) or 0)
+    except BrokenPipeError:  # `tracker report ... | head`: the reader left, which is no error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit flush cannot fail again
+        return 0
 
 
 if __name__ == "__main__":
