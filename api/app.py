@@ -198,6 +198,8 @@ def create_app(settings: Settings, admin_token: str) -> FastAPI:
     async def http_error(request: Request, error: StarletteHTTPException) -> JSONResponse:
         body = error.detail if isinstance(error.detail, dict) else {
             "error": _NAMES.get(error.status_code, "error"), "detail": error.detail}
+        if error.status_code == 400 and body.get("error") == "bad_request":  # FastAPI could not decode the body
+            body = {"error": "malformed_json", "detail": "the body is not valid JSON in UTF-8"}
         return JSONResponse(body, status_code=error.status_code, headers=getattr(error, "headers", None))
 
     @app.exception_handler(RegistrationError)

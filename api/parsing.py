@@ -94,6 +94,8 @@ def parse_progress(data: bytes | str, graph: Graph) -> tuple[str, int, list[Upda
         raise _invalid(str(error)) from None
     except msgspec.DecodeError as error:
         raise MalformedJSON(str(error)) from None
+    except UnicodeDecodeError as error:  # JSON is UTF-8; msgspec checks it only in string values
+        raise MalformedJSON(f"the body is not valid UTF-8 (byte {error.start})") from None
     arity = graph.arity
     known = _locations(graph).get
     result: list[Update] = []

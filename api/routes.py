@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, HTTPException, Query, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from sse_starlette import EventSourceResponse
 
 from api import streams
@@ -162,30 +163,37 @@ async def pointstamps(dataflow: DataflowDep, service: ServiceDep) -> JSONRespons
 async def summaries(dataflow: DataflowDep, from_node: NodeQ = None, from_port: NodeQ = None, from_kind: KindQ = None,
                     to_node: NodeQ = None, to_port: NodeQ = None, to_kind: KindQ = None) -> JSONResponse:
     """``Psi`` rows, optionally filtered on either end."""
-    def ok(loc: Location, n: int | None, p: int | None, k: str | None) -> bool:
-        return (n is None or loc.node == n) and (p is None or loc.port == p) and (k is None or loc.kind == k)
-
     if None not in (from_node, from_port, from_kind):
         origin = Location(from_node, from_port, from_kind)  # type: ignore[arg-type]
         if not dataflow.graph.has_location(origin):
             raise HTTPException(422, {"error": "unknown_location",
                                       "detail": f"{origin} is not a port of this dataflow"})
-        psi = await asyncio.to_thread(path_summaries, dataflow.graph, [origin])  # linear: one origin
+        body = await asyncio.to_thread(_psi_json, lambda: path_summaries(dataflow.graph, [origin]),
+                                       (from_node, from_port, from_kind), (to_node, to_port, to_kind))
     elif len(dataflow.graph.locations()) > PSI_LOCATIONS:
         raise HTTPException(422, {"error": "too_large", "detail": (
             f"Psi of a graph with {len(dataflow.graph.locations())} locations is quadratic in size; name one "
             f"origin with from_node, from_port and from_kind (the whole of Psi is served up to {PSI_LOCATIONS} "
             "locations)")})
-    else:
-        psi = await asyncio.to_thread(dataflow.psi)  # quadratic, so never on the loop
+    else:  # quadratic: computed, filtered and encoded off the loop
+        body = await asyncio.to_thread(_psi_json, dataflow.psi, (from_node, from_port, from_kind),
+                                       (to_node, to_port, to_kind))
+    return Response(body, media_type="application/json")
+
+
+def _psi_json(compute: Any, origin: tuple[Any, Any, Any], dest: tuple[Any, Any, Any]) -> bytes:
+    """The ``summaries`` answer, as JSON bytes: ``Psi`` rows whose ends match the filters."""
+    def ok(loc: Location, n: int | None, p: int | None, k: str | None) -> bool:
+        return (n is None or loc.node == n) and (p is None or loc.port == p) and (k is None or loc.kind == k)
+
     rows = [
         {"from": location_json(a), "to": location_json(b), "summaries": [list(s) for s in chain.elements()]}
-        for (a, b), chain in psi.items()
-        if ok(a, from_node, from_port, from_kind) and ok(b, to_node, to_port, to_kind)
+        for (a, b), chain in compute().items()
+        if ok(a, *origin) and ok(b, *dest)
     ]
     rows.sort(key=lambda r: (r["from"]["node"], r["from"]["kind"], r["from"]["port"],
                              r["to"]["node"], r["to"]["kind"], r["to"]["port"]))
-    return JSONResponse(rows)
+    return json.dumps(rows, separators=(",", ":")).encode()
 
 
 @router.get("/dataflows/{id}/frontier/explain", response_model=ExplainResponse, responses=_ERRORS,

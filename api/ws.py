@@ -1,6 +1,7 @@
 """``WS /v1/dataflows/{id}/ws``: a worker sends progress batches and receives acks and changes.
 
-Messages from the client: the ``POST .../progress`` body. Messages to the client (JSON text):
+Messages from the client: the ``POST .../progress`` body (a text frame, or a binary frame of
+UTF-8 JSON). Messages to the client (JSON text):
 ``{"type": "snapshot", "version", "locations"}`` first (unless ``?subscribe=false``), then
 ``{"type": "changes", "version", "changes"}``, ``{"type": "ack", "worker", "seq", "applied",
 "duplicate", "version"}`` per batch in the order sent, ``{"type": "error", "status", "error",
@@ -75,8 +76,12 @@ async def worker_socket(websocket: WebSocket, id: str, subscribe: bool = True, t
         tasks.append(asyncio.create_task(_send_changes(dataflow, subscriber, send)))
     try:
         while True:
-            text = await websocket.receive_text()
-            await acks.put(asyncio.ensure_future(_handle(service, dataflow, text)))
+            message = await websocket.receive()
+            if message["type"] == "websocket.disconnect":
+                break
+            # A batch may come as a text frame or as a binary frame holding the same UTF-8 JSON.
+            body = message["bytes"] if message.get("text") is None else message["text"].encode()
+            await acks.put(asyncio.ensure_future(_handle(service, dataflow, body or b"")))
     except WebSocketDisconnect:
         pass
     finally:
@@ -87,10 +92,10 @@ async def worker_socket(websocket: WebSocket, id: str, subscribe: bool = True, t
             metrics.subscribers.labels("ws").dec()
 
 
-async def _handle(service: Service, dataflow: Any, text: str) -> str:
+async def _handle(service: Service, dataflow: Any, body: bytes) -> str:
     """One message: the ack or the error to send back (in order, by :func:`_send_acks`)."""
     try:
-        result = await submit(service, dataflow, text.encode())
+        result = await submit(service, dataflow, body)
     except HTTPException as error:
         return json.dumps({"type": "error", "status": error.status_code, **error.detail})
     except Exception:  # a service failure (e.g. the log): say so instead of going silent

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import threading
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -39,6 +40,20 @@ _LOCKS: dict[str, threading.Lock] = defaultdict(threading.Lock)
 POINTSTAMPS_APP = "tracker-pointstamps:"
 """Prefix of the Delta app id under which ``pointstamps`` commits record the progress version
 they include (one app id per dataflow): see :meth:`Warehouse.pointstamps_version`."""
+
+
+def _scan(delta: DeltaTable, filters: list[tuple[str, str, Any]], columns: list[str] | None = None) -> pa.Table:
+    """Rows matching every ``(column, "=" | ">" | "in", value)``. The ``dataflow_id`` conditions
+    also choose the files before any is opened: with a row filter alone delta-rs builds a dataset
+    over every file of the table, about a second per read once it holds a thousand files."""
+    prune = [f for f in filters if f[0] == "dataflow_id"]
+    dataset = delta.to_pyarrow_dataset(file_pruning_predicate=prune or None)
+    where = None
+    for column, op, value in filters:
+        field = pc.field(column)
+        condition = field.isin(value) if op == "in" else field == value if op == "=" else field > value
+        where = condition if where is None else where & condition
+    return dataset.to_table(columns=columns, filter=where)
 
 
 class UnknownDataflowError(LookupError):
@@ -65,6 +80,7 @@ class Warehouse:
     def __init__(self, root: str | Path, spark: SparkSession | None = None) -> None:
         self.root = str(root)
         self.spark = spark
+        self._pinned: dict[str, DeltaTable] | None = None  # see pinned()
         self.backend = "delta-rs"
         if spark is not None:
             from spark_jobs.session import has_delta_jvm
@@ -158,11 +174,34 @@ class Warehouse:
                 )
             return DeltaTable(path).version()
 
+    @contextmanager
+    def pinned(self) -> Iterator[None]:
+        """Within the block, reads open each table once and keep reading that version.
+
+        Opening a Delta table replays its log from the last checkpoint; a restart reading a
+        dozen things about each of hundreds of dataflows spent minutes doing just that. Only for
+        a reader that knows nobody writes meanwhile (recovery, before the service serves)."""
+        self._pinned = {}
+        try:
+            yield
+        finally:
+            self._pinned = None
+
+    def _open(self, path: str, version: int | None = None) -> DeltaTable:
+        if self._pinned is None:
+            return DeltaTable(path, version=version) if version is not None else DeltaTable(path)
+        delta = self._pinned.get(path)
+        if delta is None:
+            delta = self._pinned[path] = DeltaTable(path)
+        if version is not None and version != delta.version():
+            return DeltaTable(path, version=version)
+        return delta
+
     def watermark(self, table: str, app_id: str) -> int | None:
         """The last version recorded under ``app_id`` by :meth:`replace_partitions`, or ``None``."""
         if not self.exists(table):
             return None
-        return DeltaTable(self.path(table)).transaction_version(app_id)
+        return self._open(self.path(table)).transaction_version(app_id)
 
     def _spark_df(self, data: pa.Table) -> DataFrame:
         assert self.spark is not None
@@ -182,16 +221,15 @@ class Warehouse:
             if version is not None:
                 raise ValueError(f"table {table!r} has no version {version}: it was never written")
             return schema.empty_table()
-        delta = DeltaTable(path, version=version) if version is not None else DeltaTable(path)
-        filters = None
+        delta = self._open(path, version)
+        filters: list[tuple[str, str, Any]] = []
         if isinstance(dataflow_id, str):
             filters = [("dataflow_id", "=", dataflow_id)]
         elif dataflow_id is not None:
             if not list(dataflow_id):
                 return schema.empty_table()
             filters = [("dataflow_id", "in", list(dataflow_id))]
-        data = delta.to_pyarrow_table(filters=filters)
-        return to_arrow(table, data)
+        return to_arrow(table, _scan(delta, filters))
 
     def columns(self, table: str, dataflow_id: str, names: list[str], after_version: int | None = None) -> pa.Table:
         """Only the named columns of ``dataflow_id``'s rows (with a ``version`` above
@@ -202,7 +240,7 @@ class Warehouse:
         filters: list[tuple[str, str, Any]] = [("dataflow_id", "=", dataflow_id)]
         if after_version is not None:
             filters.append(("version", ">", after_version))
-        return DeltaTable(path).to_pyarrow_table(columns=names, filters=filters)
+        return _scan(self._open(path), filters, names)
 
     def max_of(self, table: str, dataflow_id: str, column: str) -> int | None:
         """The largest ``column`` value among ``dataflow_id``'s rows (``None`` if it has none),
@@ -398,7 +436,7 @@ class Warehouse:
         path = self.path("pointstamps")
         if not DeltaTable.is_deltatable(path):
             return None
-        delta = DeltaTable(path)
+        delta = self._open(path)
         as_of = delta.transaction_version(POINTSTAMPS_APP + dataflow_id)
         if as_of is None:
             return None

@@ -108,6 +108,8 @@ def test_duplicates_are_acknowledged_not_applied_and_gaps_refused(service: Servi
 
 BAD_PROGRESS: list[tuple[str, Any, int, str]] = [
     ("malformed json", b'{"worker": "w", "seq": 0, "updates": [', 400, "malformed_json"),
+    ("invalid utf-8 in a value", b'{"worker": "\xff", "seq": 0, "updates": []}', 400, "malformed_json"),
+    ("invalid utf-8 in a key", b'{"wor\xffker": "w", "seq": 0, "updates": []}', 400, "malformed_json"),
     ("not an object", [1, 2], 422, "invalid_request"),
     ("negative seq", {"worker": "w", "seq": -1, "updates": []}, 422, "invalid_request"),
     ("string seq", {"worker": "w", "seq": "0", "updates": []}, 422, "invalid_request"),
@@ -193,7 +195,13 @@ def test_non_incrementing_cycle_names_its_transitions(service: ServiceProcess) -
         assert "(3,0,source) -> (1,0,target)" in data["detail"]
 
 
+_UNITS = [[1 if j == i else 0 for j in range(4)] for i in range(4)]
 BAD_GRAPHS: list[tuple[str, Any]] = [
+    # Sums of 6 unit vectors of arity 4: 84 incomparable minimal summaries from the input to the end.
+    ("combinatorial summaries", {"name": "g", "timestamp_arity": 4, "nodes": [{"id": 0, "inputs": 0, "outputs": 1}] + [
+        {"id": i, "inputs": 1, "outputs": 1, "connections": [{"input": 0, "output": 0, "summaries": _UNITS}]}
+        for i in range(1, 7)], "edges": [{"source": {"node": i, "port": 0}, "target": {"node": i + 1, "port": 0}}
+                                         for i in range(6)]}),
     ("edge to unknown port", {"name": "g", "nodes": [{"id": 0, "inputs": 0, "outputs": 1}],
                               "edges": [{"source": {"node": 0, "port": 0}, "target": {"node": 5, "port": 0}}]}),
     ("duplicate node", {"name": "g", "nodes": [{"id": 0, "inputs": 0, "outputs": 1},
@@ -219,6 +227,16 @@ def test_invalid_graphs_are_422_with_a_reason(service: ServiceProcess, case: str
         answer = client.post("/v1/dataflows", json=body)
         assert answer.status_code == 422, answer.text
         assert answer.json()["error"] == "invalid_graph" and answer.json()["detail"]
+        assert len(client.get("/v1/dataflows").json()) == count
+
+
+def test_a_registration_body_that_is_not_json_is_400_malformed_json(service: ServiceProcess) -> None:
+    with service.client() as client:
+        count = len(client.get("/v1/dataflows").json())
+        for body in (b'{"name": "\xff", "nodes": [], "edges": []}', b'{"name": "g", "nodes": ['):
+            answer = client.post("/v1/dataflows", content=body, headers={"Content-Type": "application/json"})
+            assert answer.status_code == 400, answer.text
+            assert answer.json()["error"] == "malformed_json" and answer.json()["detail"]
         assert len(client.get("/v1/dataflows").json()) == count
 
 

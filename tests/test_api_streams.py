@@ -167,8 +167,9 @@ def test_websocket_worker_sends_batches_and_receives_acks_and_changes(service: S
         ws.send("{not json")
         ws.send(json.dumps({"worker": "ws-worker", "seq": 9, "updates": []}))
         ws.send(json.dumps({"worker": "ws-worker", "seq": 5, "updates": [update(7, 0, "target", [1], 1)]}))
+        ws.send(json.dumps({"worker": "ws-worker", "seq": 5, "updates": []}).encode())  # a binary frame
         acks, changes = [], {}
-        while len(acks) < 9 or len(changes) < 5:
+        while len(acks) < 10 or len(changes) < 5:
             message = json.loads(ws.recv(timeout=10))
             if message["type"] == "changes":
                 changes[message["version"]] = message
@@ -180,6 +181,7 @@ def test_websocket_worker_sends_batches_and_receives_acks_and_changes(service: S
         assert (acks[6]["type"], acks[6]["status"], acks[6]["error"]) == ("error", 400, "malformed_json")
         assert (acks[7]["status"], acks[7]["error"], acks[7]["expected"]) == (409, "sequence_gap", 5)
         assert (acks[8]["status"], acks[8]["error"]) == (422, "invalid_update")
+        assert (acks[9]["type"], acks[9]["seq"], acks[9]["version"]) == ("ack", 5, 6)
         for version, batch in enumerate(batches, start=1):
             expected = as_changes(batch, tracker)
             assert event_changes(changes[version]) == expected

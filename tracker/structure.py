@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections import defaultdict, deque
 from collections.abc import Iterable
+from typing import Any, NamedTuple
 
 from tracker.antichain import Antichain
 from tracker.graph import Graph, Location, Transition
@@ -52,30 +53,78 @@ def path_summaries(graph: Graph, origins: Iterable[Location] | None = None) -> S
     >>> psi[(Location.target(0, 0), Location.source(0, 0))]
     Antichain([(0,)])
     """
-    outgoing: dict[Location, list[Transition]] = defaultdict(list)
-    for t in graph.transitions():
-        outgoing[t.src].append(t)
+    outgoing = _outgoing(graph)
     zero = PathSummary.zero(graph.arity)
     result: Summaries = {}
     for origin in graph.locations() if origins is None else origins:
-        reached: dict[Location, Antichain[PathSummary]] = {origin: Antichain([zero])}
-        # Label-correcting search: a location is re-expanded only with summaries that entered
-        # its antichain, and strictly advancing cycles stop entering, so this terminates.
-        queue: deque[tuple[Location, PathSummary]] = deque([(origin, zero)])
-        while queue:
-            here, summary = queue.popleft()
-            if summary not in reached[here]:
-                continue  # evicted by a better summary found since it was queued
-            for step in outgoing[here]:
-                combined = summary.followed_by(step.summary)
-                if combined is None:
-                    continue
-                antichain = reached.setdefault(step.dst, Antichain())
-                if antichain.insert(combined):
-                    queue.append((step.dst, combined))
-        for dest, antichain in reached.items():
+        for dest, antichain in _search(origin, outgoing, zero).items():
             result[(origin, dest)] = antichain
     return result
+
+
+class SummaryOverflow(NamedTuple):
+    """A pair of locations joined by more incomparable minimal path summaries than allowed."""
+
+    origin: Location
+    dest: Location
+    size: int
+
+
+def widest_summaries(graph: Graph, limit: int) -> SummaryOverflow | None:
+    """The first pair ``(l1, l2)`` whose ``Psi`` antichain grows beyond ``limit`` elements, or
+    ``None`` if every antichain fits. Stops at the first overflow, so a graph whose antichains
+    grow combinatorially (several multi-summary connections in a row, or diamonds of different
+    summaries, in arity 2 and more) is answered quickly. With arity 1 every antichain has one
+    element. A time at ``l1`` implies up to ``|Psi[l1, l2]|`` frontier elements at ``l2``, so
+    this bounds the tracker's work per pointstamp.
+
+    >>> from tracker.graph import Connection, Edge, Node
+    >>> units = (PathSummary((1, 0)), PathSummary((0, 1)))
+    >>> g = Graph.build(2, [Node(i, 1, 1, connections=(Connection(0, 0, units),)) for i in range(3)],
+    ...                 [Edge(Location.source(i, 0), Location.target(i + 1, 0)) for i in range(2)])
+    >>> widest_summaries(g, 3).size, widest_summaries(g, 4)
+    (4, None)
+    """
+    if graph.arity == 1:
+        return None
+    outgoing = _outgoing(graph)
+    zero = PathSummary.zero(graph.arity)
+    for origin in graph.locations():
+        overflow = _search(origin, outgoing, zero, limit)
+        if isinstance(overflow, SummaryOverflow):
+            return overflow
+    return None
+
+
+def _outgoing(graph: Graph) -> dict[Location, list[Transition]]:
+    outgoing: dict[Location, list[Transition]] = defaultdict(list)
+    for t in graph.transitions():
+        outgoing[t.src].append(t)
+    return outgoing
+
+
+def _search(origin: Location, outgoing: dict[Location, list[Transition]], zero: PathSummary,
+            limit: int | None = None) -> Any:
+    """Minimal summaries from ``origin`` to every location it reaches; with ``limit``, a
+    :class:`SummaryOverflow` as soon as one antichain holds more than ``limit`` elements."""
+    reached: dict[Location, Antichain[PathSummary]] = {origin: Antichain([zero])}
+    # Label-correcting search: a location is re-expanded only with summaries that entered
+    # its antichain, and strictly advancing cycles stop entering, so this terminates.
+    queue: deque[tuple[Location, PathSummary]] = deque([(origin, zero)])
+    while queue:
+        here, summary = queue.popleft()
+        if summary not in reached[here]:
+            continue  # evicted by a better summary found since it was queued
+        for step in outgoing[here]:
+            combined = summary.followed_by(step.summary)
+            if combined is None:
+                continue
+            antichain = reached.setdefault(step.dst, Antichain())
+            if antichain.insert(combined):
+                if limit is not None and len(antichain) > limit:
+                    return SummaryOverflow(origin, step.dst, len(antichain))
+                queue.append((step.dst, combined))
+    return reached
 
 
 def _strong_components(locations: list[Location], transitions: list[Transition]) -> dict[Location, int]:
