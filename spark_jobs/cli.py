@@ -14,10 +14,9 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from pathlib import Path
 
 from spark_jobs.ownership import WarehouseBusy, WarehouseLock
-from spark_jobs.storage import UnknownDataflowError, Warehouse
+from spark_jobs.storage import UnknownDataflowError, Warehouse, warehouse_problem
 
 WRITES = {"summaries": "`summaries`", "propagate": "`frontiers`",
           "incremental": "`pointstamps`, `frontiers` and `frontier_changes`"}
@@ -32,8 +31,8 @@ def _fail(message: str) -> int:
 def run_job(args: argparse.Namespace) -> int:
     """Run one job for ``args.dataflow`` (comma-separated ids run together); return the exit code."""
     warehouse = str(args.warehouse)
-    if "://" not in warehouse and not Path(warehouse).is_dir():
-        problem = "is not a directory" if Path(warehouse).exists() else "does not exist"
+    problem = warehouse_problem(warehouse)
+    if problem:
         return _fail(f"warehouse {warehouse!r} {problem}")
     ids = [i for i in str(args.dataflow).split(",") if i]
     probe = Warehouse(warehouse)  # no Spark needed to tell an unknown dataflow apart

@@ -30,7 +30,7 @@ from typing import Any
 
 import polars as pl
 
-from spark_jobs.storage import UnknownDataflowError, Warehouse
+from spark_jobs.storage import UnknownDataflowError, Warehouse, warehouse_problem
 
 
 @dataclass
@@ -319,8 +319,8 @@ def run_report(args: argparse.Namespace) -> int:
     if args.limit < 1:
         return fail(f"--limit must be at least 1, got {args.limit}")
     warehouse = str(args.warehouse)
-    if "://" not in warehouse and not Path(warehouse).is_dir():  # never create one just to report on it
-        problem = "is not a directory" if Path(warehouse).exists() else "does not exist"
+    problem = warehouse_problem(warehouse)  # never create one just to report on it
+    if problem:
         return fail(f"warehouse {warehouse!r} {problem}")
     try:
         report = build_report(warehouse, args.dataflow, as_of=as_of, limit=args.limit)

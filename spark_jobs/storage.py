@@ -56,6 +56,14 @@ def _scan(delta: DeltaTable, filters: list[tuple[str, str, Any]], columns: list[
     return dataset.to_table(columns=columns, filter=where)
 
 
+def warehouse_problem(warehouse: str) -> str | None:
+    """Why ``warehouse`` cannot be read (``"does not exist"`` or ``"is not a directory"``), or
+    ``None``; URIs are not checked here. Readers use it so as never to create a warehouse."""
+    if "://" in warehouse or Path(warehouse).is_dir():
+        return None
+    return "is not a directory" if Path(warehouse).exists() else "does not exist"
+
+
 class UnknownDataflowError(LookupError):
     """The warehouse holds no dataflow with this id."""
 
