@@ -17,6 +17,7 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -118,7 +119,8 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
         components["ErrorBody"] = ErrorBody.model_json_schema(ref_template="#/components/schemas/{model}")
         error = {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}}
         # Every client mistake on an authenticated route answers ErrorBody (see the handlers
-        # above), including FastAPI's own 422, whose default schema would be wrong here.
+        # above), including FastAPI's own 422, whose default schema would be wrong here. Auth is
+        # a security scheme (Swagger UI's "Authorize" button), not a header parameter each.
         for path, operations in schema.get("paths", {}).items():
             if not (path.startswith("/v1") or path.startswith("/dashboard/api")):
                 continue
@@ -127,8 +129,28 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
                 for code, text in _DOCUMENTED_ERRORS.items():
                     if code == "422" or code not in responses:
                         responses[code] = {"description": responses.get(code, {}).get("description", text), **error}
+                params = [p for p in operation.get("parameters", []) if p.get("name", "").lower() != "authorization"]
+                operation["parameters"] = params
+                if not params:
+                    del operation["parameters"]
+                operation["security"] = [{"bearer": []}]
+        schema["components"]["securitySchemes"] = {"bearer": {
+            "type": "http", "scheme": "bearer",
+            "description": "The admin token (TRACKER_ADMIN_TOKEN) or a dataflow's token from its registration"}}
         app.openapi_schema = schema
     return app.openapi_schema
+
+
+_WEBSOCKET_DOC = """
+
+**WebSocket** (not expressible in OpenAPI): `GET /v1/dataflows/{id}/ws` upgrades to a WebSocket
+(`Authorization: Bearer`, or `?token=` from a browser; `?subscribe=false` for acks only). The
+client sends progress batches, the `POST .../progress` body as a text frame (or a binary frame
+of the same UTF-8 JSON); the server sends `{"type": "snapshot", "version", "locations"}` first,
+then `{"type": "changes", "version", "changes"}` and one `{"type": "ack", "worker", "seq",
+"applied", "duplicate", "version"}` or `{"type": "error", "status", "error", "detail"}` per batch,
+in the order sent, and `{"type": "resync", ...}` followed by a fresh snapshot if the client fell
+behind. A refused handshake answers the same 401/403/404 as the REST routes."""
 
 
 def create_app(settings: Settings, admin_token: str) -> FastAPI:
@@ -182,8 +204,10 @@ def create_app(settings: Settings, admin_token: str) -> FastAPI:
         title="Timely progress tracker",
         version="1.0.0",
         description="Progress tracking for timely dataflow as a service: register a graph, report atomic "
-                    "progress batches, query and stream exact frontiers. See docs/service.md.",
+                    "progress batches, query and stream exact frontiers. See docs/service.md." + _WEBSOCKET_DOC,
         lifespan=lifespan,
+        docs_url=None,  # served below from vendored assets: FastAPI's default page loads them from a CDN
+        redoc_url=None,
     )
     app.state.service = service
 
@@ -227,6 +251,13 @@ def create_app(settings: Settings, admin_token: str) -> FastAPI:
     async def metrics() -> Response:
         """Prometheus text exposition (open, like ``/healthz``)."""
         return Response(service.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    @app.get("/docs", include_in_schema=False)
+    async def docs() -> Response:
+        """Swagger UI over ``/openapi.json``, its script and style vendored (works offline)."""
+        return get_swagger_ui_html(openapi_url="/openapi.json", title=app.title + " - API",
+                                   swagger_js_url="/static/vendor/swagger-ui-bundle.js",
+                                   swagger_css_url="/static/vendor/swagger-ui.css", swagger_favicon_url="data:,")
 
     from api import dashboard
     from api.routes import router as rest

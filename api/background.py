@@ -15,6 +15,7 @@ import time
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from spark_jobs.tables import TABLES
 from tracker.graph import Location
 
 if TYPE_CHECKING:
@@ -69,7 +70,7 @@ def spark_check(service: Service, dataflow: Dataflow) -> None:
             problems.append(f"Psi differs: {len(native)} native pairs, {len(spark)} Spark pairs; "
                             f"differing {missing}, Spark-only {extra}")
         if service.store is not None:
-            service.store.write_summaries(dataflow.id, psi)
+            service.store.write_summaries({dataflow.id: psi})
         dataflow.spark_check = "disagreed" if problems else "agreed"
         dataflow.spark_detail = "; ".join(problems) or (
             f"cycle check and {len(spark)} summaries agree ({time.perf_counter() - started:.1f} s)")
@@ -140,24 +141,33 @@ async def audit_now(service: Service, dataflow: Dataflow, loop: asyncio.Abstract
 
 # -- Delta ------------------------------------------------------------------------------------
 
-def write_graph(service: Service, dataflow: Dataflow) -> None:
-    """The graph tables of a new dataflow (the log already made the registration durable).
+async def write_graphs(service: Service) -> None:
+    """Write the graph tables of every dataflow in ``service.graphs_to_write`` (registered, or
+    recovered without them), in batches: whatever queued up while a batch was being written
+    goes into the next one, so a burst of registrations costs a few commits, not five each,
+    and does not hold the progress flushes back (they share the one Delta thread)."""
+    loop = asyncio.get_running_loop()
+    while service.graphs_to_write:
+        batch, service.graphs_to_write = service.graphs_to_write, []
+        await loop.run_in_executor(service.delta_pool, _write_graphs, service, batch)
 
-    ``summaries`` first (when no Spark check will write them) and the ``dataflows`` row last:
-    recovery rewrites the tables of every logged dataflow that has no ``dataflows`` row, so a
-    crash half-way through is repaired on the next start.
-    """
+
+def _write_graphs(service: Service, dataflows: list[Dataflow]) -> None:
+    """``summaries`` first (when no Spark check will write them) and the ``dataflows`` rows
+    last: recovery rewrites the tables of every logged dataflow that has no ``dataflows`` row,
+    so a crash half-way through is repaired on the next start."""
     try:
         # Without the Spark check, the native Psi fills ``summaries`` (Psi has up to n^2 rows:
         # beyond a few thousand locations that is Spark's job, not a side task of this thread).
-        small = len(dataflow.graph.locations()) <= NATIVE_PSI_MAX_LOCATIONS
-        if small and not (service.settings.spark and service.settings.spark_check):
-            service.store.write_summaries(dataflow.id, dataflow.psi())
-        service.store.write_dataflow(dataflow.id, dataflow.name, dataflow.graph, dataflow.created_at)
-        dataflow.graph_stored = True
+        if not (service.settings.spark and service.settings.spark_check):
+            service.store.write_summaries({d.id: d.psi() for d in dataflows
+                                           if len(d.graph.locations()) <= NATIVE_PSI_MAX_LOCATIONS})
+        service.store.write_dataflows([(d.id, d.name, d.graph, d.created_at) for d in dataflows])
+        for dataflow in dataflows:
+            dataflow.graph_stored = True
     except Exception:
         service.metrics.delta_errors.inc()
-        log.exception("writing the graph tables failed", extra={"dataflow": dataflow.id})
+        log.exception("writing the graph tables failed", extra={"dataflows": [d.id for d in dataflows]})
 
 
 async def flush_loop(service: Service, stop: asyncio.Event) -> None:
@@ -165,7 +175,8 @@ async def flush_loop(service: Service, stop: asyncio.Event) -> None:
     ``pointstamps``, ``frontiers`` and ``frontier_changes``; then log rotation. When ``stop``
     is set, one last flush and compaction, then return (never cancelled mid-commit, so a
     commit's outcome is always known)."""
-    last_compaction = time.monotonic()
+    last_compaction = last_tidy = time.monotonic()
+    untidy: list[str] = []
     while not stop.is_set():
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), service.settings.flush_seconds)
@@ -176,6 +187,12 @@ async def flush_loop(service: Service, stop: asyncio.Event) -> None:
                 await compact(service)
             if not stop.is_set():
                 await maybe_rotate(service)
+            tidy_every = service.settings.tidy_seconds
+            if not untidy and tidy_every > 0 and time.monotonic() - last_tidy >= tidy_every:
+                last_tidy = time.monotonic()
+                untidy = sorted(TABLES)
+            if untidy and not stop.is_set():  # one table per pass, so flushes keep their pace
+                await tidy(service, untidy.pop(0))
         except Exception:
             service.metrics.delta_errors.inc()
             log.exception("delta flush failed; will retry")
@@ -221,8 +238,9 @@ async def flush(service: Service) -> None:
 
 
 async def compact(service: Service) -> None:
-    """Append the new ``frontier_changes`` of every changed dataflow, then write its consolidated
-    ``pointstamps`` and current ``frontiers`` (as of its durable version).
+    """Append the new ``frontier_changes`` of every changed dataflow, then write the consolidated
+    ``pointstamps`` and current ``frontiers`` of all of them (each as of its durable version):
+    three commits in all, whatever the number of dataflows.
 
     The changes go first: a crash between the commits then leaves ``frontier_changes`` ahead of
     the ``pointstamps`` snapshot, never behind it. Recovery starts from the snapshot and skips
@@ -251,10 +269,23 @@ async def compact(service: Service) -> None:
             raise
         for dataflow, (version, _, _) in changes:
             dataflow.compacted_version = max(dataflow.compacted_version, version)
-    for dataflow, version, counts, frontiers in states:
-        await loop.run_in_executor(service.delta_pool, service.store.write_state, dataflow.id, counts, frontiers,
-                                   version)
-        dataflow.compacted_state = version
+    if states:
+        await loop.run_in_executor(service.delta_pool, service.store.write_states,
+                                   [(d.id, version, counts, frontiers) for d, version, counts, frontiers in states])
+        for dataflow, version, _, _ in states:
+            dataflow.compacted_state = version
+
+
+async def tidy(service: Service, table: str) -> None:
+    """Merge the small files of ``table`` and delete those older than the retention
+    (:meth:`spark_jobs.storage.Warehouse.tidy`), on the Delta thread."""
+    if service.store is None:
+        return
+    loop = asyncio.get_running_loop()
+    started = time.perf_counter()
+    files = await loop.run_in_executor(service.delta_pool, service.store.warehouse.tidy, table,
+                                       service.settings.vacuum_hours)
+    log.info("delta table tidied", extra={"table": table, **files, "seconds": round(time.perf_counter() - started, 3)})
 
 
 async def maybe_rotate(service: Service) -> None:

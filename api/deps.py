@@ -38,6 +38,17 @@ async def principal(
 PrincipalDep = Annotated[Principal, Depends(principal)]
 
 
+async def json_body(
+    content_type: Annotated[str | None, Header(include_in_schema=False)] = None,
+) -> None:
+    """415 unless the body is declared as JSON (FastAPI would not parse it, and its 422 would
+    say fields are missing rather than why)."""
+    media = (content_type or "").split(";", 1)[0].strip().lower()
+    if media != "application/json" and not media.endswith("+json"):
+        raise HTTPException(415, {"error": "unsupported_media_type", "detail": (
+            f"the body must be JSON sent with 'Content-Type: application/json' (got {content_type or 'none'!r})")})
+
+
 async def admin(caller: PrincipalDep) -> Principal:
     """Only the admin token; 403 for a dataflow token."""
     if not caller.admin:

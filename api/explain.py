@@ -58,12 +58,19 @@ def _path(parent: dict[tuple[Location, PathSummary], Transition | None], end: Lo
     return steps
 
 
+def _times_along(path: list[Transition], time: Timestamp) -> list[Timestamp]:
+    """The time after each step of ``path`` for a record starting at ``time``."""
+    out = []
+    for step in path:
+        moved = step.summary.results_in(time)
+        time = moved if moved is not None else time  # a path from the search never yields None
+        out.append(time)
+    return out
+
+
 def _describe(path: list[Transition], start: Location, time: Timestamp) -> str:
     text = [f"{start}@{list(time)}"]
-    current = time
-    for step in path:
-        moved = step.summary.results_in(current)
-        current = moved if moved is not None else current
+    for step, current in zip(path, _times_along(path, time), strict=True):
         via = "edge" if step.src.kind == "source" else f"operator {step.src.node} +{list(step.summary)}"
         text.append(f" --{via}--> {step.dst}@{list(current)}")
     return "".join(text)
@@ -96,8 +103,8 @@ def explain(graph: Graph, counts: dict[tuple[Location, Timestamp], int], frontie
         blockers.append({
             "location": location_json(origin), "time": list(when), "count": count,
             "summary": list(summary), "arrives_as": list(arrives),
-            "path": [{"from": location_json(s.src), "to": location_json(s.dst), "summary": list(s.summary)}
-                     for s in path],
+            "path": [{"from": location_json(s.src), "to": location_json(s.dst), "summary": list(s.summary),
+                      "time": list(t)} for s, t in zip(path, _times_along(path, when), strict=True)],
             "text": f"{count} x {origin}@{list(when)} can reach {location} as {list(arrives)} <= {list(time)}: "
                     + _describe(path, origin, when),
         })

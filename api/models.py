@@ -7,16 +7,25 @@ coerced time or delta would corrupt occurrence counts; the shapes that depend on
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 
-from tracker.graph import MAX_DELTA, Location
+from tracker.graph import MAX_DELTA, MAX_NODE_ID, Location
+from tracker.timestamp import MAX_INCREMENT, MAX_TIME
 
 NonNegInt = StrictInt
 MAX_SEQ = 2**63 - 1
 """The largest batch sequence number (stored as a 64-bit integer)."""
 Kind = Literal["source", "target"]
+
+
+# Bounds the OpenAPI document states but the graph checks, so that an id, a time or an
+# increment out of range gets the graph's own 422 (``invalid_graph``/``invalid_update``), which
+# names the culprit, rather than a generic schema error.
+NodeId = Annotated[StrictInt, Field(ge=0, json_schema_extra={"maximum": MAX_NODE_ID})]
+TimeCoordinate = Annotated[StrictInt, Field(json_schema_extra={"minimum": 0, "maximum": MAX_TIME})]
+Increment = Annotated[StrictInt, Field(json_schema_extra={"minimum": 0, "maximum": MAX_INCREMENT})]
 
 
 class _Model(BaseModel):
@@ -26,7 +35,7 @@ class _Model(BaseModel):
 class LocationModel(_Model):
     """An operator port: ``{"node": 3, "port": 0, "kind": "target"}``."""
 
-    node: StrictInt = Field(ge=0)
+    node: NodeId
     port: StrictInt = Field(ge=0)
     kind: Kind
 
@@ -38,7 +47,7 @@ class LocationModel(_Model):
 class PortRef(_Model):
     """One end of an edge: ``{"node", "port"}`` (the kind follows from the side)."""
 
-    node: StrictInt = Field(ge=0)
+    node: NodeId
     port: StrictInt = Field(ge=0)
 
 
@@ -47,13 +56,13 @@ class ConnectionModel(_Model):
 
     input: StrictInt = Field(ge=0)
     output: StrictInt = Field(ge=0)
-    summaries: list[list[StrictInt]] = Field(min_length=1, max_length=1024)
+    summaries: list[list[Increment]] = Field(min_length=1, max_length=1024)
 
 
 class NodeModel(_Model):
     """An operator; omitted ``connections`` means every input reaches every output unchanged."""
 
-    id: StrictInt = Field(ge=0)
+    id: NodeId
     name: StrictStr = Field(default="", max_length=200)
     inputs: StrictInt = Field(ge=0, le=4096)
     outputs: StrictInt = Field(ge=0, le=4096)
@@ -71,7 +80,7 @@ class UpdateModel(_Model):
     """A change to an occurrence count: ``{"location", "time": [..], "delta"}``."""
 
     location: LocationModel
-    time: list[StrictInt] = Field(max_length=64)
+    time: list[TimeCoordinate] = Field(max_length=64)
     delta: StrictInt = Field(ge=-MAX_DELTA, le=MAX_DELTA)
 
 
@@ -194,6 +203,7 @@ class PathStep(BaseModel):
     from_: LocationModel = Field(alias="from")
     to: LocationModel
     summary: list[int]
+    time: list[int] = Field(description="the blocker's time as it arrives at `to` along this path")
 
 
 class Blocker(BaseModel):

@@ -7,13 +7,13 @@ import json
 import time
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, HTTPException, Query, Request
+from fastapi import APIRouter, Depends, Header, HTTPException, Query, Request
 from fastapi.responses import JSONResponse, Response
 from sse_starlette import EventSourceResponse
 
 from api import streams
 from api.dataflows import Dataflow, SequenceGap
-from api.deps import DataflowDep, PrincipalDep, ServiceDep, admin
+from api.deps import DataflowDep, PrincipalDep, ServiceDep, admin, json_body
 from api.explain import explain
 from api.models import (
     DataflowDetail,
@@ -32,6 +32,7 @@ from api.service import Service
 from api.wal import LogFailed
 from tracker.graph import GraphError, Location
 from tracker.structure import path_summaries
+from tracker.timestamp import MAX_TIME
 
 router = APIRouter(prefix="/v1")
 
@@ -95,8 +96,9 @@ def _log_failed(error: LogFailed) -> HTTPException:
     return HTTPException(503, {"error": "log_failed", "detail": str(error)})
 
 
-@router.post("/dataflows", status_code=201, response_model=RegisterResponse, responses=_ERRORS,
-             dependencies=[Depends(admin)], summary="Register a dataflow graph")
+@router.post("/dataflows", status_code=201, response_model=RegisterResponse,
+             responses={**_ERRORS, 415: {"model": ErrorBody, "description": "the body is not declared as JSON"}},
+             dependencies=[Depends(admin), Depends(json_body)], summary="Register a dataflow graph")
 async def register(body: RegisterRequest, service: ServiceDep) -> JSONResponse:
     """Validate the graph (422 naming the problem or the offending cycle), store it durably and
     return its id and token. The Spark cycle check and summaries run in the background; see
@@ -209,14 +211,15 @@ async def frontier_explain(
     location = Location(node, port, kind)
     if not dataflow.graph.has_location(location):
         raise HTTPException(422, {"error": "unknown_location", "detail": f"{location} is not a port of this dataflow"})
-    try:
-        parts = [int(x) for x in time.split(",")]
-    except ValueError:
+    # ASCII digits only: int() would also take "٣" or "1_000".
+    texts = [x.strip() for x in time.split(",")]
+    if not all(x.isascii() and x.isdigit() for x in texts):
         raise HTTPException(422, {"error": "invalid_time",
-                                  "detail": f"time must be comma-separated integers, got {time!r}"}) from None
-    if len(parts) != dataflow.graph.arity or any(x < 0 for x in parts):
+                                  "detail": f"time must be comma-separated non-negative integers, got {time!r}"})
+    parts = [int(x) for x in texts]
+    if len(parts) != dataflow.graph.arity or max(parts) > MAX_TIME:
         raise HTTPException(422, {"error": "invalid_time", "detail": f"time must have {dataflow.graph.arity} "
-                                  "non-negative coordinates"})
+                                  f"coordinates, each from 0 to {MAX_TIME}"})
     version, view = dataflow.frontier_at()
     counts = service.snapshot_counts(dataflow)
     # A search per blocking origin: off the loop, on a consistent copy of the state.
@@ -230,11 +233,17 @@ async def frontier_explain(
     "description": "SSE: `snapshot` (or the missed `changes` after `Last-Event-ID`), then `changes`; "
                    "`resync` + `snapshot` if the subscriber fell behind"}},
     summary="Frontier changes as Server-Sent Events")
-async def frontier_stream(request: Request, dataflow: DataflowDep, service: ServiceDep) -> EventSourceResponse:
+async def frontier_stream(
+    dataflow: DataflowDep, service: ServiceDep,
+    last_event_id: Annotated[str | None, Header(
+        alias="Last-Event-ID",
+        description="the last version received: resume after it with no gap and no duplicate (a fresh "
+                    "snapshot if the retained history no longer reaches back that far)")] = None,
+) -> EventSourceResponse:
     """SSE stream; ``id`` = version; send ``Last-Event-ID`` to resume without gap or duplicate."""
     metrics = service.metrics
     gauge = metrics.subscribers.labels("sse")
-    events = streams.sse_events(dataflow, request.headers.get("last-event-id"), service.settings.subscriber_queue,
+    events = streams.sse_events(dataflow, last_event_id, service.settings.subscriber_queue,
                                 metrics.resyncs.inc, gauge.inc)
     return EventSourceResponse(events, ping=15,
                                headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})

@@ -31,7 +31,7 @@ from api.parsing import parse_progress
 from api.wal import LogFailed, WriteAheadLog
 from tracker.graph import Connection, Edge, Graph, GraphError, Location, Node, Update
 from tracker.reachability import Tracker
-from tracker.structure import find_cycles, widest_summaries
+from tracker.structure import find_cycles, summary_search_pairs, widest_summaries
 from tracker.timestamp import PathSummary
 
 log = logging.getLogger("tracker.service")
@@ -39,9 +39,13 @@ MAX_SUMMARY_ANTICHAIN = 64
 """At most this many incomparable minimal summaries between two locations (only arity 2 and
 more can have several): each is one more frontier element per pointstamp, and graphs whose
 antichains grow combinatorially would stall the event loop on a single small batch."""
-SUMMARY_CHECK_LOCATIONS = 500
-"""Graphs up to this many locations are checked at registration: the check is quadratic (0.35 s
-for 400 locations of arity 2, 10 s for 2,000), so larger graphs are not checked yet."""
+SUMMARY_CHECK_BUDGET = 1_000_000
+"""The antichain check searches from each branching location (two or more outgoing transitions)
+to everything it reaches, about 2.3 us per (origin, location) pair in the worst case (a braid of
+diamonds): graphs with up to this many ``branching x locations`` pairs are checked (at most
+~2.5 s, off the event loop). Chains, trees and graphs whose summaries all point one way (loops
+counting iterations) cost next to nothing, whatever their size; only a larger graph that is
+both densely branching and mixes summary directions goes unchecked."""
 
 
 class RegistrationError(Exception):
@@ -97,7 +101,7 @@ def build_graph(record: dict[str, Any], *, new: bool = True) -> tuple[Graph, lis
             "cycle": [{"from": location_json(t.src), "to": location_json(t.dst), "summary": list(t.summary)}
                       for t in cycles],
         })
-    if new and len(graph.locations()) <= SUMMARY_CHECK_LOCATIONS:
+    if new and summary_search_pairs(graph) <= SUMMARY_CHECK_BUDGET:
         overflow = widest_summaries(graph, MAX_SUMMARY_ANTICHAIN)
         if overflow is not None:
             raise RegistrationError({"error": "invalid_graph", "detail": (
@@ -136,6 +140,8 @@ class Service:
         self.loop: asyncio.AbstractEventLoop | None = None  # the event loop serving requests
         self.checks: dict[str, dict[str, Any]] = {}  # dataflow id -> its logged Spark check result
         self.unstored: list[Dataflow] = []  # recovered without their graph tables: write them
+        self.graphs_to_write: list[Dataflow] = []  # see background.write_graphs
+        self.graph_writer: asyncio.Task[None] | None = None
         self.unchecked: list[Dataflow] = []  # recovered with no Spark check result: run it
 
     # -- auth -----------------------------------------------------------------------------
@@ -191,8 +197,7 @@ class Service:
         from api import background
 
         loop = asyncio.get_running_loop()
-        if self.store is not None:
-            loop.run_in_executor(self.delta_pool, background.write_graph, self, dataflow)
+        self._write_graphs([dataflow])
         if self.settings.spark and self.settings.spark_check:
             loop.run_in_executor(self.spark_pool, background.spark_check, self, dataflow)
 
@@ -202,11 +207,20 @@ class Service:
         from api import background
 
         loop = asyncio.get_running_loop()
-        for dataflow in self.unstored:
-            loop.run_in_executor(self.delta_pool, background.write_graph, self, dataflow)
+        self._write_graphs(self.unstored)
         for dataflow in self.unchecked:
             loop.run_in_executor(self.spark_pool, background.spark_check, self, dataflow)
         self.unstored, self.unchecked = [], []
+
+    def _write_graphs(self, dataflows: list[Dataflow]) -> None:
+        """Queue graph tables for the Delta thread (batched: :func:`background.write_graphs`)."""
+        from api import background
+
+        if self.store is None or not dataflows:
+            return
+        self.graphs_to_write.extend(dataflows)
+        if self.graph_writer is None or self.graph_writer.done():
+            self.graph_writer = asyncio.get_running_loop().create_task(background.write_graphs(self))
 
     def remember_check(self, dataflow: Dataflow) -> None:
         """Log a concluded Spark check (from any thread), so a restart reports it again

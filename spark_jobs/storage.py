@@ -28,6 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 
+from spark_jobs.rows import dataflow_row, frontier_rows, graph_rows, pointstamp_rows, summary_rows
 from spark_jobs.tables import TABLES, Rows, schema_of, to_arrow
 from tracker.antichain import Antichain
 from tracker.graph import Connection, Edge, Graph, Location, Node
@@ -205,6 +206,23 @@ class Warehouse:
             return DeltaTable(path, version=version)
         return delta
 
+    def tidy(self, table: str, retention_hours: int = 168) -> dict[str, int]:
+        """Merge each partition's small files into large ones (Delta ``OPTIMIZE``), then delete
+        the files no version of the last ``retention_hours`` refers to (``VACUUM``). Appends of
+        many dataflows leave one small file per partition per commit, which every later read
+        has to open; versions inside the retention stay readable (time travel). Rows and
+        application transactions (the ``pointstamps`` watermarks) are untouched. Returns the
+        files added, removed and deleted."""
+        path = self.path(table)
+        if not DeltaTable.is_deltatable(path):
+            return {"added": 0, "removed": 0, "deleted": 0}
+        with _LOCKS[path]:
+            merged = DeltaTable(path).optimize.compact()
+            deleted = DeltaTable(path).vacuum(retention_hours=retention_hours, dry_run=False,
+                                              enforce_retention_duration=False)
+        return {"added": int(merged.get("numFilesAdded", 0)), "removed": int(merged.get("numFilesRemoved", 0)),
+                "deleted": len(deleted)}
+
     def watermark(self, table: str, app_id: str) -> int | None:
         """The last version recorded under ``app_id`` by :meth:`replace_partitions`, or ``None``."""
         if not self.exists(table):
@@ -296,58 +314,26 @@ class Warehouse:
 
     def write_dataflow(self, dataflow_id: str, name: str, graph: Graph, graph_version: int = 1,
                        created_at: datetime | None = None) -> None:
-        """Write the graph: nodes, connections (implicit zero ones spelled out, one row per
-        summary) and edges, then the ``dataflows`` row last, so whoever sees the dataflow listed
-        finds its whole graph (Delta commits are atomic per table, not across tables).
-        ``created_at`` defaults to now."""
-        nodes, connections, edges = [], [], []
-        for node in graph.nodes:
-            nodes.append(
-                {
-                    "dataflow_id": dataflow_id,
-                    "node": node.id,
-                    "name": node.name,
-                    "inputs": node.inputs,
-                    "outputs": node.outputs,
-                }
-            )
-            for conn in graph.connections(node):
-                for summary in conn.summaries:
-                    connections.append(
-                        {
-                            "dataflow_id": dataflow_id,
-                            "node": node.id,
-                            "input_port": conn.input,
-                            "output_port": conn.output,
-                            "summary": list(summary),
-                        }
-                    )
-        for edge in graph.edges:
-            edges.append(
-                {
-                    "dataflow_id": dataflow_id,
-                    "src_node": edge.source.node,
-                    "src_port": edge.source.port,
-                    "dst_node": edge.target.node,
-                    "dst_port": edge.target.port,
-                }
-            )
-        self.replace_partition("nodes", dataflow_id, nodes)
-        self.replace_partition("connections", dataflow_id, connections)
-        self.replace_partition("edges", dataflow_id, edges)
-        self.replace_partition(
-            "dataflows",
-            dataflow_id,
-            [
-                {
-                    "dataflow_id": dataflow_id,
-                    "name": name,
-                    "timestamp_arity": graph.arity,
-                    "graph_version": graph_version,
-                    "created_at": created_at or datetime.now(UTC),
-                }
-            ],
-        )
+        """Write one dataflow's graph tables: see :meth:`write_dataflows`."""
+        self.write_dataflows([(dataflow_id, name, graph, created_at or datetime.now(UTC))], graph_version)
+
+    def write_dataflows(self, graphs: Iterable[tuple[str, str, Graph, datetime]], graph_version: int = 1) -> None:
+        """Write the graphs of ``(dataflow_id, name, graph, created_at)``: nodes, connections and
+        edges, then the ``dataflows`` rows last, so whoever sees a dataflow listed finds its
+        whole graph (Delta commits are atomic per table, not across tables). One commit per
+        table however many dataflows: a burst of registrations costs four commits, not four each."""
+        graphs = list(graphs)
+        if not graphs:
+            return
+        ids = [dataflow_id for dataflow_id, _, _, _ in graphs]
+        tables: dict[str, list[dict[str, Any]]] = {"nodes": [], "connections": [], "edges": []}
+        for dataflow_id, _, graph, _ in graphs:
+            for table, rows in graph_rows(dataflow_id, graph).items():
+                tables[table].extend(rows)
+        for table, rows in tables.items():
+            self.replace_partitions(table, ids, rows)
+        self.replace_partitions("dataflows", ids, [dataflow_row(dataflow_id, name, graph, graph_version, created_at)
+                                                   for dataflow_id, name, graph, created_at in graphs])
 
     def dataflow_row(self, dataflow_id: str) -> dict[str, Any]:
         """The ``dataflows`` row of ``dataflow_id``; :class:`UnknownDataflowError` if none."""
@@ -381,21 +367,14 @@ class Warehouse:
 
     def write_summaries(self, dataflow_id: str, psi: Mapping[tuple[Location, Location], Antichain]) -> None:
         """Replace ``dataflow_id``'s ``summaries`` by ``psi``, one row per minimal summary."""
-        rows = [
-            {
-                "dataflow_id": dataflow_id,
-                "from_node": a.node,
-                "from_port": a.port,
-                "from_kind": a.kind,
-                "to_node": b.node,
-                "to_port": b.port,
-                "to_kind": b.kind,
-                "summary": list(s),
-            }
-            for (a, b), chain in psi.items()
-            for s in chain
-        ]
-        self.replace_partition("summaries", dataflow_id, rows)
+        self.write_many_summaries({dataflow_id: psi})
+
+    def write_many_summaries(self, psis: Mapping[str, Mapping[tuple[Location, Location], Antichain]]) -> None:
+        """Replace the ``summaries`` of several dataflows (``dataflow_id -> Psi``) in one commit."""
+        if not psis:
+            return
+        self.replace_partitions("summaries", psis.keys(),
+                                [row for dataflow_id, psi in psis.items() for row in summary_rows(dataflow_id, psi)])
 
     def read_summaries(
         self, dataflow_id: str, version: int | None = None
@@ -418,20 +397,29 @@ class Warehouse:
         ``as_of_version``: the last ``progress`` version these counts include, recorded in the same
         commit (:meth:`pointstamps_version`), so the incremental Spark job knows where to resume.
         """
-        rows = [
-            {
-                "dataflow_id": dataflow_id,
-                "node": loc.node,
-                "port": loc.port,
-                "kind": loc.kind,
-                "time": list(t),
-                "count": c,
-            }
-            for (loc, t), c in counts.items()
-            if c != 0
-        ]
-        marks = None if as_of_version is None else {POINTSTAMPS_APP + dataflow_id: as_of_version}
-        return self.replace_partitions("pointstamps", [dataflow_id], rows, marks)
+        if as_of_version is None:
+            return self.replace_partitions("pointstamps", [dataflow_id], pointstamp_rows(dataflow_id, counts))
+        return self.write_states({dataflow_id: (as_of_version, counts, None)})[0]
+
+    def write_states(
+        self,
+        states: Mapping[str, tuple[int, Mapping[tuple[Location, Timestamp], int],
+                                   Mapping[Location, Iterable[Timestamp]] | None]],
+    ) -> tuple[int, int | None]:
+        """Replace the ``pointstamps`` (and, where given, ``frontiers``) of many dataflows at once:
+        ``dataflow_id -> (as_of_version, counts, frontiers or None)``. One commit per table
+        whatever the number of dataflows (a commit costs about as much for one partition as for
+        hundreds), each dataflow's ``as_of_version`` recorded in the ``pointstamps`` commit.
+        Returns the two tables' new versions (``None`` for ``frontiers`` when none was given).
+        """
+        points = [row for i, (_, counts, _) in states.items() for row in pointstamp_rows(i, counts)]
+        marks = {POINTSTAMPS_APP + i: version for i, (version, _, _) in states.items()}
+        version = self.replace_partitions("pointstamps", states.keys(), points, marks)
+        with_frontiers = {i: f for i, (_, _, f) in states.items() if f is not None}
+        if not with_frontiers:
+            return version, None
+        rows = [row for i, frontiers in with_frontiers.items() for row in frontier_rows(i, frontiers)]
+        return version, self.replace_partitions("frontiers", with_frontiers.keys(), rows)
 
     def pointstamps_version(self, dataflow_id: str) -> int | None:
         """The ``progress`` version the stored ``pointstamps`` of ``dataflow_id`` include, as
@@ -466,9 +454,5 @@ class Warehouse:
 
     def write_frontiers(self, dataflow_id: str, frontiers: Mapping[Location, Iterable[Timestamp]]) -> int:
         """Replace ``dataflow_id``'s current frontiers; new version."""
-        rows = [
-            {"dataflow_id": dataflow_id, "node": loc.node, "port": loc.port, "kind": loc.kind, "time": list(t)}
-            for loc, times in frontiers.items()
-            for t in times
-        ]
-        return self.replace_partition("frontiers", dataflow_id, rows)
+        return self.replace_partition("frontiers", dataflow_id, frontier_rows(dataflow_id, frontiers))
+

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import random
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -230,14 +232,21 @@ def test_invalid_graphs_are_422_with_a_reason(service: ServiceProcess, case: str
         assert len(client.get("/v1/dataflows").json()) == count
 
 
-def test_a_registration_body_that_is_not_json_is_400_malformed_json(service: ServiceProcess) -> None:
+def test_a_registration_body_that_is_not_json_is_400_and_one_not_declared_json_is_415(service: ServiceProcess) -> None:
     with service.client() as client:
         count = len(client.get("/v1/dataflows").json())
         for body in (b'{"name": "\xff", "nodes": [], "edges": []}', b'{"name": "g", "nodes": ['):
             answer = client.post("/v1/dataflows", content=body, headers={"Content-Type": "application/json"})
             assert answer.status_code == 400, answer.text
             assert answer.json()["error"] == "malformed_json" and answer.json()["detail"]
+        good = json.dumps(loop_graph(name="typed")).encode()
+        for content_type in ("text/plain", "application/x-www-form-urlencoded", None):  # curl -d sends the second
+            headers = {} if content_type is None else {"Content-Type": content_type}
+            answer = client.post("/v1/dataflows", content=good, headers=headers)
+            assert answer.status_code == 415 and answer.json()["error"] == "unsupported_media_type", answer.text
         assert len(client.get("/v1/dataflows").json()) == count
+        typed = client.post("/v1/dataflows", content=good, headers={"Content-Type": "application/json; charset=utf-8"})
+        assert typed.status_code == 201
 
 
 def test_auth_401_403_404(service: ServiceProcess) -> None:
@@ -307,10 +316,14 @@ def test_summaries_and_explain(service: ServiceProcess) -> None:
         assert blocker["summary"] == [1] and blocker["arrives_as"] == [5]
         hops = [(s["from"]["node"], s["from"]["kind"], s["to"]["node"], s["to"]["kind"]) for s in blocker["path"]]
         assert hops == [(2, "source", 3, "target"), (3, "target", 3, "source"), (3, "source", 1, "target")]
+        assert [s["time"] for s in blocker["path"]] == [[4], [5], [5]]  # node 3 closes the loop: +1
         assert "Not safe" in stuck["explanation"] and "(2,0,source)@[4]" in blocker["text"]
         safe = client.get(url, params={"node": 1, "port": 0, "kind": "target", "time": "4"}).json()
         assert safe["safe_to_notify"] is True and safe["blockers"] == []
-        assert client.get(url, params={"node": 1, "port": 0, "kind": "target", "time": "x"}).status_code == 422
+        for bad in ("x", "\u0663", "1_0", "-1", "", f"{2**62}"):  # "\u0663": an Arabic-Indic 3, which int() takes
+            answer = client.get(url, params={"node": 1, "port": 0, "kind": "target", "time": bad})
+            assert answer.status_code == 422 and answer.json()["error"] == "invalid_time", bad
+        assert client.get(url, params={"node": 1, "port": 0, "kind": "target", "time": " 4 "}).json()["safe_to_notify"]
         assert client.get(url, params={"node": 1, "port": 0, "kind": "target", "time": "1,2"}).status_code == 422
         assert client.get(url, params={"node": 9, "port": 0, "kind": "target", "time": "1"}).status_code == 422
 
@@ -329,7 +342,27 @@ def test_healthz_metrics_and_openapi(service: ServiceProcess) -> None:
                      "/v1/dataflows/{id}/frontier/explain", "/v1/dataflows/{id}/frontier/stream", "/healthz",
                      "/metrics"):
             assert path in spec["paths"], path
-        assert client.get("/docs").status_code == 200
+        # Auth is a security scheme on every /v1 operation, not a header parameter each.
+        assert spec["components"]["securitySchemes"]["bearer"] == {**spec["components"]["securitySchemes"]["bearer"],
+                                                                    "type": "http", "scheme": "bearer"}
+        for path, operations in spec["paths"].items():
+            for operation in operations.values():
+                secured = path.startswith(("/v1", "/dashboard/api"))
+                assert (operation.get("security") == [{"bearer": []}]) == secured, path
+                assert all(p["name"].lower() != "authorization" for p in operation.get("parameters", [])), path
+        stream = spec["paths"]["/v1/dataflows/{id}/frontier/stream"]["get"]
+        assert any(p["name"] == "Last-Event-ID" and p["in"] == "header" for p in stream["parameters"])
+        assert "/v1/dataflows/{id}/ws" in spec["info"]["description"]
+        location = spec["components"]["schemas"]["LocationModel"]["properties"]["node"]
+        assert location["maximum"] == 2**31 - 1
+        # /docs works offline: every script and style sheet it loads is served by the service.
+        page = client.get("/docs")
+        assert page.status_code == 200
+        assets = re.findall(r'(?:src|href)="([^"]+)"', page.text)
+        assert assets and all(a.startswith("/") or a.startswith("data:") for a in assets), assets
+        for asset in assets:
+            if asset.startswith("/"):
+                assert client.get(asset).status_code == 200, asset
 
 
 def test_admin_token_is_generated_when_not_given(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ from tests.strategies import acyclic_graphs, raw_graphs, update_batches
 from tracker import oracle
 from tracker.graph import Connection, Edge, Graph, GraphError, Location, Node
 from tracker.reachability import FrontierChange, Tracker
-from tracker.structure import find_cycles, path_summaries
+from tracker.structure import find_cycles, path_summaries, widest_summaries
 from tracker.timestamp import PathSummary
 
 SETTINGS = settings(max_examples=150, deadline=None)
@@ -93,6 +93,19 @@ def _timely_example() -> Graph:
     ]
     edges = [Edge(Location.source(a, 0), Location.target(b, 0)) for a, b in [(0, 1), (1, 2), (2, 0)]]
     return Graph.build(1, nodes, edges)
+
+
+@SETTINGS
+@given(graph=acyclic_graphs(arity=2, max_nodes=8), limit=st.integers(1, 4))
+def test_widest_summaries_bounds_every_antichain_of_psi(graph: Graph, limit: int) -> None:
+    """Searching only the branching origins never refuses a graph whose antichains all fit,
+    and misses an overflow by at most one element (a chain's own summary)."""
+    widest = max(len(chain) for chain in path_summaries(graph).values())
+    overflow = widest_summaries(graph, limit)
+    if overflow is not None:
+        assert overflow.size > limit and widest >= overflow.size
+    else:
+        assert widest <= limit + 1
 
 
 def test_timely_worked_example() -> None:

@@ -7,9 +7,11 @@ advance timestamps, and along which transitions?); :func:`path_summaries` comput
 
 from __future__ import annotations
 
+import heapq
+import math
 from collections import defaultdict, deque
 from collections.abc import Iterable
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from tracker.antichain import Antichain
 from tracker.graph import Graph, Location, Transition
@@ -84,16 +86,86 @@ def widest_summaries(graph: Graph, limit: int) -> SummaryOverflow | None:
     ...                 [Edge(Location.source(i, 0), Location.target(i + 1, 0)) for i in range(2)])
     >>> widest_summaries(g, 3).size, widest_summaries(g, 4)
     (4, None)
+
+    The search starts from the :func:`branching_locations` only: from any other origin an
+    antichain is at most one element wider than from the branching location its chain leads
+    to, so a graph this accepts has antichains of at most ``limit + 1`` elements. When every
+    non-zero summary of the graph points the same way (``(0, 1)`` and ``(0, 2)``, say, as in
+    loops that count iterations), all path summaries are totally ordered and nothing is searched.
     """
-    if graph.arity == 1:
+    if graph.arity == 1 or _one_direction(graph):
         return None
     outgoing = _outgoing(graph)
     zero = PathSummary.zero(graph.arity)
-    for origin in graph.locations():
-        overflow = _search(origin, outgoing, zero, limit)
-        if isinstance(overflow, SummaryOverflow):
+    for origin in branching_locations(graph, outgoing):
+        overflow = _widest_from(origin, outgoing, zero, limit)
+        if overflow is not None:
             return overflow
     return None
+
+
+def _widest_from(origin: Location, outgoing: dict[Location, list[Transition]], zero: PathSummary,
+                 limit: int) -> SummaryOverflow | None:
+    """The first antichain from ``origin`` to grow beyond ``limit``, or ``None``.
+
+    Candidates are settled in order of their coordinate sum (Dijkstra's order), so a summary
+    enters an antichain only once nothing smaller can still arrive: anything strictly smaller
+    in the product order has a smaller sum and was settled before. Antichains therefore only
+    ever hold final elements and the early exit is exact; a first-come order would overflow on
+    transient elements that a later, smaller summary evicts.
+    """
+    settled: dict[Location, Antichain[PathSummary]] = {}
+    heap: list[tuple[int, int, Location, PathSummary]] = [(0, 0, origin, zero)]
+    pushed = 1  # a tie-breaker, so the heap never compares locations or summaries
+    while heap:
+        _, _, here, summary = heapq.heappop(heap)
+        antichain = settled.setdefault(here, Antichain())
+        if not antichain.insert(summary):
+            continue
+        if len(antichain) > limit:
+            return SummaryOverflow(origin, here, len(antichain))
+        for step in outgoing[here]:
+            combined = summary.followed_by(step.summary)
+            if combined is not None:
+                heapq.heappush(heap, (sum(combined), pushed, step.dst, combined))
+                pushed += 1
+    return None
+
+
+def summary_search_pairs(graph: Graph) -> int:
+    """How many (origin, location) pairs :func:`widest_summaries` may visit: 0 when it needs no
+    search (arity 1, or summaries that all point one way), else branching origins x locations.
+    Callers use it to bound the check's cost before running it."""
+    if graph.arity == 1 or _one_direction(graph):
+        return 0
+    return len(branching_locations(graph)) * len(graph.locations())
+
+
+def _one_direction(graph: Graph) -> bool:
+    """True iff every non-zero transition summary is a multiple of one vector: then every path
+    summary is too, and any two of them are comparable."""
+    directions = set()
+    for step in graph.transitions():
+        if not step.summary.is_zero():
+            divisor = math.gcd(*step.summary)
+            directions.add(tuple(x // divisor for x in step.summary))
+            if len(directions) > 1:
+                return False
+    return True
+
+
+def branching_locations(graph: Graph, outgoing: dict[Location, list[Transition]] | None = None) -> list[Location]:
+    """The locations with two or more outgoing transitions: the only origins
+    :func:`widest_summaries` needs to search.
+
+    From any other location ``o`` a single transition (summary ``s``) leads on, so every path
+    from ``o`` follows a chain of such locations up to the first branching one ``b`` (or goes
+    round a cycle without one). Adding a fixed summary preserves the order, so ``Psi[o, d]`` is
+    ``s_chain + Psi[b, d]`` plus at most the chain's own summary: one element more at most.
+    A typical graph (chains of operators, few fan-outs) thus has few origins to search.
+    """
+    outgoing = outgoing if outgoing is not None else _outgoing(graph)
+    return [loc for loc in graph.locations() if len(outgoing.get(loc, ())) >= 2]
 
 
 def _outgoing(graph: Graph) -> dict[Location, list[Transition]]:
@@ -103,10 +175,9 @@ def _outgoing(graph: Graph) -> dict[Location, list[Transition]]:
     return outgoing
 
 
-def _search(origin: Location, outgoing: dict[Location, list[Transition]], zero: PathSummary,
-            limit: int | None = None) -> Any:
-    """Minimal summaries from ``origin`` to every location it reaches; with ``limit``, a
-    :class:`SummaryOverflow` as soon as one antichain holds more than ``limit`` elements."""
+def _search(origin: Location, outgoing: dict[Location, list[Transition]], zero: PathSummary
+            ) -> dict[Location, Antichain[PathSummary]]:
+    """Minimal summaries from ``origin`` to every location it reaches."""
     reached: dict[Location, Antichain[PathSummary]] = {origin: Antichain([zero])}
     # Label-correcting search: a location is re-expanded only with summaries that entered
     # its antichain, and strictly advancing cycles stop entering, so this terminates.
@@ -119,10 +190,7 @@ def _search(origin: Location, outgoing: dict[Location, list[Transition]], zero: 
             combined = summary.followed_by(step.summary)
             if combined is None:
                 continue
-            antichain = reached.setdefault(step.dst, Antichain())
-            if antichain.insert(combined):
-                if limit is not None and len(antichain) > limit:
-                    return SummaryOverflow(origin, step.dst, len(antichain))
+            if reached.setdefault(step.dst, Antichain()).insert(combined):
                 queue.append((step.dst, combined))
     return reached
 

@@ -1,0 +1,82 @@
+"""The service's Delta upkeep with many dataflows: shared commits, small files merged, old files
+deleted, and nothing lost or doubled by any of it (read back by independent readers)."""
+
+from __future__ import annotations
+
+import json
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import polars as pl
+import pytest
+from deltalake import DeltaTable
+
+from tests.service_fixtures import ServiceProcess, core_graph, loop_graph, register, update
+from tracker import oracle
+from tracker.graph import Location
+
+pytestmark = pytest.mark.service
+
+DATAFLOWS = 12
+BATCHES = 15
+
+
+def _tidied(service: ServiceProcess, table: str) -> list[dict]:
+    lines = [json.loads(line) for line in service.log_tail(2000).splitlines() if '"delta table tidied"' in line]
+    return [line for line in lines if line["table"] == table]
+
+
+def test_many_dataflows_share_commits_and_tidying_keeps_every_row(tmp_path: Path) -> None:
+    warehouse = tmp_path / "warehouse"
+    service = ServiceProcess(warehouse, env={"TRACKER_FLUSH_SECONDS": "0.1", "TRACKER_COMPACT_SECONDS": "0.3",
+                                             "TRACKER_TIDY_SECONDS": "0.5", "TRACKER_VACUUM_HOURS": "0"})
+    service.start()
+    body = loop_graph(operators=4)
+    graph, _ = core_graph(body)
+    try:
+        with ThreadPoolExecutor(DATAFLOWS) as pool:  # a burst of registrations
+            registered = list(pool.map(lambda i: register(service, {**body, "name": f"df{i}"}), range(DATAFLOWS)))
+        for dataflow_id, token in registered:
+            with service.client(token) as client:
+                for seq in range(BATCHES):
+                    answer = client.post(f"/v1/dataflows/{dataflow_id}/progress", json={"worker": "w", "seq": seq,
+                                         "updates": [update(0, 0, "source", [seq], -1),
+                                                     update(0, 0, "source", [seq + 1], 1)]})
+                    assert answer.status_code == 200, answer.text
+        # The graphs of the burst went into shared commits, not five commits each.
+        assert DeltaTable(str(warehouse / "nodes")).version() + 1 < DATAFLOWS / 2
+        assert pl.read_delta(str(warehouse / "nodes"))["dataflow_id"].n_unique() == DATAFLOWS
+        # Wait until `progress` holds everything and was tidied after that.
+        deadline = time.monotonic() + 60
+        with service.client() as admin:
+            while any(admin.get(f"/v1/dataflows/{i}").json()["status"]["delta_version"] < BATCHES
+                      for i, _ in registered):
+                assert time.monotonic() < deadline, "progress never caught up"
+                time.sleep(0.1)
+        seen = len(_tidied(service, "progress"))
+        while len(_tidied(service, "progress")) < seen + 2:  # one that surely started after the last append
+            assert time.monotonic() < deadline, "progress was never tidied"
+            time.sleep(0.1)
+        tidied = _tidied(service, "progress")
+        service.kill9()
+        service.restart()
+        for dataflow_id, token in registered:  # recovery reads the merged files
+            with service.client(token) as client:
+                assert client.get(f"/v1/dataflows/{dataflow_id}").json()["version"] == BATCHES
+                frontier = client.get(f"/v1/dataflows/{dataflow_id}/frontier").json()
+                got = {Location(**r["location"]): [tuple(t) for t in r["frontier"]] for r in frontier["locations"]}
+                assert got == oracle.frontiers(graph, {(Location.source(0, 0), (BATCHES,)): 1})
+    finally:
+        service.stop()
+    progress = DeltaTable(str(warehouse / "progress"))
+    # Merged down to one file per dataflow, and the replaced files are gone from the disk.
+    assert sum(t["removed"] for t in tidied) > sum(t["added"] for t in tidied) > 0
+    assert sum(t["deleted"] for t in tidied) >= sum(t["removed"] for t in tidied)
+    referenced = {Path(uri.removeprefix("file://")).resolve() for uri in progress.file_uris()}
+    on_disk = {p.resolve() for p in (warehouse / "progress").rglob("*.parquet")}
+    assert len(referenced) == DATAFLOWS and on_disk == referenced
+    rows = pl.read_delta(str(warehouse / "progress"))
+    for dataflow_id, _ in registered:
+        mine = rows.filter(pl.col("dataflow_id") == dataflow_id)
+        assert sorted(mine["version"].to_list()) == [0, *sorted(list(range(1, BATCHES + 1)) * 2)]
