@@ -105,17 +105,19 @@ def _readable(errors: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _openapi(app: FastAPI) -> dict[str, Any]:
-    """FastAPI's document plus the schemas of bodies parsed by hand (``ProgressRequest``)."""
+    """FastAPI's document plus the schemas of bodies parsed by hand (``ProgressRequest``,
+    ``RegisterRequest``)."""
     if app.openapi_schema is None:
         from fastapi.openapi.utils import get_openapi
 
-        from api.models import ErrorBody, ProgressRequest
+        from api.models import ErrorBody, ProgressRequest, RegisterRequest
 
         schema = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
         components = schema.setdefault("components", {}).setdefault("schemas", {})
-        body = ProgressRequest.model_json_schema(ref_template="#/components/schemas/{model}")
-        components.update(body.pop("$defs", {}))
-        components["ProgressRequest"] = body
+        for model in (ProgressRequest, RegisterRequest):
+            body = model.model_json_schema(ref_template="#/components/schemas/{model}")
+            components.update(body.pop("$defs", {}))
+            components[model.__name__] = body
         components["ErrorBody"] = ErrorBody.model_json_schema(ref_template="#/components/schemas/{model}")
         error = {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}}
         # Every client mistake on an authenticated route answers ErrorBody (see the handlers

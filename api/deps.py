@@ -41,12 +41,12 @@ PrincipalDep = Annotated[Principal, Depends(principal)]
 async def json_body(
     content_type: Annotated[str | None, Header(include_in_schema=False)] = None,
 ) -> None:
-    """415 unless the body is declared as JSON (FastAPI would not parse it, and its 422 would
-    say fields are missing rather than why)."""
+    """415 for a body declared as something other than JSON (``curl -d`` alone declares a
+    form); a body with no ``Content-Type`` is read as JSON."""
     media = (content_type or "").split(";", 1)[0].strip().lower()
-    if media != "application/json" and not media.endswith("+json"):
+    if media and media != "application/json" and not media.endswith("+json"):
         raise HTTPException(415, {"error": "unsupported_media_type", "detail": (
-            f"the body must be JSON sent with 'Content-Type: application/json' (got {content_type or 'none'!r})")})
+            f"the body must be JSON, sent with 'Content-Type: application/json' or none (got {content_type!r})")})
 
 
 async def admin(caller: PrincipalDep) -> Principal:
@@ -70,7 +70,7 @@ def lookup(service: Service, caller: Principal, dataflow_id: str) -> Dataflow:
 async def dataflow_dep(
     service: ServiceDep,
     caller: PrincipalDep,
-    dataflow_id: Annotated[str, Path(alias="id", max_length=64, description="dataflow id")],
+    dataflow_id: Annotated[str, Path(alias="id", description="dataflow id")],
 ) -> Dataflow:
     """The addressed dataflow (see :func:`lookup`)."""
     return lookup(service, caller, dataflow_id)

@@ -26,8 +26,9 @@ import re
 from typing import Annotated, Literal, NoReturn
 
 import msgspec
+import pydantic
 
-from api.models import MAX_SEQ
+from api.models import MAX_SEQ, RegisterRequest
 from tracker.graph import MAX_DELTA, Graph, GraphError, Location, Update
 from tracker.timestamp import MAX_TIME
 
@@ -84,6 +85,27 @@ def _locations(graph: Graph) -> dict[_Location, Location]:
         cached = (graph, {_Location(loc.node, loc.port, loc.kind): loc for loc in graph.locations()})
         _LOCATIONS[id(graph)] = cached
     return cached[1]
+
+
+def parse_registration(data: bytes) -> RegisterRequest:
+    """The body of ``POST /v1/dataflows``: :class:`MalformedJSON` unless it is one strict JSON
+    document (no ``NaN``, no trailing data, not empty), :class:`InvalidRequest` unless it has
+    the shape of :class:`~api.models.RegisterRequest`. The graph itself is checked later."""
+    try:
+        document = msgspec.json.decode(data)
+    except msgspec.DecodeError as error:
+        raise MalformedJSON("the body is not one JSON document" + (f": {error}" if data.strip() else ": it is empty")
+                            ) from None
+    except UnicodeDecodeError as error:  # JSON is UTF-8; msgspec checks it only in string values
+        raise MalformedJSON(f"the body is not UTF-8: {error}") from None
+    except msgspec.ValidationError as error:  # an integer beyond 64 bits
+        raise InvalidRequest("body", str(error)) from None
+    try:
+        return RegisterRequest.model_validate(document)
+    except pydantic.ValidationError as error:
+        first = error.errors()[0]
+        where = ".".join(str(part) for part in ("body", *first["loc"]))
+        raise InvalidRequest(where, first["msg"]) from None
 
 
 def parse_progress(data: bytes | str, graph: Graph) -> tuple[str, int, list[Update]]:

@@ -5,10 +5,11 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import AsyncIterator
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Header, HTTPException, Query, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from sse_starlette import EventSourceResponse
 
 from api import streams
@@ -21,17 +22,17 @@ from api.models import (
     ErrorBody,
     ExplainResponse,
     FrontierResponse,
+    PointstampRow,
     ProgressResponse,
-    RegisterRequest,
     RegisterResponse,
     SummaryRow,
     location_json,
 )
-from api.parsing import InvalidRequest, MalformedJSON, parse_progress
+from api.parsing import InvalidRequest, MalformedJSON, parse_progress, parse_registration
 from api.service import Service
 from api.wal import LogFailed
 from tracker.graph import GraphError, Location
-from tracker.structure import path_summaries
+from tracker.structure import summaries_by_origin
 from tracker.timestamp import MAX_TIME
 
 router = APIRouter(prefix="/v1")
@@ -44,7 +45,7 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
     413: {"model": ErrorBody, "description": "body too large"},
     422: {"model": ErrorBody, "description": "invalid request"},
 }
-PSI_LOCATIONS = 2_000  # the whole of Psi is quadratic: beyond this, ask for one origin at a time
+PSI_LOCATIONS = 2_000  # the whole of Psi is quadratic (streamed): beyond this, ask for one origin at a time
 NodeQ = Annotated[int | None, Query(ge=0, le=2**31 - 1)]
 KindQ = Annotated[Literal["source", "target"] | None, Query()]
 
@@ -97,12 +98,24 @@ def _log_failed(error: LogFailed) -> HTTPException:
 
 
 @router.post("/dataflows", status_code=201, response_model=RegisterResponse,
-             responses={**_ERRORS, 415: {"model": ErrorBody, "description": "the body is not declared as JSON"}},
+             responses={**_ERRORS, 415: {"model": ErrorBody, "description": "the body is declared as something else "
+                                                                          "than JSON"}},
+             openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
+                 "schema": {"$ref": "#/components/schemas/RegisterRequest"}}}}},
              dependencies=[Depends(admin), Depends(json_body)], summary="Register a dataflow graph")
-async def register(body: RegisterRequest, service: ServiceDep) -> JSONResponse:
+async def register(request: Request, service: ServiceDep) -> JSONResponse:
     """Validate the graph (422 naming the problem or the offending cycle), store it durably and
     return its id and token. The Spark cycle check and summaries run in the background; see
-    ``status.spark_check``."""
+    ``status.spark_check``.
+
+    The body (schema ``RegisterRequest``) is parsed by :func:`api.parsing.parse_registration`,
+    strictly, as the progress bodies are: JSON that is not one document is 400."""
+    try:
+        body = parse_registration(await request.body())
+    except MalformedJSON as error:
+        raise HTTPException(400, {"error": "malformed_json", "detail": str(error)}) from None
+    except InvalidRequest as error:
+        raise HTTPException(422, {"error": "invalid_request", "detail": error.detail()}) from None
     dataflow, token = await service.register(body)
     return JSONResponse({"id": dataflow.id, "token": token}, status_code=201)
 
@@ -123,7 +136,9 @@ async def get_dataflow(dataflow: DataflowDep) -> dict[str, Any]:
 @router.post("/dataflows/{id}/progress", response_model=ProgressResponse, summary="Report a progress batch",
              openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
                  "schema": {"$ref": "#/components/schemas/ProgressRequest"}}}}},
+             dependencies=[Depends(json_body)],
              responses={**_ERRORS, 409: {"model": ErrorBody, "description": "sequence gap; see `expected`"},
+                        415: {"model": ErrorBody, "description": "the body is declared as something else than JSON"},
                         503: {"model": ErrorBody, "description": "the write-ahead log failed: not acknowledged"}})
 async def progress(request: Request, dataflow: DataflowDep, service: ServiceDep) -> JSONResponse:
     """Apply an atomic batch keyed by ``(worker, seq)``; answered once it is durable.
@@ -152,7 +167,7 @@ async def frontier(dataflow: DataflowDep, node: NodeQ = None, port: NodeQ = None
 
 
 @router.get("/dataflows/{id}/pointstamps", responses=_ERRORS, summary="Non-zero occurrence counts",
-            response_model=list[dict[str, Any]])
+            response_model=list[PointstampRow])
 async def pointstamps(dataflow: DataflowDep, service: ServiceDep) -> JSONResponse:
     """``[{"location", "time", "count"}]`` as of the durable version."""
     counts = service.snapshot_counts(dataflow)
@@ -163,39 +178,61 @@ async def pointstamps(dataflow: DataflowDep, service: ServiceDep) -> JSONRespons
 @router.get("/dataflows/{id}/summaries", response_model=list[SummaryRow], responses=_ERRORS,
             summary="Minimal path summaries Psi")
 async def summaries(dataflow: DataflowDep, from_node: NodeQ = None, from_port: NodeQ = None, from_kind: KindQ = None,
-                    to_node: NodeQ = None, to_port: NodeQ = None, to_kind: KindQ = None) -> JSONResponse:
-    """``Psi`` rows, optionally filtered on either end."""
+                    to_node: NodeQ = None, to_port: NodeQ = None, to_kind: KindQ = None) -> Response:
+    """``Psi`` rows, optionally filtered on either end, sorted by origin then destination."""
+    graph = dataflow.graph
     if None not in (from_node, from_port, from_kind):
         origin = Location(from_node, from_port, from_kind)  # type: ignore[arg-type]
-        if not dataflow.graph.has_location(origin):
+        if not graph.has_location(origin):
             raise HTTPException(422, {"error": "unknown_location",
                                       "detail": f"{origin} is not a port of this dataflow"})
-        body = await asyncio.to_thread(_psi_json, lambda: path_summaries(dataflow.graph, [origin]),
-                                       (from_node, from_port, from_kind), (to_node, to_port, to_kind))
-    elif len(dataflow.graph.locations()) > PSI_LOCATIONS:
+    elif len(graph.locations()) > PSI_LOCATIONS:
         raise HTTPException(422, {"error": "too_large", "detail": (
-            f"Psi of a graph with {len(dataflow.graph.locations())} locations is quadratic in size; name one "
+            f"Psi of a graph with {len(graph.locations())} locations is quadratic in size; name one "
             f"origin with from_node, from_port and from_kind (the whole of Psi is served up to {PSI_LOCATIONS} "
             "locations)")})
-    else:  # quadratic: computed, filtered and encoded off the loop
-        body = await asyncio.to_thread(_psi_json, dataflow.psi, (from_node, from_port, from_kind),
-                                       (to_node, to_port, to_kind))
-    return Response(body, media_type="application/json")
+    origins = sorted((loc for loc in graph.locations() if _matches(loc, from_node, from_port, from_kind)),
+                     key=_location_order)
+    return StreamingResponse(_psi_json(graph, origins, (to_node, to_port, to_kind)), media_type="application/json")
 
 
-def _psi_json(compute: Any, origin: tuple[Any, Any, Any], dest: tuple[Any, Any, Any]) -> bytes:
-    """The ``summaries`` answer, as JSON bytes: ``Psi`` rows whose ends match the filters."""
-    def ok(loc: Location, n: int | None, p: int | None, k: str | None) -> bool:
-        return (n is None or loc.node == n) and (p is None or loc.port == p) and (k is None or loc.kind == k)
+def _matches(loc: Location, node: int | None, port: int | None, kind: str | None) -> bool:
+    return (node is None or loc.node == node) and (port is None or loc.port == port) and (
+        kind is None or loc.kind == kind)
 
-    rows = [
-        {"from": location_json(a), "to": location_json(b), "summaries": [list(s) for s in chain.elements()]}
-        for (a, b), chain in compute().items()
-        if ok(a, *origin) and ok(b, *dest)
-    ]
-    rows.sort(key=lambda r: (r["from"]["node"], r["from"]["kind"], r["from"]["port"],
-                             r["to"]["node"], r["to"]["kind"], r["to"]["port"]))
-    return json.dumps(rows, separators=(",", ":")).encode()
+
+def _location_order(loc: Location) -> tuple[int, str, int]:
+    return loc.node, loc.kind, loc.port
+
+
+async def _psi_json(graph: Any, origins: list[Location], dest: tuple[Any, Any, Any]) -> AsyncIterator[bytes]:
+    """The ``summaries`` answer, streamed: searched, sorted and encoded a few origins at a time
+    in a worker thread. The whole of ``Psi`` is quadratic (a million rows for 1,000 locations),
+    and done at once its sort and encoding were single C calls holding the GIL for seconds,
+    stalling every other dataflow's traffic."""
+    searches = summaries_by_origin(graph, origins)
+
+    def chunk() -> str | None:
+        parts: list[str] = []
+        size = 0
+        for origin, reached in searches:
+            source = location_json(origin)
+            rows = [{"from": source, "to": location_json(b), "summaries": [list(s) for s in chain.elements()]}
+                    for b, chain in sorted(reached.items(), key=lambda item: _location_order(item[0]))
+                    if _matches(b, *dest)]
+            if rows:
+                parts.append(json.dumps(rows, separators=(",", ":"))[1:-1])
+                size += len(parts[-1])
+            if size > 65536:
+                break
+        return ",".join(parts) if parts else None
+
+    yield b"["
+    first = True
+    while (encoded := await asyncio.to_thread(chunk)) is not None:
+        yield (encoded if first else "," + encoded).encode()
+        first = False
+    yield b"]"
 
 
 @router.get("/dataflows/{id}/frontier/explain", response_model=ExplainResponse, responses=_ERRORS,
@@ -228,8 +265,8 @@ async def frontier_explain(
                                                 tuple(parts)))
 
 
-@router.get("/dataflows/{id}/frontier/stream", responses={**_ERRORS, 200: {
-    "content": {"text/event-stream": {}},
+@router.get("/dataflows/{id}/frontier/stream", response_class=EventSourceResponse, responses={**_ERRORS, 200: {
+    "content": {"text/event-stream": {"schema": {"type": "string"}}},
     "description": "SSE: `snapshot` (or the missed `changes` after `Last-Event-ID`), then `changes`; "
                    "`resync` + `snapshot` if the subscriber fell behind"}},
     summary="Frontier changes as Server-Sent Events")

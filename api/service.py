@@ -38,7 +38,9 @@ log = logging.getLogger("tracker.service")
 MAX_SUMMARY_ANTICHAIN = 64
 """At most this many incomparable minimal summaries between two locations (only arity 2 and
 more can have several): each is one more frontier element per pointstamp, and graphs whose
-antichains grow combinatorially would stall the event loop on a single small batch."""
+antichains grow combinatorially would stall the event loop on a single small batch. Wide
+antichains along many locations are refused earlier, by their cost
+(:func:`tracker.structure.widest_summaries`)."""
 SUMMARY_CHECK_BUDGET = 1_000_000
 """The antichain check searches from each branching location (two or more outgoing transitions)
 to everything it reaches, about 2.3 us per (origin, location) pair in the worst case (a braid of
@@ -103,12 +105,19 @@ def build_graph(record: dict[str, Any], *, new: bool = True) -> tuple[Graph, lis
         })
     if new and summary_search_pairs(graph) <= SUMMARY_CHECK_BUDGET:
         overflow = widest_summaries(graph, MAX_SUMMARY_ANTICHAIN)
-        if overflow is not None:
+        if overflow is not None and overflow.size > MAX_SUMMARY_ANTICHAIN:
             raise RegistrationError({"error": "invalid_graph", "detail": (
                 f"more than {MAX_SUMMARY_ANTICHAIN} incomparable minimal path summaries lead from {overflow.origin} "
                 f"to {overflow.dest}: one time at {overflow.origin} would put that many times in the frontier "
                 f"at {overflow.dest}, and tracking it would stall the service; merge the parallel summaries "
                 "(connections with several summaries, or paths with different ones) into fewer")})
+        if overflow is not None:
+            raise RegistrationError({"error": "invalid_graph", "detail": (
+                f"too many incomparable minimal path summaries fan out from {overflow.origin} (already "
+                f"{overflow.size} to {overflow.dest}): the antichains multiply along the way, and one time at "
+                f"{overflow.origin} would cost the tracker about {overflow.cost // 2000} ms or more per batch, "
+                "stalling the service; merge the parallel summaries (connections with several summaries, or "
+                "paths with different ones) into fewer")})
     if record.get("initial"):
         try:
             initial = graph.check_updates((Location(n, p, k), t, d) for n, p, k, t, d in record["initial"])

@@ -44,15 +44,19 @@ async def _deny(websocket: WebSocket, status: int, body: dict[str, Any]) -> None
 
 
 @router.websocket("/dataflows/{id}/ws")
-async def worker_socket(websocket: WebSocket, id: str, subscribe: bool = True, token: str | None = None) -> None:
+async def worker_socket(websocket: WebSocket, id: str) -> None:
     """See the module docstring. Auth: ``Authorization: Bearer`` (or ``?token=`` for browsers)."""
     service: Service = websocket.app.state.service
+    # Query parameters are read here rather than declared: FastAPI refuses a bad one on a
+    # WebSocket by closing before the handshake, which reaches the client as a bare 403.
+    token = websocket.query_params.get("token")
     try:
         raw = token if token is not None else bearer(websocket.headers.get("authorization"))
         caller = service.authenticate(raw)
         if caller is None:
             raise HTTPException(401, {"error": "unauthorized", "detail": "unknown token"})
         dataflow = lookup(service, caller, id)
+        subscribe = _flag(websocket.query_params.get("subscribe", "true"), "subscribe")
     except HTTPException as error:
         await _deny(websocket, error.status_code, error.detail)
         return
@@ -90,6 +94,16 @@ async def worker_socket(websocket: WebSocket, id: str, subscribe: bool = True, t
         if subscriber is not None:
             dataflow.subscribers.discard(subscriber)
             metrics.subscribers.labels("ws").dec()
+
+
+def _flag(value: str, name: str) -> bool:
+    """A boolean query parameter, spelled as FastAPI would accept it; 422 otherwise."""
+    lowered = value.lower()
+    if lowered in ("true", "1", "yes", "on"):
+        return True
+    if lowered in ("false", "0", "no", "off"):
+        return False
+    raise HTTPException(422, {"error": "invalid_request", "detail": f"{name} must be true or false, got {value!r}"})
 
 
 async def _handle(service: Service, dataflow: Any, body: bytes) -> str:

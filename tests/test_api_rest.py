@@ -198,12 +198,25 @@ def test_non_incrementing_cycle_names_its_transitions(service: ServiceProcess) -
 
 
 _UNITS = [[1 if j == i else 0 for j in range(4)] for i in range(4)]
+
+
+def _two_summary_chain(operators: int) -> dict[str, Any]:
+    """An input, then ``operators`` operators in a row whose connections carry the two summaries
+    ``[1, 0]`` and ``[0, 1]``, then a sink: ``k + 1`` incomparable summaries after ``k`` of them."""
+    nodes = [{"id": 0, "inputs": 0, "outputs": 1}] + [
+        {"id": k, "inputs": 1, "outputs": 1, "connections": [{"input": 0, "output": 0, "summaries": [[1, 0], [0, 1]]}]}
+        for k in range(1, operators + 1)] + [{"id": operators + 1, "inputs": 1, "outputs": 0}]
+    edges = [{"source": {"node": k, "port": 0}, "target": {"node": k + 1, "port": 0}} for k in range(operators + 1)]
+    return {"name": f"chain{operators}", "timestamp_arity": 2, "nodes": nodes, "edges": edges}
 BAD_GRAPHS: list[tuple[str, Any]] = [
     # Sums of 6 unit vectors of arity 4: 84 incomparable minimal summaries from the input to the end.
     ("combinatorial summaries", {"name": "g", "timestamp_arity": 4, "nodes": [{"id": 0, "inputs": 0, "outputs": 1}] + [
         {"id": i, "inputs": 1, "outputs": 1, "connections": [{"input": 0, "output": 0, "summaries": _UNITS}]}
         for i in range(1, 7)], "edges": [{"source": {"node": i, "port": 0}, "target": {"node": i + 1, "port": 0}}
                                          for i in range(6)]}),
+    # 64 incomparable summaries at the end (not more than allowed), but widths growing along the
+    # whole chain: one batch took the tracker seconds, stalling every dataflow.
+    ("wide antichains all along", _two_summary_chain(63)),
     ("edge to unknown port", {"name": "g", "nodes": [{"id": 0, "inputs": 0, "outputs": 1}],
                               "edges": [{"source": {"node": 0, "port": 0}, "target": {"node": 5, "port": 0}}]}),
     ("duplicate node", {"name": "g", "nodes": [{"id": 0, "inputs": 0, "outputs": 1},
@@ -232,21 +245,47 @@ def test_invalid_graphs_are_422_with_a_reason(service: ServiceProcess, case: str
         assert len(client.get("/v1/dataflows").json()) == count
 
 
-def test_a_registration_body_that_is_not_json_is_400_and_one_not_declared_json_is_415(service: ServiceProcess) -> None:
+def test_a_short_chain_of_two_summary_connections_is_accepted_and_tracked_exactly(service: ServiceProcess) -> None:
+    body = _two_summary_chain(12)  # widths up to 13: within the cost budget
+    dataflow_id, token = register(service, body)
+    graph, initial = core_graph(body)
+    moved = [(Location.source(0, 0), (0, 0), -1), (Location.source(0, 0), (1, 0), 1)]
+    with service.client(token) as client:
+        answer = client.post(f"/v1/dataflows/{dataflow_id}/progress", json={"worker": "w", "seq": 0, "updates": [
+            update(0, 0, "source", [0, 0], -1), update(0, 0, "source", [1, 0], 1)]})
+        assert answer.status_code == 200
+        rows = client.get(f"/v1/dataflows/{dataflow_id}/frontier").json()["locations"]
+    got = {Location(**r["location"]): [tuple(t) for t in r["frontier"]] for r in rows}
+    assert got == oracle.frontiers(graph, oracle.accumulate([initial, moved]))
+    assert len(got[Location.target(13, 0)]) == 13
+
+
+def test_registration_bodies_not_one_json_document_are_400_and_other_types_415(service: ServiceProcess) -> None:
     with service.client() as client:
         count = len(client.get("/v1/dataflows").json())
         for body in (b'{"name": "\xff", "nodes": [], "edges": []}', b'{"name": "g", "nodes": ['):
             answer = client.post("/v1/dataflows", content=body, headers={"Content-Type": "application/json"})
             assert answer.status_code == 400, answer.text
             assert answer.json()["error"] == "malformed_json" and answer.json()["detail"]
+        for body in (b"", b" ", b'{"name": "x", "timestamp_arity": NaN, "nodes": []}', b'{"name": "x"} {}'):
+            answer = client.post("/v1/dataflows", content=body, headers={"Content-Type": "application/json"})
+            assert answer.status_code == 400 and answer.json()["error"] == "malformed_json", (body, answer.text)
+        huge = b'{"name": "x", "nodes": [], "timestamp_arity": 1' + b"0" * 30 + b"}"
+        answer = client.post("/v1/dataflows", content=huge, headers={"Content-Type": "application/json"})
+        assert answer.status_code == 422 and answer.json()["error"] == "invalid_request"
         good = json.dumps(loop_graph(name="typed")).encode()
-        for content_type in ("text/plain", "application/x-www-form-urlencoded", None):  # curl -d sends the second
-            headers = {} if content_type is None else {"Content-Type": content_type}
-            answer = client.post("/v1/dataflows", content=good, headers=headers)
+        for content_type in ("text/plain", "application/x-www-form-urlencoded"):  # curl -d sends the second
+            answer = client.post("/v1/dataflows", content=good, headers={"Content-Type": content_type})
             assert answer.status_code == 415 and answer.json()["error"] == "unsupported_media_type", answer.text
         assert len(client.get("/v1/dataflows").json()) == count
-        typed = client.post("/v1/dataflows", content=good, headers={"Content-Type": "application/json; charset=utf-8"})
-        assert typed.status_code == 201
+        for headers in ({"Content-Type": "application/json; charset=utf-8"}, {}):  # no declaration: read as JSON
+            typed = client.post("/v1/dataflows", content=good, headers=headers)
+            assert typed.status_code == 201, typed.text
+        progress = f"/v1/dataflows/{typed.json()['id']}/progress"
+        batch = json.dumps({"worker": "w", "seq": 0, "updates": []}).encode()
+        refused = client.post(progress, content=batch, headers={"Content-Type": "application/x-www-form-urlencoded"})
+        assert refused.status_code == 415 and refused.json()["error"] == "unsupported_media_type"
+        assert client.post(progress, content=batch).json()["version"] == 1  # nothing was applied before
 
 
 def test_auth_401_403_404(service: ServiceProcess) -> None:
@@ -264,11 +303,13 @@ def test_auth_401_403_404(service: ServiceProcess) -> None:
         assert client.post(f"/v1/dataflows/{other}/progress", json={"worker": "w", "seq": 0, "updates": []}
                            ).status_code == 403
         assert client.get("/v1/dataflows/does-not-exist").status_code == 403
+        assert client.get(f"/v1/dataflows/{'x' * 100}").status_code == 403  # any id: tokens reveal nothing
         assert client.post("/v1/dataflows", json=loop_graph()).status_code == 403
         assert [d["id"] for d in client.get("/v1/dataflows").json()] == [mine]
         assert client.get(f"/v1/dataflows/{mine}/frontier").status_code == 200
     with service.client() as admin:
         assert admin.get("/v1/dataflows/does-not-exist").status_code == 404
+        assert admin.get(f"/v1/dataflows/{'x' * 100}/frontier").status_code == 404
         assert admin.get(f"/v1/dataflows/{other}").json()["version"] == 0
         ids = {d["id"] for d in admin.get("/v1/dataflows").json()}
         assert {mine, other} <= ids

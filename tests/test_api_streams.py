@@ -202,6 +202,16 @@ def test_websocket_auth_is_checked_at_the_handshake(service: ServiceProcess) -> 
     with pytest.raises(InvalidStatus) as unknown:
         ws_connect(f"{service.ws_url}/v1/dataflows/nope/ws?token={ADMIN}")
     assert unknown.value.response.status_code == 404
+    with pytest.raises(InvalidStatus) as long_foreign:  # any id, however long: tokens reveal nothing
+        ws_connect(f"{service.ws_url}/v1/dataflows/{'x' * 100}/ws?token={other_token}")
+    assert long_foreign.value.response.status_code == 403
+    with pytest.raises(InvalidStatus) as bad_flag:  # a clear 422 with a body, not a bare 403
+        ws_connect(f"{url}?token={ADMIN}&subscribe=maybe")
+    assert bad_flag.value.response.status_code == 422
+    assert json.loads(bad_flag.value.response.body)["error"] == "invalid_request"
+    with ws_connect(f"{url}?token={ADMIN}&subscribe=False") as quiet:  # acks only: no snapshot first
+        quiet.send(json.dumps({"worker": "q", "seq": 0, "updates": []}))
+        assert json.loads(quiet.recv(timeout=5))["type"] == "ack"
     with ws_connect(f"{url}?token={ADMIN}") as ws:
         assert json.loads(ws.recv(timeout=5))["type"] == "snapshot"
         metrics = httpx.get(service.url + "/metrics").text

@@ -12,7 +12,7 @@ from tests.strategies import acyclic_graphs, raw_graphs, update_batches
 from tracker import oracle
 from tracker.graph import Connection, Edge, Graph, GraphError, Location, Node
 from tracker.reachability import FrontierChange, Tracker
-from tracker.structure import find_cycles, path_summaries, widest_summaries
+from tracker.structure import branching_locations, find_cycles, path_summaries, summary_cost, widest_summaries
 from tracker.timestamp import PathSummary
 
 SETTINGS = settings(max_examples=150, deadline=None)
@@ -96,16 +96,24 @@ def _timely_example() -> Graph:
 
 
 @SETTINGS
-@given(graph=acyclic_graphs(arity=2, max_nodes=8), limit=st.integers(1, 4))
-def test_widest_summaries_bounds_every_antichain_of_psi(graph: Graph, limit: int) -> None:
+@given(graph=acyclic_graphs(arity=2, max_nodes=8), limit=st.integers(1, 4), budget=st.integers(0, 100))
+def test_widest_summaries_bounds_every_antichain_of_psi(graph: Graph, limit: int, budget: int) -> None:
     """Searching only the branching origins never refuses a graph whose antichains all fit,
-    and misses an overflow by at most one element (a chain's own summary)."""
-    widest = max(len(chain) for chain in path_summaries(graph).values())
-    overflow = widest_summaries(graph, limit)
-    if overflow is not None:
-        assert overflow.size > limit and widest >= overflow.size
+    misses a too-wide antichain by at most one element (a chain's own summary), and refuses
+    exactly when some branching origin's cost is over the budget."""
+    psi = path_summaries(graph)
+    widest = max(len(chain) for chain in psi.values())
+    costs = {origin: sum(summary_cost(len(chain)) for (o, _), chain in psi.items() if o == origin)
+             for origin in branching_locations(graph)}
+    overflow = widest_summaries(graph, limit, cost_base=budget)
+    if overflow is None:
+        assert widest <= limit + 1 and all(cost <= budget for cost in costs.values())
+    elif overflow.size > limit:
+        assert widest >= overflow.size
     else:
-        assert widest <= limit + 1
+        assert overflow.cost > budget and costs[overflow.origin] >= overflow.cost
+    if widest_summaries(graph, 1000, cost_base=budget) is None:  # then the cost decided nothing
+        assert all(cost <= budget for cost in costs.values())
 
 
 def test_timely_worked_example() -> None:

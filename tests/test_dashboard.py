@@ -259,7 +259,8 @@ def test_api_docs_work_offline_and_authorize_with_a_token(service: ServiceProces
     listing.locator(".opblock-summary").click()
     listing.locator(".try-out__btn").click()
     listing.locator(".execute").click()
-    expect(listing.locator(".live-responses-table tr.response .response-col_status")).to_have_text("200", timeout=WAIT_MS)
+    status = listing.locator(".live-responses-table tr.response .response-col_status")
+    expect(status).to_have_text("200", timeout=WAIT_MS)
     assert not elsewhere, elsewhere
     page.close()
 

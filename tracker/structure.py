@@ -10,7 +10,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections import defaultdict, deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import NamedTuple
 
 from tracker.antichain import Antichain
@@ -55,30 +55,67 @@ def path_summaries(graph: Graph, origins: Iterable[Location] | None = None) -> S
     >>> psi[(Location.target(0, 0), Location.source(0, 0))]
     Antichain([(0,)])
     """
-    outgoing = _outgoing(graph)
-    zero = PathSummary.zero(graph.arity)
     result: Summaries = {}
-    for origin in graph.locations() if origins is None else origins:
-        for dest, antichain in _search(origin, outgoing, zero).items():
+    for origin, reached in summaries_by_origin(graph, origins):
+        for dest, antichain in reached.items():
             result[(origin, dest)] = antichain
     return result
 
 
+def summaries_by_origin(graph: Graph, origins: Iterable[Location] | None = None
+                        ) -> Iterator[tuple[Location, dict[Location, Antichain[PathSummary]]]]:
+    """``Psi`` one origin at a time: ``(l1, {l2: Psi[l1, l2]})`` for each origin in turn, so a
+    caller can stream the quadratic whole without holding it.
+
+    >>> from tracker.graph import Node
+    >>> g = Graph.build(1, [Node(0, 1, 1)], [])
+    >>> [(str(o), len(r)) for o, r in summaries_by_origin(g)]
+    [('(0,0,target)', 2), ('(0,0,source)', 1)]
+    """
+    outgoing = _outgoing(graph)
+    zero = PathSummary.zero(graph.arity)
+    for origin in graph.locations() if origins is None else origins:
+        yield origin, _search(origin, outgoing, zero)
+
+
 class SummaryOverflow(NamedTuple):
-    """A pair of locations joined by more incomparable minimal path summaries than allowed."""
+    """Why a graph's path summaries are too many to track: from ``origin``, either one
+    antichain (at ``dest``) holds more than the allowed ``size``, or the tracking ``cost`` of
+    one pointstamp at ``origin`` (see :func:`widest_summaries`) exceeds its budget."""
 
     origin: Location
     dest: Location
     size: int
+    cost: int = 0
 
 
-def widest_summaries(graph: Graph, limit: int) -> SummaryOverflow | None:
-    """The first pair ``(l1, l2)`` whose ``Psi`` antichain grows beyond ``limit`` elements, or
-    ``None`` if every antichain fits. Stops at the first overflow, so a graph whose antichains
-    grow combinatorially (several multi-summary connections in a row, or diamonds of different
-    summaries, in arity 2 and more) is answered quickly. With arity 1 every antichain has one
-    element. A time at ``l1`` implies up to ``|Psi[l1, l2]|`` frontier elements at ``l2``, so
-    this bounds the tracker's work per pointstamp.
+SUMMARY_COST_BASE = 50_000
+"""The cost budget of :func:`widest_summaries`: about 25 ms of ``Tracker.apply`` for one
+pointstamp (0.5 us per unit, measured on chains of two-summary connections)."""
+
+
+def summary_cost(width: int) -> int:
+    """What an antichain of ``width`` path summaries costs a pointstamp's propagation beyond
+    the ordinary: ``width ** 3 - 8``, nothing for widths up to 2. Non-decreasing in ``width``,
+    so a search can add it up as antichains grow.
+
+    >>> [summary_cost(w) for w in range(5)]
+    [0, 0, 0, 19, 56]
+    """
+    return max(0, width ** 3 - 8)
+
+
+def widest_summaries(graph: Graph, limit: int, cost_base: int = SUMMARY_COST_BASE) -> SummaryOverflow | None:
+    """The first origin whose path summaries are too many to track, or ``None``.
+
+    From an origin ``o``, the tracker's work for one pointstamp change grows with the cube of
+    the antichain widths ``w = |Psi[o, d]|`` (``w`` frontier changes at each ``d``, each
+    rescanning up to ``w`` counts against ``w`` frontier elements), so this refuses an
+    antichain of more than ``limit`` elements and a cost :func:`summary_cost` above
+    ``cost_base`` (widths of 1 and 2 cost nothing, so they fit whatever the graph's size).
+    Widths multiply combinatorially with several multi-summary connections in a row or diamonds
+    of different summaries (arity 2 and more; with arity 1 every antichain has one element).
+    The search stops at the first overflow, so such a graph is answered quickly.
 
     >>> from tracker.graph import Connection, Edge, Node
     >>> units = (PathSummary((1, 0)), PathSummary((0, 1)))
@@ -86,6 +123,8 @@ def widest_summaries(graph: Graph, limit: int) -> SummaryOverflow | None:
     ...                 [Edge(Location.source(i, 0), Location.target(i + 1, 0)) for i in range(2)])
     >>> widest_summaries(g, 3).size, widest_summaries(g, 4)
     (4, None)
+    >>> widest_summaries(g, 4, cost_base=50)[2:]  # three antichains of width 3 by then: 3 x 19 > 50
+    (3, 57)
 
     The search starts from the :func:`branching_locations` only: from any other origin an
     antichain is at most one element wider than from the branching location its chain leads
@@ -98,15 +137,16 @@ def widest_summaries(graph: Graph, limit: int) -> SummaryOverflow | None:
     outgoing = _outgoing(graph)
     zero = PathSummary.zero(graph.arity)
     for origin in branching_locations(graph, outgoing):
-        overflow = _widest_from(origin, outgoing, zero, limit)
+        overflow = _widest_from(origin, outgoing, zero, limit, cost_base)
         if overflow is not None:
             return overflow
     return None
 
 
 def _widest_from(origin: Location, outgoing: dict[Location, list[Transition]], zero: PathSummary,
-                 limit: int) -> SummaryOverflow | None:
-    """The first antichain from ``origin`` to grow beyond ``limit``, or ``None``.
+                 limit: int, cost_base: int) -> SummaryOverflow | None:
+    """The first antichain from ``origin`` to grow beyond ``limit``, or the cost beyond its
+    budget, or ``None``.
 
     Candidates are settled in order of their coordinate sum (Dijkstra's order), so a summary
     enters an antichain only once nothing smaller can still arrive: anything strictly smaller
@@ -117,13 +157,16 @@ def _widest_from(origin: Location, outgoing: dict[Location, list[Transition]], z
     settled: dict[Location, Antichain[PathSummary]] = {}
     heap: list[tuple[int, int, Location, PathSummary]] = [(0, 0, origin, zero)]
     pushed = 1  # a tie-breaker, so the heap never compares locations or summaries
+    cost = 0
     while heap:
         _, _, here, summary = heapq.heappop(heap)
         antichain = settled.setdefault(here, Antichain())
         if not antichain.insert(summary):
             continue
-        if len(antichain) > limit:
-            return SummaryOverflow(origin, here, len(antichain))
+        width = len(antichain)
+        cost += summary_cost(width) - summary_cost(width - 1)
+        if width > limit or cost > cost_base:
+            return SummaryOverflow(origin, here, width, cost)
         for step in outgoing[here]:
             combined = summary.followed_by(step.summary)
             if combined is not None:
