@@ -36,10 +36,18 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry, default=str)
 
 
+def _not_a_denied_handshake(record: logging.LogRecord) -> bool:
+    """uvicorn logs an error after every WebSocket handshake refused with an HTTP answer (a
+    401 for a bad token, say), although the client got that answer: the route logs the refusal
+    itself (:mod:`api.ws`), and it always either accepts or refuses, so this message means nothing else."""
+    return not (record.name == "uvicorn.error" and record.msg == "ASGI callable returned without completing handshake.")
+
+
 def configure_logging(level: str) -> None:
     """JSON lines on stderr for the service's and uvicorn's loggers."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter())
+    handler.addFilter(_not_a_denied_handshake)
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())

@@ -37,6 +37,7 @@ def _typed(kind: str, data: str) -> str:
 
 
 async def _deny(websocket: WebSocket, status: int, body: dict[str, Any]) -> None:
+    log.info("websocket refused", extra={"status": status, "error": body.get("error"), "path": websocket.url.path})
     try:
         await websocket.send_denial_response(JSONResponse(body, status_code=status))
     except RuntimeError:  # the server cannot send an HTTP answer to a handshake: close instead

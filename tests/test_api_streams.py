@@ -209,6 +209,8 @@ def test_websocket_auth_is_checked_at_the_handshake(service: ServiceProcess) -> 
         ws_connect(f"{url}?token={ADMIN}&subscribe=maybe")
     assert bad_flag.value.response.status_code == 422
     assert json.loads(bad_flag.value.response.body)["error"] == "invalid_request"
+    log = service.log_tail(400)  # each refusal logged once, at info, not as a server error
+    assert '"websocket refused"' in log and "without completing handshake" not in log
     with ws_connect(f"{url}?token={ADMIN}&subscribe=False") as quiet:  # acks only: no snapshot first
         quiet.send(json.dumps({"worker": "q", "seq": 0, "updates": []}))
         assert json.loads(quiet.recv(timeout=5))["type"] == "ack"
