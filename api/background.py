@@ -176,7 +176,7 @@ async def flush_loop(service: Service, stop: asyncio.Event) -> None:
     is set, one last flush and compaction, then return (never cancelled mid-commit, so a
     commit's outcome is always known)."""
     last_compaction = last_tidy = time.monotonic()
-    untidy: list[str] = []
+    untidy: list[tuple[str, str, list[str]]] = []
     while not stop.is_set():
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), service.settings.flush_seconds)
@@ -190,9 +190,9 @@ async def flush_loop(service: Service, stop: asyncio.Event) -> None:
             tidy_every = service.settings.tidy_seconds
             if not untidy and tidy_every > 0 and time.monotonic() - last_tidy >= tidy_every:
                 last_tidy = time.monotonic()
-                untidy = sorted(TABLES)
-            if untidy and not stop.is_set():  # one table per pass, so flushes keep their pace
-                await tidy(service, untidy.pop(0))
+                untidy = tidy_plan(service)
+            if untidy and not stop.is_set():  # one small step per pass, so flushes keep their pace
+                await tidy(service, *untidy.pop(0))
         except Exception:
             service.metrics.delta_errors.inc()
             log.exception("delta flush failed; will retry")
@@ -276,16 +276,38 @@ async def compact(service: Service) -> None:
             dataflow.compacted_state = version
 
 
-async def tidy(service: Service, table: str) -> None:
-    """Merge the small files of ``table`` and delete those older than the retention
-    (:meth:`spark_jobs.storage.Warehouse.tidy`), on the Delta thread."""
+TIDY_SLICE = 16
+"""Dataflows whose partitions one ``OPTIMIZE`` step merges: the Delta thread also carries the
+flushes, so a pass over every partition at once (tens of thousands of files after ten minutes
+of a hundred busy dataflows) would hold them back for tens of seconds."""
+
+
+def tidy_plan(service: Service) -> list[tuple[str, str, list[str]]]:
+    """The steps of one tidy pass, ``(action, table, dataflow ids)``: ``OPTIMIZE`` of the
+    append-only tables a slice of dataflows at a time (the tables whose partitions are replaced
+    keep one file per partition anyway), then ``VACUUM`` of every table."""
+    ids = sorted(service.dataflows)
+    steps = [("optimize", table, ids[i:i + TIDY_SLICE])
+             for table in ("progress", "frontier_changes") for i in range(0, len(ids), TIDY_SLICE)]
+    return steps + [("vacuum", table, []) for table in sorted(TABLES)]
+
+
+async def tidy(service: Service, action: str, table: str, dataflow_ids: list[str]) -> None:
+    """One step of :func:`tidy_plan` on the Delta thread
+    (:meth:`~spark_jobs.storage.Warehouse.optimize`, :meth:`~spark_jobs.storage.Warehouse.vacuum`)."""
     if service.store is None:
         return
     loop = asyncio.get_running_loop()
+    warehouse = service.store.warehouse
     started = time.perf_counter()
-    files = await loop.run_in_executor(service.delta_pool, service.store.warehouse.tidy, table,
-                                       service.settings.vacuum_hours)
-    log.info("delta table tidied", extra={"table": table, **files, "seconds": round(time.perf_counter() - started, 3)})
+    if action == "optimize":
+        files = await loop.run_in_executor(service.delta_pool, warehouse.optimize, table, dataflow_ids)
+    else:
+        deleted = await loop.run_in_executor(service.delta_pool, warehouse.vacuum, table,
+                                             service.settings.vacuum_hours)
+        files = {"deleted": deleted}
+    log.info("delta table tidied", extra={"action": action, "table": table, "dataflows": len(dataflow_ids),
+                                          **files, "seconds": round(time.perf_counter() - started, 3)})
 
 
 async def maybe_rotate(service: Service) -> None:

@@ -10,12 +10,24 @@ from pathlib import Path
 
 def _env_float(name: str, default: float) -> float:
     value = os.environ.get(name)
-    return float(value) if value else default
+    try:
+        number = float(value) if value else default
+    except ValueError:
+        raise ValueError(f"{name} must be a number, got {value!r}") from None
+    if number < 0 or number != number or number == float("inf"):
+        raise ValueError(f"{name} must be a finite number of at least 0, got {value!r}")
+    return number
 
 
 def _env_int(name: str, default: int) -> int:
     value = os.environ.get(name)
-    return int(value) if value else default
+    try:
+        number = int(value) if value else default
+    except ValueError:
+        raise ValueError(f"{name} must be a whole number, got {value!r}") from None
+    if number < 0:
+        raise ValueError(f"{name} must be at least 0, got {value!r}")
+    return number
 
 
 @dataclass
@@ -35,7 +47,7 @@ class Settings:
     compact_seconds: float = 5.0  # TRACKER_COMPACT_SECONDS: pointstamps/frontiers/frontier_changes
     audit_seconds: float = 60.0  # TRACKER_AUDIT_SECONDS: Spark audit period (0 disables)
     tidy_seconds: float = 600.0  # TRACKER_TIDY_SECONDS: Delta OPTIMIZE + VACUUM period, table by table (0 disables)
-    vacuum_hours: int = 168  # TRACKER_VACUUM_HOURS: how long files of old table versions are kept (time travel)
+    vacuum_hours: float = 168.0  # TRACKER_VACUUM_HOURS: how long files of old table versions are kept (time travel)
     segment_bytes: int = 64 * 1024 * 1024  # TRACKER_WAL_SEGMENT_BYTES: WAL rotation size
     subscriber_queue: int = 1024  # TRACKER_SUBSCRIBER_QUEUE: events buffered per subscriber
     history: int = 100_000  # TRACKER_HISTORY: versions of frontier changes kept in memory
@@ -49,7 +61,7 @@ class Settings:
         env = os.environ
         settings = cls(
             host=env.get("TRACKER_HOST", "127.0.0.1"),
-            port=_env_int("TRACKER_PORT", 8000),
+            port=_env_int("TRACKER_PORT", 8000),  # overridden by --port, which checks the range
             warehouse=Path(env.get("TRACKER_WAREHOUSE", "./warehouse")),
             engine=env.get("TRACKER_ENGINE", "native"),
             master=env.get("SPARK_MASTER"),
@@ -61,7 +73,7 @@ class Settings:
             compact_seconds=_env_float("TRACKER_COMPACT_SECONDS", 5.0),
             audit_seconds=_env_float("TRACKER_AUDIT_SECONDS", 60.0),
             tidy_seconds=_env_float("TRACKER_TIDY_SECONDS", 600.0),
-            vacuum_hours=_env_int("TRACKER_VACUUM_HOURS", 168),
+            vacuum_hours=_env_float("TRACKER_VACUUM_HOURS", 168.0),
             segment_bytes=_env_int("TRACKER_WAL_SEGMENT_BYTES", 64 * 1024 * 1024),
             subscriber_queue=_env_int("TRACKER_SUBSCRIBER_QUEUE", 1024),
             history=_env_int("TRACKER_HISTORY", 100_000),
@@ -75,6 +87,11 @@ class Settings:
             settings.warehouse = Path(args.warehouse)
             settings.engine = args.engine
             settings.master = args.master or settings.master
+        if settings.master:
+            from spark_jobs.session import master_problem
+
+            if problem := master_problem(settings.master):
+                raise ValueError(f"--master / SPARK_MASTER: {problem}")
         if settings.engine not in ("native", "spark"):
             raise ValueError(f"--engine must be native or spark, got {settings.engine!r}")
         if settings.engine == "spark":

@@ -92,7 +92,11 @@ def app_from_env() -> Any:
 
 def serve(args: argparse.Namespace) -> int:
     """Run the service until interrupted; the exit code."""
-    settings = Settings.from_env(args)
+    try:
+        settings = Settings.from_env(args)
+    except ValueError as error:  # a bad environment value: say which, no traceback
+        print(f"tracker serve: error: {error}", file=sys.stderr)
+        return 2
     try:
         app = build(settings)
     except StartupError as error:

@@ -39,10 +39,16 @@ def run_job(args: argparse.Namespace) -> int:
     known = set(probe.dataflow_ids())
     unknown = [i for i in ids if i not in known]
     if unknown or not ids:
+        listed = sorted(known)[:5]
+        more = f" and {len(known) - len(listed)} more (see the `dataflows` table)" if len(known) > len(listed) else ""
         return _fail(
-            f"unknown dataflow {', '.join(unknown) or '(none given)'} in warehouse {warehouse!r}"
-            f" (known: {', '.join(sorted(known)) or 'none'})"
+            f"unknown dataflow {', '.join(unknown[:5]) or '(none given)'} in warehouse {warehouse!r}"
+            f" (known: {', '.join(listed) or 'none'}{more})"
         )
+    from spark_jobs.session import master_problem
+
+    if args.master and (problem := master_problem(args.master)):
+        return _fail(f"--master: {problem}")
 
     lock = None
     if args.job in WRITES:

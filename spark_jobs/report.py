@@ -69,6 +69,11 @@ class Report:
         }
 
 
+class NotThenError(LookupError):
+    """``--as-of`` is earlier than what the tables already hold, so durations measured then
+    would be negative."""
+
+
 def _frame(warehouse: Warehouse, table: str, dataflow_id: str) -> pl.DataFrame:
     frame = pl.from_arrow(warehouse.read(table, dataflow_id))
     assert isinstance(frame, pl.DataFrame)
@@ -219,14 +224,23 @@ def throughput(progress: pl.DataFrame) -> pl.DataFrame:
 
 
 def build_report(warehouse: str | Path, dataflow_id: str, as_of: datetime | None = None, limit: int = 10) -> Report:
-    """Read the tables of ``dataflow_id`` and compute every figure (no Spark, no service)."""
+    """Read the tables of ``dataflow_id`` and compute every figure (no Spark, no service).
+
+    The tables are read as they are now; ``as_of`` is the time durations are measured at
+    ("unchanged for"), and must not precede anything the tables hold (:class:`NotThenError`).
+    For the state at an earlier time, read the tables at an earlier Delta version."""
     wh = Warehouse(warehouse)
     row = wh.dataflow_row(dataflow_id)
+    created = row["created_at"]
     nodes = _frame(wh, "nodes", dataflow_id)
     frontiers = _frame(wh, "frontiers", dataflow_id)
     changes = _frame(wh, "frontier_changes", dataflow_id)
     progress = _frame(wh, "progress", dataflow_id)
-    created = row["created_at"]
+    if as_of is not None:
+        latest = max([created, *changes["at"].to_list(), *progress["received_at"].to_list()])
+        if as_of < latest:
+            raise NotThenError(f"--as-of {as_of.isoformat()} is before what the tables already hold (the last "
+                               f"entry is from {latest.isoformat()}); the report reads the tables as they are now")
     now = as_of or datetime.now(UTC)
     return Report(
         dataflow_id=dataflow_id,
@@ -324,7 +338,7 @@ def run_report(args: argparse.Namespace) -> int:
         return fail(f"warehouse {warehouse!r} {problem}")
     try:
         report = build_report(warehouse, args.dataflow, as_of=as_of, limit=args.limit)
-    except UnknownDataflowError as error:
+    except (UnknownDataflowError, NotThenError) as error:
         return fail(str(error))
     if args.json:
         print(json.dumps(report.as_json(), indent=2))

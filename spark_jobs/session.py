@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 import tempfile
 import threading
 from pathlib import Path
@@ -40,6 +41,22 @@ def resolve_master(master: str | None = None) -> str:
     'local[2]'
     """
     return master or os.environ.get("SPARK_MASTER") or "local[*]"
+
+
+_MASTER = re.compile(r"local(\[(\*|\d+)(,\s*\d+)?\])?|local-cluster\[.+\]|yarn|(spark|k8s|mesos)://\S+|sc://\S+")
+
+
+def master_problem(master: str) -> str | None:
+    """Why Spark would refuse ``master`` (checked up front: Spark's own error comes as a Java
+    stack trace ending in "Java gateway process exited"), or ``None``.
+
+    >>> master_problem("spark://host:7077") is None, master_problem("bogus://x") is not None
+    (True, True)
+    """
+    if _MASTER.fullmatch(master):
+        return None
+    return (f"{master!r} is not a Spark master URL: use local[*], local[N], spark://HOST:PORT, yarn, "
+            "k8s://https://HOST:PORT or sc://HOST:PORT")
 
 
 def _jar_dirs() -> list[Path]:

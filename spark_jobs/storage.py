@@ -16,6 +16,7 @@ request path without a JVM. Spark reads and writes through Arrow in that case.
 
 from __future__ import annotations
 
+import math
 import threading
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping
@@ -206,22 +207,33 @@ class Warehouse:
             return DeltaTable(path, version=version)
         return delta
 
-    def tidy(self, table: str, retention_hours: int = 168) -> dict[str, int]:
-        """Merge each partition's small files into large ones (Delta ``OPTIMIZE``), then delete
-        the files no version of the last ``retention_hours`` refers to (``VACUUM``). Appends of
-        many dataflows leave one small file per partition per commit, which every later read
-        has to open; versions inside the retention stay readable (time travel). Rows and
-        application transactions (the ``pointstamps`` watermarks) are untouched. Returns the
-        files added, removed and deleted."""
+    def optimize(self, table: str, dataflow_ids: list[str]) -> dict[str, int]:
+        """Merge the small files of these dataflows' partitions into large ones (Delta
+        ``OPTIMIZE``): an append of many dataflows leaves one small file per partition per
+        commit, which every later read has to open. Rows and application transactions (the
+        ``pointstamps`` watermarks) are untouched; the replaced files stay on disk, for readers
+        of older versions, until :meth:`vacuum`. Returns the files added and removed."""
+        path = self.path(table)
+        if not DeltaTable.is_deltatable(path) or not dataflow_ids:
+            return {"added": 0, "removed": 0}
+        with _LOCKS[path]:
+            merged = DeltaTable(path).optimize.compact(partition_filters=[("dataflow_id", "in", list(dataflow_ids))])
+        return {"added": int(merged.get("numFilesAdded", 0)), "removed": int(merged.get("numFilesRemoved", 0))}
+
+    def vacuum(self, table: str, retention_hours: float = 168) -> int:
+        """Delete the table's files that no version of the last ``retention_hours`` refers to
+        (Delta ``VACUUM``), including files a crashed write left behind without ever committing
+        them (``full`` mode: the directory is listed, not just the log's removals). Versions
+        inside the retention stay readable (time travel). Only for the warehouse's one writer
+        (see :mod:`spark_jobs.ownership`): a write in progress elsewhere would lose its files.
+        Returns how many files were deleted."""
         path = self.path(table)
         if not DeltaTable.is_deltatable(path):
-            return {"added": 0, "removed": 0, "deleted": 0}
+            return 0
         with _LOCKS[path]:
-            merged = DeltaTable(path).optimize.compact()
-            deleted = DeltaTable(path).vacuum(retention_hours=retention_hours, dry_run=False,
-                                              enforce_retention_duration=False)
-        return {"added": int(merged.get("numFilesAdded", 0)), "removed": int(merged.get("numFilesRemoved", 0)),
-                "deleted": len(deleted)}
+            deleted = DeltaTable(path).vacuum(retention_hours=math.ceil(retention_hours), dry_run=False,
+                                              enforce_retention_duration=False, full=True)
+        return len(deleted)
 
     def watermark(self, table: str, app_id: str) -> int | None:
         """The last version recorded under ``app_id`` by :meth:`replace_partitions`, or ``None``."""

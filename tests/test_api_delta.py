@@ -4,6 +4,7 @@ deleted, and nothing lost or doubled by any of it (read back by independent read
 from __future__ import annotations
 
 import json
+import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -22,9 +23,9 @@ DATAFLOWS = 12
 BATCHES = 15
 
 
-def _tidied(service: ServiceProcess, table: str) -> list[dict]:
-    lines = [json.loads(line) for line in service.log_tail(2000).splitlines() if '"delta table tidied"' in line]
-    return [line for line in lines if line["table"] == table]
+def _tidied(service: ServiceProcess, table: str, action: str) -> list[dict]:
+    lines = [json.loads(line) for line in service.log_tail(4000).splitlines() if '"delta table tidied"' in line]
+    return [line for line in lines if line["table"] == table and line["action"] == action]
 
 
 def test_many_dataflows_share_commits_and_tidying_keeps_every_row(tmp_path: Path) -> None:
@@ -54,11 +55,19 @@ def test_many_dataflows_share_commits_and_tidying_keeps_every_row(tmp_path: Path
                       for i, _ in registered):
                 assert time.monotonic() < deadline, "progress never caught up"
                 time.sleep(0.1)
-        seen = len(_tidied(service, "progress"))
-        while len(_tidied(service, "progress")) < seen + 2:  # one that surely started after the last append
+        # A file a crashed write left behind, never committed: VACUUM must delete it too.
+        orphan = warehouse / "progress" / f"dataflow_id={registered[0][0]}" / "part-00000-orphan.parquet"
+        orphan.write_bytes(b"PAR1 never committed")
+        os.utime(orphan, (time.time() - 7200, time.time() - 7200))
+        # A pass's vacuum of `progress` comes after its optimize steps: two more vacuums mean one
+        # whole pass that started after the last append.
+        seen = len(_tidied(service, "progress", "vacuum"))
+        while len(_tidied(service, "progress", "vacuum")) < seen + 2:
             assert time.monotonic() < deadline, "progress was never tidied"
             time.sleep(0.1)
-        tidied = _tidied(service, "progress")
+        merged = _tidied(service, "progress", "optimize")
+        vacuumed = _tidied(service, "progress", "vacuum")
+        assert not orphan.exists()
         service.kill9()
         service.restart()
         for dataflow_id, token in registered:  # recovery reads the merged files
@@ -71,8 +80,8 @@ def test_many_dataflows_share_commits_and_tidying_keeps_every_row(tmp_path: Path
         service.stop()
     progress = DeltaTable(str(warehouse / "progress"))
     # Merged down to one file per dataflow, and the replaced files are gone from the disk.
-    assert sum(t["removed"] for t in tidied) > sum(t["added"] for t in tidied) > 0
-    assert sum(t["deleted"] for t in tidied) >= sum(t["removed"] for t in tidied)
+    assert sum(t["removed"] for t in merged) > sum(t["added"] for t in merged) > 0
+    assert sum(t["deleted"] for t in vacuumed) >= sum(t["removed"] for t in merged)
     referenced = {Path(uri.removeprefix("file://")).resolve() for uri in progress.file_uris()}
     on_disk = {p.resolve() for p in (warehouse / "progress").rglob("*.parquet")}
     assert len(referenced) == DATAFLOWS and on_disk == referenced

@@ -107,6 +107,12 @@ def test_cli_json_and_unknown_dataflow(warehouse: Path) -> None:
     missing = subprocess.run([sys.executable, "-m", "tracker.cli", "report", "--warehouse", str(warehouse),
                               "--dataflow", "nope"], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert missing.returncode == 2 and "unknown dataflow 'nope'" in missing.stderr
+    early = subprocess.run([sys.executable, "-m", "tracker.cli", "report", "--warehouse", str(warehouse),
+                            "--dataflow", DF, "--as-of", (T0 + timedelta(seconds=3)).isoformat()],
+                           cwd=ROOT, capture_output=True, text=True, timeout=60)
+    # The tables already hold changes from +5 s: "unchanged for" would be negative.
+    assert early.returncode == 2 and "before what the tables already hold" in early.stderr
+    assert "Traceback" not in early.stderr
 
 
 def polars_examples() -> str:

@@ -90,7 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve = commands.add_parser("serve", help="run the service (FastAPI + uvicorn)")
     serve.add_argument("--host", default=os.environ.get("TRACKER_HOST", "127.0.0.1"),
                        help="interface to listen on (env TRACKER_HOST; default 127.0.0.1)")
-    serve.add_argument("--port", type=int, default=int(os.environ.get("TRACKER_PORT", "8000")),
+    serve.add_argument("--port", type=_port, default=os.environ.get("TRACKER_PORT", "8000"),
                        help="TCP port (env TRACKER_PORT; default 8000)")
     serve.add_argument("--warehouse", default=os.environ.get("TRACKER_WAREHOUSE", "./warehouse"),
                        help="directory (or URI) holding the Delta tables (env TRACKER_WAREHOUSE)")
@@ -124,11 +124,19 @@ def build_parser() -> argparse.ArgumentParser:
                         help="directory (or URI) holding the Delta tables (env TRACKER_WAREHOUSE)")
     report.add_argument("--dataflow", required=True, help="dataflow id")
     report.add_argument("--json", action="store_true", help="print JSON instead of text tables")
-    report.add_argument("--as-of", default=None, help="ISO time 'now' is measured at (default: now, UTC)")
+    report.add_argument("--as-of", default=None, help="ISO time the durations are measured at, not before the "
+                        "tables' last entry (default: now, UTC); the tables are read as they are now")
     report.add_argument("--limit", type=int, default=10, help="how many stuck locations to list")
     report.set_defaults(func=_report)
     _add_worker_commands(commands)
     return parser
+
+
+def _port(text: str) -> int:
+    """A TCP port, 1 to 65535 (argparse applies this to the TRACKER_PORT default too)."""
+    if not (text.isascii() and text.isdigit() and 1 <= int(text) <= 65535):
+        raise argparse.ArgumentTypeError(f"must be a TCP port from 1 to 65535 (also TRACKER_PORT), got {text!r}")
+    return int(text)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
