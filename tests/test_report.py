@@ -65,6 +65,9 @@ def warehouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
          "time": [t], "delta": d, "received_at": T0 + timedelta(seconds=s)}
         for v, s in ((1, 2), (2, 5)) for t, d in ((v - 1, -1), (v, 1))
     ])
+    # An empty batch (+7 s): one row with delta 0, a batch but no update.
+    wh.append("progress", [{"dataflow_id": DF, "version": 3, "worker": "w", "seq": 2, "node": 0, "port": 0,
+                            "kind": "source", "time": [0], "delta": 0, "received_at": T0 + timedelta(seconds=7)}])
     return root
 
 
@@ -79,7 +82,7 @@ def test_figures(warehouse: Path) -> None:
     assert [(r["node"], r["kind"], r["oldest"]) for r in stuck] == [(2, "target", [1]), (0, "source", [2]),
                                                                     (1, "target", [2])]
     assert stuck[0]["unchanged_seconds"] == 58.0  # last change at +2 s, report at +60 s
-    assert report.throughput["batches"].to_list() == [1, 1]
+    assert report.throughput["batches"].to_list() == [1, 1, 1]
     assert report.throughput["updates"].sum() == 4
 
 
@@ -94,7 +97,7 @@ def test_cli_prints_the_figures(warehouse: Path) -> None:
     assert re.search(r"^\s*1\s+op1\s+1\s+2026-03-01 12:00:02\.000\s+2026-03-01 12:00:05\.000\s+3\.000$", out, re.M), out
     stuck = out.split("== Stuck locations")[1].splitlines()
     assert re.match(r"^\s*2\s+0\s+target\s+\{\(1\)\}\s+\(1\)\s+2026-03-01 12:00:02\.000\s+58\.000$", stuck[3]), out
-    assert "2 batches, 4 updates over 2 active second(s)" in out
+    assert "3 batches, 4 updates over 3 active second(s)" in out
 
 
 def test_cli_json_and_unknown_dataflow(warehouse: Path) -> None:
@@ -136,6 +139,9 @@ def test_docs_polars_examples_run(warehouse: Path) -> None:
     stuck: pl.DataFrame = scope["stuck"]
     assert [(r["node"], r["kind"], r["oldest"]) for r in stuck.to_dicts()] == [
         (2, "target", [1]), (0, "source", [2]), (1, "target", [2])]
+    throughput: pl.DataFrame = scope["throughput"]
+    report = build_report(warehouse, DF, as_of=AS_OF).throughput
+    assert throughput.rows() == report.select("second", "batches", "updates").rows()
 
 
 @pytest.mark.service
