@@ -276,10 +276,11 @@ async def compact(service: Service) -> None:
             dataflow.compacted_state = version
 
 
-TIDY_SLICE = 16
+TIDY_SLICE = 8
 """Dataflows whose partitions one ``OPTIMIZE`` step merges: the Delta thread also carries the
 flushes, so a pass over every partition at once (tens of thousands of files after ten minutes
-of a hundred busy dataflows) would hold them back for tens of seconds."""
+of a hundred busy dataflows) held them back for tens of seconds; a busy dataflow adds one file
+per flush (60 a minute), so a step merges about 500."""
 
 
 def tidy_plan(service: Service) -> list[tuple[str, str, list[str]]]:
@@ -302,10 +303,12 @@ async def tidy(service: Service, action: str, table: str, dataflow_ids: list[str
     started = time.perf_counter()
     if action == "optimize":
         files = await loop.run_in_executor(service.delta_pool, warehouse.optimize, table, dataflow_ids)
-    else:
+    else:  # the first vacuum of a table after a start also looks for files a crash left behind
+        full = table not in service.vacuumed_fully
         deleted = await loop.run_in_executor(service.delta_pool, warehouse.vacuum, table,
-                                             service.settings.vacuum_hours)
-        files = {"deleted": deleted}
+                                             service.settings.vacuum_hours, full)
+        service.vacuumed_fully.add(table)
+        files = {"deleted": deleted, "full": full}
     log.info("delta table tidied", extra={"action": action, "table": table, "dataflows": len(dataflow_ids),
                                           **files, "seconds": round(time.perf_counter() - started, 3)})
 

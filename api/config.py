@@ -46,8 +46,8 @@ class Settings:
     flush_seconds: float = 1.0  # TRACKER_FLUSH_SECONDS: WAL -> Delta progress
     compact_seconds: float = 5.0  # TRACKER_COMPACT_SECONDS: pointstamps/frontiers/frontier_changes
     audit_seconds: float = 60.0  # TRACKER_AUDIT_SECONDS: Spark audit period (0 disables)
-    tidy_seconds: float = 600.0  # TRACKER_TIDY_SECONDS: Delta OPTIMIZE + VACUUM period, table by table (0 disables)
-    vacuum_hours: float = 168.0  # TRACKER_VACUUM_HOURS: how long files of old table versions are kept (time travel)
+    tidy_seconds: float = 60.0  # TRACKER_TIDY_SECONDS: Delta OPTIMIZE + VACUUM period, in small steps (0 disables)
+    vacuum_hours: float = 24.0  # TRACKER_VACUUM_HOURS: how long files of old table versions are kept (time travel)
     segment_bytes: int = 64 * 1024 * 1024  # TRACKER_WAL_SEGMENT_BYTES: WAL rotation size
     subscriber_queue: int = 1024  # TRACKER_SUBSCRIBER_QUEUE: events buffered per subscriber
     history: int = 100_000  # TRACKER_HISTORY: versions of frontier changes kept in memory
@@ -72,8 +72,8 @@ class Settings:
             flush_seconds=_env_float("TRACKER_FLUSH_SECONDS", 1.0),
             compact_seconds=_env_float("TRACKER_COMPACT_SECONDS", 5.0),
             audit_seconds=_env_float("TRACKER_AUDIT_SECONDS", 60.0),
-            tidy_seconds=_env_float("TRACKER_TIDY_SECONDS", 600.0),
-            vacuum_hours=_env_float("TRACKER_VACUUM_HOURS", 168.0),
+            tidy_seconds=_env_float("TRACKER_TIDY_SECONDS", 60.0),
+            vacuum_hours=_env_float("TRACKER_VACUUM_HOURS", 24.0),
             segment_bytes=_env_int("TRACKER_WAL_SEGMENT_BYTES", 64 * 1024 * 1024),
             subscriber_queue=_env_int("TRACKER_SUBSCRIBER_QUEUE", 1024),
             history=_env_int("TRACKER_HISTORY", 100_000),

@@ -150,6 +150,7 @@ class Service:
         self.checks: dict[str, dict[str, Any]] = {}  # dataflow id -> its logged Spark check result
         self.unstored: list[Dataflow] = []  # recovered without their graph tables: write them
         self.graphs_to_write: list[Dataflow] = []  # see background.write_graphs
+        self.vacuumed_fully: set[str] = set()  # tables vacuumed in full mode since the start (background.tidy)
         self.graph_writer: asyncio.Task[None] | None = None
         self.unchecked: list[Dataflow] = []  # recovered with no Spark check result: run it
 

@@ -220,19 +220,20 @@ class Warehouse:
             merged = DeltaTable(path).optimize.compact(partition_filters=[("dataflow_id", "in", list(dataflow_ids))])
         return {"added": int(merged.get("numFilesAdded", 0)), "removed": int(merged.get("numFilesRemoved", 0))}
 
-    def vacuum(self, table: str, retention_hours: float = 168) -> int:
+    def vacuum(self, table: str, retention_hours: float = 24, full: bool = False) -> int:
         """Delete the table's files that no version of the last ``retention_hours`` refers to
-        (Delta ``VACUUM``), including files a crashed write left behind without ever committing
-        them (``full`` mode: the directory is listed, not just the log's removals). Versions
-        inside the retention stay readable (time travel). Only for the warehouse's one writer
-        (see :mod:`spark_jobs.ownership`): a write in progress elsewhere would lose its files.
+        (Delta ``VACUUM``); versions inside the retention stay readable (time travel). The
+        removals the log records are found from the log; ``full`` also lists the directory, to
+        find files a crashed write left without ever committing them (costly on a directory of
+        many files: once after a restart is enough). Only for the warehouse's one writer (see
+        :mod:`spark_jobs.ownership`): a write in progress elsewhere would lose its files.
         Returns how many files were deleted."""
         path = self.path(table)
         if not DeltaTable.is_deltatable(path):
             return 0
         with _LOCKS[path]:
             deleted = DeltaTable(path).vacuum(retention_hours=math.ceil(retention_hours), dry_run=False,
-                                              enforce_retention_duration=False, full=True)
+                                              enforce_retention_duration=False, full=full)
         return len(deleted)
 
     def watermark(self, table: str, app_id: str) -> int | None:
