@@ -271,7 +271,7 @@ async def compact(service: Service) -> None:
             dataflow.compacted_version = max(dataflow.compacted_version, version)
     if states:
         await loop.run_in_executor(service.delta_pool, service.store.write_states,
-                                   [(d.id, version, counts, frontiers) for d, version, counts, frontiers in states])
+                                   {d.id: (version, counts, frontiers) for d, version, counts, frontiers in states})
         for dataflow, version, _, _ in states:
             dataflow.compacted_state = version
 

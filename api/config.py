@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,7 +15,7 @@ def _env_float(name: str, default: float) -> float:
         number = float(value) if value else default
     except ValueError:
         raise ValueError(f"{name} must be a number, got {value!r}") from None
-    if number < 0 or number != number or number == float("inf"):
+    if not (math.isfinite(number) and number >= 0):
         raise ValueError(f"{name} must be a finite number of at least 0, got {value!r}")
     return number
 

@@ -68,9 +68,9 @@ def _times_along(path: list[Transition], time: Timestamp) -> list[Timestamp]:
     return out
 
 
-def _describe(path: list[Transition], start: Location, time: Timestamp) -> str:
+def _describe(path: list[Transition], times: list[Timestamp], start: Location, time: Timestamp) -> str:
     text = [f"{start}@{list(time)}"]
-    for step, current in zip(path, _times_along(path, time), strict=True):
+    for step, current in zip(path, times, strict=True):
         via = "edge" if step.src.kind == "source" else f"operator {step.src.node} +{list(step.summary)}"
         text.append(f" --{via}--> {step.dst}@{list(current)}")
     return "".join(text)
@@ -100,13 +100,14 @@ def explain(graph: Graph, counts: dict[tuple[Location, Timestamp], int], frontie
             continue
         arrives, summary = best
         path = _path(parent, location, summary)
+        times = _times_along(path, when)
         blockers.append({
             "location": location_json(origin), "time": list(when), "count": count,
             "summary": list(summary), "arrives_as": list(arrives),
             "path": [{"from": location_json(s.src), "to": location_json(s.dst), "summary": list(s.summary),
-                      "time": list(t)} for s, t in zip(path, _times_along(path, when), strict=True)],
+                      "time": list(t)} for s, t in zip(path, times, strict=True)],
             "text": f"{count} x {origin}@{list(when)} can reach {location} as {list(arrives)} <= {list(time)}: "
-                    + _describe(path, origin, when),
+                    + _describe(path, times, origin, when),
         })
     safe = total == 0
     if safe:

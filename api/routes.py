@@ -14,7 +14,7 @@ from sse_starlette import EventSourceResponse
 
 from api import streams
 from api.dataflows import Dataflow, SequenceGap
-from api.deps import DataflowDep, PrincipalDep, ServiceDep, admin, json_body
+from api.deps import DataflowDep, PrincipalDep, ServiceDep, admin, require_json
 from api.explain import explain
 from api.models import (
     DataflowDetail,
@@ -63,12 +63,9 @@ async def submit(service: Service, dataflow: Dataflow, data: bytes) -> dict[str,
     try:
         worker, seq, updates = parse_progress(data, dataflow.graph)
         outcome = dataflow.submit(worker, seq, updates, service.wal, data)
-    except MalformedJSON as error:
+    except (MalformedJSON, InvalidRequest) as error:
         metrics.rejected.inc()
-        raise HTTPException(400, {"error": "malformed_json", "detail": str(error)}) from None
-    except InvalidRequest as error:
-        metrics.rejected.inc()
-        raise HTTPException(422, {"error": "invalid_request", "detail": error.detail()}) from None
+        raise _bad_body(error) from None
     except GraphError as error:
         metrics.rejected.inc()
         raise HTTPException(422, {"error": "invalid_update", "detail": str(error)}) from None
@@ -92,6 +89,13 @@ async def submit(service: Service, dataflow: Dataflow, data: bytes) -> dict[str,
             "worker": worker, "seq": seq}
 
 
+def _bad_body(error: MalformedJSON | InvalidRequest) -> HTTPException:
+    """400 for a body that is not one JSON document, 422 for one without the documented shape."""
+    if isinstance(error, MalformedJSON):
+        return HTTPException(400, {"error": "malformed_json", "detail": str(error)})
+    return HTTPException(422, {"error": "invalid_request", "detail": error.detail()})
+
+
 def _log_failed(error: LogFailed) -> HTTPException:
     """503: the batch was not acknowledged (and is not durable); the service must restart."""
     return HTTPException(503, {"error": "log_failed", "detail": str(error)})
@@ -102,7 +106,7 @@ def _log_failed(error: LogFailed) -> HTTPException:
                                                                           "than JSON"}},
              openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
                  "schema": {"$ref": "#/components/schemas/RegisterRequest"}}}}},
-             dependencies=[Depends(admin), Depends(json_body)], summary="Register a dataflow graph")
+             dependencies=[Depends(admin)], summary="Register a dataflow graph")
 async def register(request: Request, service: ServiceDep) -> JSONResponse:
     """Validate the graph (422 naming the problem or the offending cycle), store it durably and
     return its id and token. The Spark cycle check and summaries run in the background; see
@@ -110,12 +114,11 @@ async def register(request: Request, service: ServiceDep) -> JSONResponse:
 
     The body (schema ``RegisterRequest``) is parsed by :func:`api.parsing.parse_registration`,
     strictly, as the progress bodies are: JSON that is not one document is 400."""
+    require_json(request.headers.get("content-type"))
     try:
         body = parse_registration(await request.body())
-    except MalformedJSON as error:
-        raise HTTPException(400, {"error": "malformed_json", "detail": str(error)}) from None
-    except InvalidRequest as error:
-        raise HTTPException(422, {"error": "invalid_request", "detail": error.detail()}) from None
+    except (MalformedJSON, InvalidRequest) as error:
+        raise _bad_body(error) from None
     dataflow, token = await service.register(body)
     return JSONResponse({"id": dataflow.id, "token": token}, status_code=201)
 
@@ -136,7 +139,6 @@ async def get_dataflow(dataflow: DataflowDep) -> dict[str, Any]:
 @router.post("/dataflows/{id}/progress", response_model=ProgressResponse, summary="Report a progress batch",
              openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
                  "schema": {"$ref": "#/components/schemas/ProgressRequest"}}}}},
-             dependencies=[Depends(json_body)],
              responses={**_ERRORS, 409: {"model": ErrorBody, "description": "sequence gap; see `expected`"},
                         415: {"model": ErrorBody, "description": "the body is declared as something else than JSON"},
                         503: {"model": ErrorBody, "description": "the write-ahead log failed: not acknowledged"}})
@@ -145,6 +147,7 @@ async def progress(request: Request, dataflow: DataflowDep, service: ServiceDep)
 
     The body (schema ``ProgressRequest``) is parsed by :mod:`api.parsing`, which checks the
     same schema and the graph in one cheap pass."""
+    require_json(request.headers.get("content-type"))
     result = await submit(service, dataflow, await request.body())
     return JSONResponse({k: result[k] for k in ("applied", "duplicate", "version")})
 
@@ -159,11 +162,8 @@ async def frontier(dataflow: DataflowDep, node: NodeQ = None, port: NodeQ = None
     except LookupError as error:
         raise HTTPException(404, {"error": "unknown_version", "detail": str(error)}) from None
 
-    def where(loc: Location) -> bool:
-        return (node is None or loc.node == node) and (port is None or loc.port == port) and (
-            kind is None or loc.kind == kind)
-
-    return JSONResponse({"version": at, "locations": dataflow.frontier_rows(view, where)})
+    return JSONResponse({"version": at, "locations": dataflow.frontier_rows(
+        view, lambda loc: _matches(loc, node, port, kind))})
 
 
 @router.get("/dataflows/{id}/pointstamps", responses=_ERRORS, summary="Non-zero occurrence counts",

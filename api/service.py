@@ -207,7 +207,7 @@ class Service:
         from api import background
 
         loop = asyncio.get_running_loop()
-        self._write_graphs([dataflow])
+        self._queue_graphs([dataflow])
         if self.settings.spark and self.settings.spark_check:
             loop.run_in_executor(self.spark_pool, background.spark_check, self, dataflow)
 
@@ -217,12 +217,12 @@ class Service:
         from api import background
 
         loop = asyncio.get_running_loop()
-        self._write_graphs(self.unstored)
+        self._queue_graphs(self.unstored)
         for dataflow in self.unchecked:
             loop.run_in_executor(self.spark_pool, background.spark_check, self, dataflow)
         self.unstored, self.unchecked = [], []
 
-    def _write_graphs(self, dataflows: list[Dataflow]) -> None:
+    def _queue_graphs(self, dataflows: list[Dataflow]) -> None:
         """Queue graph tables for the Delta thread (batched: :func:`background.write_graphs`)."""
         from api import background
 

@@ -109,15 +109,15 @@ class Store:
             return -1
         return self.warehouse.append("progress", pa.concat_tables(tables) if len(tables) > 1 else tables[0])
 
-    def write_states(self, states: Sequence[tuple[str, int, dict[tuple[Location, Timestamp], int],
+    def write_states(self, states: dict[str, tuple[int, dict[tuple[Location, Timestamp], int],
                                                   dict[Location, Iterable[Timestamp]]]]) -> None:
         """Replace the ``pointstamps`` and ``frontiers`` partitions of many dataflows, each
-        ``(dataflow_id, version, counts, frontiers)`` as of its ``version`` (recorded with the
+        ``dataflow_id -> (version, counts, frontiers)`` as of its ``version`` (recorded with the
         pointstamps, so recovery and the incremental Spark job resume there). Two commits in all,
         however many dataflows: one commit per dataflow and table left the tables minutes behind
         with a hundred busy dataflows."""
         if states:
-            self.warehouse.write_states({i: (version, counts, frontiers) for i, version, counts, frontiers in states})
+            self.warehouse.write_states(states)
 
     def append_changes(self, batches: Sequence[ChangeItem]) -> int:
         """Append frontier changes of many dataflows in one commit; each item carries a version's

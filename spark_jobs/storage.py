@@ -410,9 +410,8 @@ class Warehouse:
         ``as_of_version``: the last ``progress`` version these counts include, recorded in the same
         commit (:meth:`pointstamps_version`), so the incremental Spark job knows where to resume.
         """
-        if as_of_version is None:
-            return self.replace_partitions("pointstamps", [dataflow_id], pointstamp_rows(dataflow_id, counts))
-        return self.write_states({dataflow_id: (as_of_version, counts, None)})[0]
+        marks = None if as_of_version is None else {POINTSTAMPS_APP + dataflow_id: as_of_version}
+        return self.replace_partitions("pointstamps", [dataflow_id], pointstamp_rows(dataflow_id, counts), marks)
 
     def write_states(
         self,
