@@ -27,7 +27,7 @@ from typing import Any
 
 from examples import wordcount
 from tests.service_fixtures import ADMIN, ServiceProcess
-from tracker.cluster import launch
+from tracker.worker.cluster import launch
 
 TARGET_STREAMING_EPOCHS_PER_S = 20.0  # 3 workers, streaming: a floor well under what runs here
 

@@ -29,7 +29,7 @@ if [ ! -f "$WANT" ] && { [ -n "${SETUP_EXTRAS:-}" ] || [ ! -f "$VENV/.installed-
   if [ -n "${SETUP_EXTRAS:-}" ]; then
     "$VENV/bin/pip" install -q -e "$ROOT[$SETUP_EXTRAS]"
   else
-    "$VENV/bin/pip" install -q -e "$ROOT"
+    "$VENV/bin/pip" install -q -e "$ROOT[all]"
   fi
   find "$VENV" -maxdepth 1 -name ".installed-*" ! -name ".installed-$HASH-*" -delete
   touch "$WANT"

@@ -22,8 +22,8 @@ from collections import defaultdict
 from typing import Any
 
 from tracker.timestamp import Timestamp
-from tracker.vertex import Dataflow, Vertex
 from tracker.worker import Worker
+from tracker.worker.vertex import Dataflow, Vertex
 
 DEFAULTS: dict[str, Any] = {"epochs": 4, "nodes": 40, "edges": 8, "seed": 1, "pace": 0.0}
 INPUT, CC, FEEDBACK, SINK = 0, 1, 2, 3

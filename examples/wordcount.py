@@ -18,8 +18,8 @@ from collections import Counter, defaultdict
 from typing import Any
 
 from tracker.timestamp import Timestamp
-from tracker.vertex import Dataflow, Vertex
 from tracker.worker import Worker
+from tracker.worker.vertex import Dataflow, Vertex
 
 DEFAULTS: dict[str, Any] = {"epochs": 5, "lines": 20, "words": 8, "seed": 1, "vocabulary": 50, "pace": 0.0}
 INPUT, SPLIT, COUNT, SINK = 0, 1, 2, 3

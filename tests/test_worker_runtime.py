@@ -19,12 +19,12 @@ import pytest
 
 from examples import components, wordcount
 from tracker.graph import Location
-from tracker.link import Link, LocalHub
 from tracker.reachability import Tracker
 from tracker.timestamp import less_equal
-from tracker.transport import Transport
-from tracker.vertex import Dataflow, ProgressError, Vertex
 from tracker.worker import Worker
+from tracker.worker.link import Link, LocalHub
+from tracker.worker.transport import Transport
+from tracker.worker.vertex import Dataflow, ProgressError, Vertex
 
 
 def violations(events: list[Any]) -> list[str]:
@@ -228,7 +228,7 @@ def test_the_safety_check_catches_early_notifications() -> None:
 
 
 def test_merged_batches_keep_callback_boundaries_and_stay_bounded() -> None:
-    from tracker.link import MERGE_LIMIT
+    from tracker.worker.link import MERGE_LIMIT
 
     link = RecordingLink()
     Link.submit(link, [(Location.target(1, 0), (0, 0), 1)] * 3)

@@ -26,9 +26,9 @@ import pytest
 
 from tests.service_fixtures import ADMIN, ROOT, ServiceProcess, free_port
 from tests.test_worker_runtime import violations
-from tracker.cluster import launch, load_example, register
 from tracker.graph import Location
-from tracker.link import LinkFailure, ServiceLink
+from tracker.worker.cluster import launch, load_example, register
+from tracker.worker.link import LinkFailure, ServiceLink
 
 pytestmark = pytest.mark.service
 

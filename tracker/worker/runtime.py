@@ -1,10 +1,10 @@
 """The worker runtime: hosts one vertex per stage, runs their callbacks, reports progress.
 
-A :class:`Worker` is one process's share of a :class:`~tracker.vertex.Dataflow`. It delivers
+A :class:`Worker` is one process's share of a :class:`~tracker.worker.vertex.Dataflow`. It delivers
 messages to its own vertices directly and to other workers' vertices through a
-:class:`~tracker.transport.Transport`; it turns every callback into one atomic batch of
-occurrence-count updates (see :mod:`tracker.vertex` for the table) handed, in order, to a
-:class:`~tracker.link.Link` (the service over a WebSocket, or an in-process hub).
+:class:`~tracker.worker.transport.Transport`; it turns every callback into one atomic batch of
+occurrence-count updates (see :mod:`tracker.worker.vertex` for the table) handed, in order, to a
+:class:`~tracker.worker.link.Link` (the service over a WebSocket, or an in-process hub).
 
 The guarantee: ``on_notify(t)`` runs only when (1) the frontier the link last received has
 no element ``<= t`` at any input of the stage, and (2) no message at a time ``<= t`` waits in
@@ -12,7 +12,7 @@ this worker's queue for that vertex. (1) covers every message still in flight an
 own pointstamp or the one its producer consumed being still counted; (2) covers messages
 that arrived but were not delivered yet. A stale frontier only delays notifications.
 
->>> from tracker.vertex import Dataflow, Vertex
+>>> from tracker.worker.vertex import Dataflow, Vertex
 >>> flow = Dataflow("one")
 >>> source = flow.input("in")
 >>> sink = flow.stage("sink", lambda i, n: Vertex(), inputs=1, outputs=0)
@@ -31,10 +31,10 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from tracker.graph import Location, Update
-from tracker.link import Link
 from tracker.timestamp import Timestamp, less_equal
-from tracker.transport import Transport
-from tracker.vertex import Channel, Dataflow, ProgressError, Vertex, reachable
+from tracker.worker.link import Link
+from tracker.worker.transport import Transport
+from tracker.worker.vertex import Channel, Dataflow, ProgressError, Vertex, reachable
 
 Driver = Callable[["Worker"], Awaitable[None]]
 _SLICE = 256  # callbacks between two yields to the event loop (sockets must keep flowing)
@@ -160,7 +160,7 @@ class Worker:
             if not waiter.done():
                 waiter.set_result(None)
 
-    # -- called by vertices (the Scheduler protocol of tracker.vertex) ---------------------------
+    # -- called by vertices (the Scheduler protocol of tracker.worker.vertex) ---------------------------
 
     def send_by(self, vertex: Vertex, port: int, message: Any, time: Timestamp) -> None:
         """Route ``message`` and count it; see :meth:`Vertex.send_by`."""

@@ -1,4 +1,4 @@
-"""The SSE + POST fallback of :class:`~tracker.link.ServiceLink`, for networks without WebSockets.
+"""The SSE + POST fallback of :class:`~tracker.worker.link.ServiceLink`, for networks without WebSockets.
 
 Batches go out as ``POST /v1/dataflows/{id}/progress``, one at a time (the next is sent only
 once the previous one is answered, which keeps them in FIFO order); a failed or unanswered
@@ -23,11 +23,11 @@ from typing import Any
 import httpx
 from httpx_sse import aconnect_sse
 
-from tracker.link import Link, LinkFailure
+from tracker.worker.link import Link, LinkFailure
 
 
 class SseLink(Link):
-    """A :class:`~tracker.link.Link` over ``POST .../progress`` and the SSE frontier stream."""
+    """A :class:`~tracker.worker.link.Link` over ``POST .../progress`` and the SSE frontier stream."""
 
     def __init__(self, url: str, dataflow: str, token: str, worker: str) -> None:
         super().__init__(worker)

@@ -27,7 +27,7 @@ from typing import Any
 from tracker.graph import Location, Update
 from tracker.reachability import Tracker
 from tracker.timestamp import Timestamp, less_equal
-from tracker.vertex import location_update
+from tracker.worker.vertex import location_update
 
 MERGE_LIMIT = 5000  # updates per merged batch (~400 KB of JSON)
 

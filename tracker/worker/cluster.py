@@ -3,7 +3,7 @@
 :func:`launch` registers the example's dataflow (admin token), starts ``workers`` processes
 (``tracker worker NAME ...``, i.e. :func:`worker_main`), each hosting one vertex per stage and
 listening on its own loopback port for data from the others, and merges the rows they print.
-Every worker talks to the service over its own WebSocket (:class:`~tracker.link.ServiceLink`).
+Every worker talks to the service over its own WebSocket (:class:`~tracker.worker.link.ServiceLink`).
 
 An example is a module of the ``examples`` package; see ``examples/__init__.py`` for the
 functions it provides.
@@ -28,11 +28,11 @@ from typing import Any
 
 import httpx
 
-from tracker.link import Link, ServiceLink
-from tracker.transport import Transport
-from tracker.worker import Worker
+from tracker.worker.link import Link, ServiceLink
+from tracker.worker.runtime import Worker
+from tracker.worker.transport import Transport
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]  # the repository root, which holds `examples`
 EXAMPLES = ("wordcount", "components")
 
 
@@ -120,7 +120,7 @@ async def run_worker(name: str, config: dict[str, Any], index: int, addresses: l
     returns its rows and statistics."""
     example = load_example(name)
     if link == "sse":
-        from tracker.sse_link import SseLink
+        from tracker.worker.sse_link import SseLink
 
         progress: Link = SseLink(url, dataflow, token, f"w{index}")
     else:

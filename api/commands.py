@@ -1,0 +1,53 @@
+"""``tracker serve``: the service's command, registered under the ``tracker.commands`` entry points.
+
+Only :mod:`argparse` here; the service (FastAPI, uvicorn, Spark) is imported when the command
+runs, so listing commands stays instant and works without the ``[service]`` extra.
+
+>>> import argparse
+>>> commands = argparse.ArgumentParser(prog="tracker").add_subparsers()
+>>> add_commands(commands)
+>>> commands.choices["serve"].parse_args(["--port", "8001"]).port
+8001
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+
+def _serve(args: argparse.Namespace) -> int:
+    try:
+        from api.server import serve
+    except ImportError as error:
+        from tracker.cli import needs_extra
+
+        return needs_extra("serve", "service", error)
+    return serve(args)
+
+
+def port(text: str) -> int:
+    """A TCP port, 1 to 65535 (argparse applies this to the ``TRACKER_PORT`` default too).
+
+    >>> port("8000")
+    8000
+    """
+    if not (text.isascii() and text.isdigit() and 1 <= int(text) <= 65535):
+        raise argparse.ArgumentTypeError(f"must be a TCP port from 1 to 65535 (also TRACKER_PORT), got {text!r}")
+    return int(text)
+
+
+def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``serve`` to the ``tracker`` command's sub-parsers."""
+    serve = commands.add_parser("serve", help="run the service (FastAPI + uvicorn)")
+    serve.add_argument("--host", default=os.environ.get("TRACKER_HOST", "127.0.0.1"),
+                       help="interface to listen on (env TRACKER_HOST; default 127.0.0.1)")
+    serve.add_argument("--port", type=port, default=os.environ.get("TRACKER_PORT", "8000"),
+                       help="TCP port (env TRACKER_PORT; default 8000)")
+    serve.add_argument("--warehouse", default=os.environ.get("TRACKER_WAREHOUSE", "./warehouse"),
+                       help="directory (or URI) holding the Delta tables (env TRACKER_WAREHOUSE)")
+    serve.add_argument("--engine", choices=["native", "spark"], default=os.environ.get("TRACKER_ENGINE", "native"),
+                       help="who maintains frontiers on the hot path (env TRACKER_ENGINE)")
+    serve.add_argument("--master", default=os.environ.get("SPARK_MASTER"),
+                       help="Spark master URL (env SPARK_MASTER; default local[*])")
+    serve.set_defaults(func=_serve)

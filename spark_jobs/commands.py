@@ -1,0 +1,70 @@
+"""``tracker jobs`` and ``tracker report``, registered under the ``tracker.commands`` entry points.
+
+Only :mod:`argparse` here; Spark, delta-rs and Polars are imported when a command runs.
+
+>>> import argparse
+>>> commands = argparse.ArgumentParser(prog="tracker").add_subparsers()
+>>> add_commands(commands)
+>>> commands.choices["jobs"].parse_args(["cycles", "--dataflow", "d1"]).job
+'cycles'
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+
+def _jobs(args: argparse.Namespace) -> int:
+    try:
+        from spark_jobs.cli import run_job
+    except ImportError as error:
+        from tracker.cli import needs_extra
+
+        return needs_extra("jobs", "spark", error)
+    return run_job(args)
+
+
+def _report(args: argparse.Namespace) -> int:
+    try:
+        from spark_jobs.report import run_report
+    except ImportError as error:
+        from tracker.cli import needs_extra
+
+        return needs_extra("report", "spark", error)
+    return run_report(args)
+
+
+def _warehouse(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--warehouse", default=os.environ.get("TRACKER_WAREHOUSE", "./warehouse"),
+                        help="directory (or URI) holding the Delta tables (env TRACKER_WAREHOUSE)")
+
+
+def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``jobs`` and ``report`` to the ``tracker`` command's sub-parsers."""
+    jobs = commands.add_parser(
+        "jobs", help="run one Spark job over the Delta tables", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Run one Spark job over the Delta tables of a warehouse:\n"
+                    "  cycles       list the transitions on non-incrementing cycles (reads only; exit 1 if any)\n"
+                    "  summaries    compute Psi, the minimal path summaries, into `summaries`\n"
+                    "  propagate    recompute `frontiers` from `pointstamps` from scratch\n"
+                    "  incremental  fold the `progress` rows past the `pointstamps` watermark into `pointstamps`\n"
+                    "               and `frontiers`, appending the net frontier changes to `frontier_changes`\n"
+                    "               (tagged with the last version folded in)\n"
+                    "The jobs that write refuse to run while the service (or another job) holds the warehouse.")
+    jobs.add_argument("job", choices=["cycles", "summaries", "propagate", "incremental"])
+    _warehouse(jobs)
+    jobs.add_argument("--dataflow", required=True, help="dataflow id; several, comma-separated, run together")
+    jobs.add_argument("--master", default=os.environ.get("SPARK_MASTER"),
+                      help="Spark master URL (env SPARK_MASTER; default local[*])")
+    jobs.set_defaults(func=_jobs)
+
+    report = commands.add_parser("report", help="print a dataflow's frontiers, epoch clear times and stuck "
+                                 "locations from the Delta tables alone (no service, no Spark)")
+    _warehouse(report)
+    report.add_argument("--dataflow", required=True, help="dataflow id")
+    report.add_argument("--json", action="store_true", help="print JSON instead of text tables")
+    report.add_argument("--as-of", default=None, help="ISO time the durations are measured at, not before the "
+                        "tables' last entry (default: now, UTC); the tables are read as they are now")
+    report.add_argument("--limit", type=int, default=10, help="how many stuck locations to list")
+    report.set_defaults(func=_report)
