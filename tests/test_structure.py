@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import os
+import shutil
 import subprocess
 import venv
 from pathlib import Path
@@ -158,8 +159,11 @@ def test_a_worker_only_install_runs_a_vertex_without_spark_or_fastapi(tmp_path: 
     venv.EnvBuilder(with_pip=True).create(env_dir)
     python = env_dir / "bin" / "python"
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    # Offline-friendly: the build backend and the SDK's few dependencies come from the index once.
-    subprocess.run([str(python), "-m", "pip", "install", "-q", f"{ROOT}[worker]"], check=True, env=env,
+    # Built from a copy, so that setuptools' build directory does not land in the work tree.
+    source = tmp_path / "src"
+    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(".venv", ".git", "build", "target", "warehouse",
+                                                                 "*.egg-info", "__pycache__", "node_modules"))
+    subprocess.run([str(python), "-m", "pip", "install", "-q", f"{source}[worker]"], check=True, env=env,
                    cwd=tmp_path, timeout=600)
     script = (
         "import importlib.util, asyncio\n"
