@@ -4,6 +4,18 @@ An :class:`Antichain` holds mutually incomparable elements: the lower envelope o
 times (a frontier) or of path summaries (``Psi[l1, l2]``). A :class:`MutableAntichain` keeps
 signed counts per time and maintains the antichain of minimal times whose count is positive,
 reporting exactly how that frontier moves on each update (timely's ``MutableAntichain``).
+
+Guarantees: an :class:`Antichain` holds exactly the minimal elements of everything inserted
+into it; :meth:`MutableAntichain.update_iter` returns exactly the net changes of the frontier
+(the minimal times with a positive count), whatever the order of the updates and even while
+some counts are negative.
+
+>>> frontier = Antichain([(1, 0), (0, 1), (1, 1)])
+>>> frontier.elements(), frontier.less_equal((2, 0)), frontier.less_equal((0, 0))
+([(0, 1), (1, 0)], True, False)
+>>> counts = MutableAntichain()
+>>> counts.update_iter([((1, 0), 1), ((0, 1), 1), ((1, 0), -1)])
+[((0, 1), 1)]
 """
 
 from __future__ import annotations
@@ -13,7 +25,7 @@ from typing import Generic, TypeVar
 
 from tracker.timestamp import less_equal
 
-T = TypeVar("T", bound=tuple)
+T = TypeVar("T", bound=tuple[int, ...])
 
 
 class Antichain(Generic[T]):
@@ -48,10 +60,6 @@ class Antichain(Generic[T]):
     def less_equal(self, time: T) -> bool:
         """True iff some element is ``<= time`` (``time`` is in the upward closure)."""
         return any(less_equal(e, time) for e in self._elements)
-
-    def less_than(self, time: T) -> bool:
-        """True iff some element is strictly less than ``time``."""
-        return any(e != time and less_equal(e, time) for e in self._elements)
 
     def dominates(self, other: Antichain[T]) -> bool:
         """True iff every element of ``other`` is ``>=`` some element of ``self``."""
@@ -109,7 +117,7 @@ class MutableAntichain(Generic[T]):
         net: dict[T, int] = {}
         for time, delta in updates:
             for changed, diff in self.update(time, delta):
-                    net[changed] = net.get(changed, 0) + diff
+                net[changed] = net.get(changed, 0) + diff
         return [(time, diff) for time, diff in net.items() if diff]
 
     def update(self, time: T, delta: int) -> list[tuple[T, int]]:
@@ -172,17 +180,9 @@ class MutableAntichain(Generic[T]):
         """True iff some frontier element is ``<= time``."""
         return any(less_equal(f, time) for f in self._frontier)
 
-    def count(self, time: T) -> int:
-        """The current count of ``time`` (0 if never seen)."""
-        return self._counts.get(time, 0)
-
     def counts(self) -> dict[T, int]:
         """A copy of every non-zero count."""
         return dict(self._counts)
-
-    def is_empty(self) -> bool:
-        """True iff no count is non-zero."""
-        return not self._counts
 
 
 def _minimal(times: Iterable[T]) -> list[T]:

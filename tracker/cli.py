@@ -2,14 +2,17 @@
 
 The packages register their commands under the entry-point group ``tracker.commands`` (see
 ``pyproject.toml``): ``api.commands`` (``serve``), ``spark_jobs.commands`` (``jobs``,
-``report``) and ``tracker.worker.commands`` (``run``-style worker commands). So this module
-imports nothing from the layers above it, and each command imports its implementation lazily,
-inside the command: ``tracker --help`` is instant, and a worker-only install (no FastAPI, no
-Spark) still lists every command and says which extra a missing one needs.
+``report``) and ``tracker.worker.commands`` (``example``, ``worker``). So this module imports
+nothing from the layers above it, and each command imports its implementation lazily, inside
+the command: ``tracker --help`` is instant, and a worker-only install (no FastAPI, no Spark)
+still lists every command and says which extra a missing one needs.
 
->>> parser = build_parser()
->>> sorted(parser._subparsers._group_actions[0].choices)[:3]
-['example', 'jobs', 'report']
+Guarantee: ``tracker COMMAND`` exits with the command's code; a reader leaving early
+(``tracker report ... | head``) is not an error.
+
+>>> args = build_parser().parse_args(["example", "wordcount", "--workers", "3"])
+>>> args.command, args.workers, args.func.__module__
+('example', 3, 'tracker.worker.commands')
 """
 
 from __future__ import annotations

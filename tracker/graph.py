@@ -1,9 +1,14 @@
 """The dataflow graph: locations, operators with internal connections, edges, initial times.
 
-Seed 004's data model: a :class:`Location` is an operator port, a ``source`` (output) or a
-``target`` (input); edges go from sources to targets and never change times; operators change
-times only along their internal connections ``(input, output, summary antichain)``.
-:meth:`Graph.build` validates everything a user can get wrong and names the culprit.
+The data model of Naiad (SOSP 2013) as ``docs/core.md`` restates it: a :class:`Location` is
+an operator port, a ``source`` (output) or a ``target`` (input); edges go from sources to
+targets and never change times; operators change times only along their internal connections
+``(input, output, summary antichain)``.
+
+Guarantees: a :class:`Graph` exists only through :meth:`Graph.build`, which validates
+everything a user can get wrong (and raises :class:`GraphError` naming the culprit), so every
+graph in the program is well formed; :meth:`Graph.check_updates` validates a whole batch before
+any of it is used. Cycles are checked separately (:func:`tracker.structure.find_cycles`).
 
 >>> g = Graph.build(1, nodes=[Node(0, inputs=0, outputs=1), Node(1, inputs=1, outputs=0)],
 ...                 edges=[Edge(Location.source(0, 0), Location.target(1, 0))])
@@ -135,6 +140,14 @@ class Graph:
         omitted connections has ``inputs * outputs`` of them), so that a few bytes of JSON cannot
         ask for millions of objects. Cycles are not checked here: see
         :func:`tracker.structure.find_cycles`.
+
+        Raises:
+            GraphError: the first problem found, naming the node, connection or edge.
+
+        >>> Graph.build(1, [Node(0, 0, 1)], [Edge(Location.source(0, 0), Location.target(1, 0))])
+        Traceback (most recent call last):
+        ...
+        tracker.graph.GraphError: edge (0,0,source) -> (1,0,target): unknown port (1,0,target)
         """
         if isinstance(arity, bool) or not isinstance(arity, int) or arity < 1:
             raise GraphError(f"timestamp_arity must be a positive integer, got {arity!r}")
@@ -196,8 +209,12 @@ class Graph:
         ]
 
     def check_updates(self, updates: Iterable[tuple[object, object, object]]) -> list[Update]:
-        """Validate a batch of ``(location, time, delta)``; return it normalised or raise
-        :class:`GraphError` naming the first bad update (by index), changing nothing."""
+        """Validate a batch of ``(location, time, delta)`` and return it normalised.
+
+        Raises:
+            GraphError: the first bad update, by index (unknown location, a time of the wrong
+                arity or out of range, a delta that is not an int or out of range).
+        """
         result: list[Update] = []
         for index, (location, time, delta) in enumerate(updates):
             loc = Location(*location) if isinstance(location, tuple) else location

@@ -1,8 +1,11 @@
 """A brute-force oracle straight from the definitions, for tests only.
 
-Nothing here is incremental or clever: could-result-in is evaluated by enumerating every
-simple path (seed 002, Definition 2: a proof visits distinct locations), so the oracle is
-exponential and meant for small graphs. Engines are checked against it.
+Nothing here is incremental or clever: could-result-in (``docs/core.md``) is evaluated by
+enumerating every simple path, so the oracle is exponential and meant for small graphs.
+Simple paths suffice: summaries add non-negative increments, so cutting a cycle out of a path
+never yields a larger summary, and every minimal summary is that of a simple path. Engines are
+checked against it (the exactness invariant); :func:`fixpoint_frontiers` is also the
+benchmarks' from-scratch baseline.
 
 >>> from tracker.graph import Edge, Location, Node
 >>> g = Graph.build(1, [Node(0, 0, 1), Node(1, 1, 0)], [Edge(Location.source(0, 0), Location.target(1, 0))])
@@ -26,7 +29,8 @@ def simple_paths(graph: Graph, origin: Location) -> Iterator[tuple[Location, lis
     for t in graph.transitions():
         outgoing[t.src].append(t)
 
-    def walk(here: Location, visited: set[Location], path: list[Transition]) -> Iterator:
+    def walk(here: Location, visited: set[Location], path: list[Transition]
+             ) -> Iterator[tuple[Location, list[Transition]]]:
         yield here, list(path)
         for step in outgoing[here]:
             if step.dst not in visited:
@@ -106,7 +110,7 @@ def frontiers(
 def fixpoint_frontiers(graph: Graph, counts: dict[tuple[Location, Timestamp], int]) -> dict[Location, list[Timestamp]]:
     """Every location's frontier by iterating the upward closure to a fixed point from scratch.
 
-    Seed 004's ``frontier`` without any incremental trick: start from the active pointstamps,
+    The frontier of ``docs/core.md`` without any incremental trick: start from the active pointstamps,
     push every time along every transition each round, keep the lower envelope, stop when a
     round changes nothing. Polynomial, so it also serves as the naive baseline of benchmarks.
     """

@@ -11,6 +11,22 @@ along the outgoing transitions, and so on. Changes are processed in increasing t
 (lexicographic, a linear extension of the product order) so that every change at a time is
 settled before any later time is looked at; because every cycle strictly advances times,
 transient support around a loop cancels out and the process ends.
+
+Guarantee: after every batch, each location's frontier equals the definition of
+``docs/core.md`` (the minimal times that positive pointstamps could-result-in there; the
+property tests compare it with :mod:`tracker.oracle`), and :meth:`Tracker.apply` returns
+exactly the net changes of the frontiers.
+
+>>> from tracker.graph import Edge, Node
+>>> pipeline = Graph.build(1, [Node(0, 0, 1), Node(1, 1, 0)], [Edge(Location.source(0, 0), Location.target(1, 0))])
+>>> tracker = Tracker(pipeline)
+>>> [(str(c.location), c.time, c.diff) for c in tracker.apply(pipeline.default_initial())]
+[('(0,0,source)', (0,), 1), ('(1,0,target)', (0,), 1)]
+>>> tracker.can_notify(Location.target(1, 0), (0,))
+False
+>>> changes = tracker.apply([(Location.source(0, 0), (1,), 1), (Location.source(0, 0), (0,), -1)])
+>>> tracker.can_notify(Location.target(1, 0), (0,)), tracker.frontier(Location.target(1, 0))
+(True, [(1,)])
 """
 
 from __future__ import annotations
@@ -55,9 +71,18 @@ class Tracker:
     """
 
     def __init__(self, graph: Graph, *, cycles_checked: bool = False) -> None:
-        """``cycles_checked=True`` skips the cycle check (linear, but a large share of building
-        a tracker for a big graph) when the caller has just run :func:`find_cycles` on this
-        very graph and found none."""
+        """Start with every count zero (every frontier empty).
+
+        Args:
+            graph: the validated graph.
+            cycles_checked: skip the cycle check (linear, but a large share of building a
+                tracker for a big graph) because the caller has just run :func:`find_cycles` on
+                this very graph and found none.
+
+        Raises:
+            ValueError: the graph has a cycle that does not advance timestamps (the message
+                names its transitions).
+        """
         cycles = [] if cycles_checked else find_cycles(graph)
         if cycles:
             raise ValueError("graph has non-incrementing cycles: " + ", ".join(map(str, cycles)))
@@ -79,9 +104,13 @@ class Tracker:
     def apply(self, updates: Iterable[Update], *, validated: bool = False) -> list[FrontierChange]:
         """Apply one atomic batch and return the frontier changes it causes, consolidated.
 
-        The batch is validated first (unknown locations, wrong arity, non-integer deltas raise
-        :class:`~tracker.graph.GraphError` and change nothing) unless ``validated`` says the
-        caller already did. Changes are sorted by (time, location) with retractions first.
+        The batch is validated first unless ``validated`` says the caller already did (with
+        :meth:`~tracker.graph.Graph.check_updates`). Changes are sorted by (time, location), at
+        most one per pair.
+
+        Raises:
+            tracker.graph.GraphError: an unknown location, a wrong arity, a non-integer delta;
+                nothing changed.
         """
         batch = list(updates) if validated else self.graph.check_updates(updates)
         per_location: dict[Location, list[tuple[Timestamp, int]]] = defaultdict(list)

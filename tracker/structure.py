@@ -1,8 +1,22 @@
 """Structure of a dataflow graph: non-incrementing cycles and minimal path summaries ``Psi``.
 
-:func:`find_cycles` answers seed 004's ``find_cycles`` question (does some cycle fail to
+:func:`find_cycles` answers the cycle check of ``docs/core.md`` (does some cycle fail to
 advance timestamps, and along which transitions?); :func:`path_summaries` computes Naiad's
-``Psi[l1, l2]``, the antichain of minimal summaries over all paths from ``l1`` to ``l2``.
+``Psi[l1, l2]``, the antichain of minimal summaries over all paths from ``l1`` to ``l2``;
+:func:`widest_summaries` refuses graphs whose antichains would be too costly to track.
+
+Guarantees: :func:`find_cycles` is empty iff every cycle strictly advances some coordinate, and
+otherwise names exactly the transitions on non-advancing cycles; ``Psi`` holds exactly the
+minimal summaries (the same as the brute-force :mod:`tracker.oracle`).
+
+>>> from tracker.graph import Connection, Edge, Node
+>>> ring = [Edge(Location.source(0, 0), Location.target(1, 0)), Edge(Location.source(1, 0), Location.target(0, 0))]
+>>> [str(t) for t in find_cycles(Graph.build(1, [Node(0, 1, 1), Node(1, 1, 1)], ring))][:1]
+['(0,0,source) -> (1,0,target) +(0,)']
+>>> plus_one = (Connection(0, 0, (PathSummary((1,)),)),)
+>>> loop = Graph.build(1, [Node(0, 1, 1), Node(1, 1, 1, connections=plus_one)], ring)
+>>> find_cycles(loop), path_summaries(loop)[(Location.target(1, 0), Location.target(1, 0))]
+([], Antichain([(0,)]))
 """
 
 from __future__ import annotations
@@ -282,5 +296,5 @@ def _strong_components(locations: list[Location], transitions: list[Transition])
     return component
 
 
-def _transition_key(t: Transition) -> tuple:
+def _transition_key(t: Transition) -> tuple[int, str, int, int, str, int, tuple[int, ...]]:
     return (t.src.node, t.src.kind, t.src.port, t.dst.node, t.dst.kind, t.dst.port, tuple(t.summary))

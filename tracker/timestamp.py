@@ -6,7 +6,9 @@ A :class:`PathSummary` is a ``k``-tuple of increments that a path adds to every 
 
 Both are plain tuples underneath, so they hash, compare for equality and serialise to JSON
 lists for free; the product order is given by :func:`less_equal` (one function for both,
-since summaries are ordered the same way).
+since summaries are ordered the same way). :func:`check_time` is the one gate through which
+user input becomes a :data:`Timestamp`: whatever it accepts has the dataflow's arity and
+coordinates in ``0..MAX_TIME``. The semantics are restated in ``docs/core.md``.
 
 >>> less_equal((1, 2), (1, 3)), less_equal((1, 2), (0, 5))
 (True, False)
@@ -66,8 +68,22 @@ def check_time(value: object, arity: int, what: str = "time", limit: int = MAX_T
     coordinates above ``limit`` and a wrong length, because a malformed time would silently
     corrupt the product order (or, too large, fail to fit the tables after being acknowledged).
 
+    Args:
+        value: the candidate time (a list or tuple).
+        arity: the number of coordinates required.
+        what: how the message names the value (``"time"``, ``"summary"``).
+        limit: the largest coordinate allowed.
+
+    Raises:
+        ValueError: not a list or tuple, wrong length, a coordinate that is not a
+            non-negative ``int`` (``bool`` included) or is above ``limit``.
+
     >>> check_time([2, 7], 2)
     (2, 7)
+    >>> check_time([2, -1], 2)
+    Traceback (most recent call last):
+    ...
+    ValueError: time [2, -1] must hold non-negative integers only
     """
     if not isinstance(value, (list, tuple)):
         raise ValueError(f"{what} must be a list of {arity} non-negative integers, got {value!r}")
