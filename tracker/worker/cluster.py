@@ -6,7 +6,8 @@ listening on its own loopback port for data from the others, and merges the rows
 Every worker talks to the service over its own WebSocket (:class:`~tracker.worker.link.ServiceLink`).
 
 An example is a module of the ``examples`` package; see ``examples/__init__.py`` for the
-functions it provides.
+functions it provides. The guarantee :func:`launch` checks for ``tracker example --check``:
+the rows the worker processes produce equal the example's sequential ``reference``.
 
 >>> load_example("wordcount").build({}).name
 'wordcount'
@@ -14,6 +15,7 @@ functions it provides.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import importlib
 import json
@@ -37,7 +39,11 @@ EXAMPLES = ("wordcount", "components")
 
 
 def load_example(name: str) -> ModuleType:
-    """The example module ``examples.<name>``."""
+    """The example module ``examples.<name>``.
+
+    Raises:
+        ValueError: ``name`` is not one of :data:`EXAMPLES`.
+    """
     if name not in EXAMPLES:
         raise ValueError(f"unknown example {name!r}; choose from {', '.join(EXAMPLES)}")
     if str(ROOT) not in sys.path:
@@ -69,14 +75,28 @@ def _free_ports(count: int) -> list[int]:
 def launch(name: str, config: dict[str, Any], url: str, admin_token: str, workers: int = 2, *,
            delay: float = 0.0, progress_delay: float = 0.0, seed: int = 0, trace_dir: Path | None = None,
            timeout: float = 120.0, service_url: str | list[str] | None = None, link: str = "ws") -> dict[str, Any]:
-    """Run example ``name`` on ``workers`` processes; returns ``{"rows", "stats", "dataflow",
-    "wall_s"}`` once every worker has finished (raises ``RuntimeError`` with the worker's stderr if
-    one fails). ``service_url`` (one for all or one per worker) lets workers reach the service
-    through another address (a proxy in tests); ``url`` is used to register. ``link`` is ``ws``
-    (one WebSocket per worker) or ``sse`` (POST + the SSE stream). Example::
+    """Run example ``name`` on ``workers`` processes and wait until every one has finished.
+
+    Args:
+        config: overrides of the example's ``DEFAULTS``.
+        url: the service, used to register (with ``admin_token``).
+        service_url: where workers reach the service, if not ``url`` (one for all or one per
+            worker; a proxy in tests).
+        link: ``ws`` (one WebSocket per worker) or ``sse`` (POST + the SSE stream).
+        delay, progress_delay, seed, trace_dir, timeout: passed to each ``tracker worker``.
+
+    Returns:
+        ``{"rows", "stats", "dataflow", "wall_s"}``: the rows of every worker merged by epoch,
+        each worker's statistics, the dataflow id and the wall time.
+
+    Raises:
+        RuntimeError: the registration was refused, or a worker failed (with its stderr).
+
+    Example (against a running service)::
 
         result = launch("wordcount", {"epochs": 4}, "http://127.0.0.1:8000", admin_token, workers=3)
-        assert result["rows"] == load_example("wordcount").reference({**DEFAULTS, "epochs": 4})
+        example = load_example("wordcount")
+        assert result["rows"] == example.reference({**example.DEFAULTS, "epochs": 4})
     """
     example = load_example(name)
     config = {**example.DEFAULTS, **config}
@@ -133,7 +153,7 @@ async def run_worker(name: str, config: dict[str, Any], index: int, addresses: l
     return example.collect(worker), stats
 
 
-def worker_main(args: Any) -> int:
+def worker_main(args: argparse.Namespace) -> int:
     """``tracker worker``: run one worker process; prints ``{"rows", "stats"}`` as one JSON line."""
     addresses = [(host, int(port)) for host, port in (a.rsplit(":", 1) for a in args.addresses.split(","))]
     trace: list[tuple[Any, ...]] | None = [] if args.trace else None
@@ -151,7 +171,7 @@ def worker_main(args: Any) -> int:
     return 0
 
 
-def example_main(args: Any) -> int:
+def example_main(args: argparse.Namespace) -> int:
     """``tracker example``: register, run on ``--workers`` processes, print the rows."""
     example = load_example(args.name)
     config = {**example.DEFAULTS, **{k: v for k, v in (("epochs", args.epochs), ("seed", args.seed)) if v is not None}}

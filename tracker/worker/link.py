@@ -13,6 +13,28 @@ behind the same interface, with random delays on both directions) for fast rando
 Updates waiting to be sent are merged into one batch when the link is free to send: the
 concatenation of consecutive atomic batches of one worker is itself atomic and keeps FIFO
 order, so merging never exposes a state the protocol would not allow.
+
+What a link guarantees its :class:`~tracker.worker.Worker`: every submitted batch is applied
+exactly once, in submission order, never split; :attr:`Link.view` only ever holds a frontier the
+tracker published (possibly an old one, which is safe). Against an in-process tracker:
+
+>>> import asyncio
+>>> from tracker.graph import Edge, Graph, Node
+>>> graph = Graph.build(1, [Node(0, 0, 1), Node(1, 1, 0)], [Edge(Location.source(0, 0), Location.target(1, 0))])
+>>> tracker = Tracker(graph)
+>>> _ = tracker.apply(graph.default_initial())
+>>> async def advance() -> FrontierView:
+...     link = LocalHub(tracker).link("w0")
+...     task = asyncio.create_task(link.run())
+...     link.submit([(Location.source(0, 0), (1,), 1), (Location.source(0, 0), (0,), -1)])
+...     while not (link.idle() and link.view.version == 1):  # acknowledged, and its change received
+...         await asyncio.sleep(0)
+...     await link.close()
+...     await task
+...     return link.view
+>>> view = asyncio.run(advance())
+>>> view.version, view.blocks(Location.target(1, 0), (0,)), view.blocks(Location.target(1, 0), (1,))
+(1, False, True)
 """
 
 from __future__ import annotations
@@ -22,12 +44,15 @@ import json
 import random
 from collections import defaultdict, deque
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tracker.graph import Location, Update
 from tracker.reachability import Tracker
 from tracker.timestamp import Timestamp, less_equal
 from tracker.worker.vertex import location_update
+
+if TYPE_CHECKING:  # websockets is imported when a link runs, not when the SDK is imported
+    from websockets.asyncio.client import ClientConnection
 
 MERGE_LIMIT = 5000  # updates per merged batch (~400 KB of JSON)
 
@@ -40,7 +65,8 @@ class FrontierView:
     """The worker's copy of the published frontier of every location.
 
     It may lag behind the service, which is safe: with atomic batches applied in per-worker
-    FIFO order, an older frontier is never ahead of a newer one (DESIGN.md, invariant 1).
+    FIFO order, an older frontier is never ahead of a newer one (the safety invariant of
+    ``docs/core.md``).
 
     >>> view = FrontierView()
     >>> view.snapshot(3, [{"location": {"node": 1, "port": 0, "kind": "target"}, "frontier": [[2]]}])
@@ -191,7 +217,7 @@ class ServiceLink(Link):
         self.rng = random.Random(seed)
         self.connected = False
         self.refusal_window = 30.0  # seconds of 401/403/404 answers before giving up
-        self._ws: Any = None
+        self._ws: ClientConnection | None = None
 
     async def run(self) -> None:
         import websockets
@@ -229,7 +255,7 @@ class ServiceLink(Link):
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 1.0)
 
-    async def _session(self, ws: Any) -> None:
+    async def _session(self, ws: ClientConnection) -> None:
         reader = asyncio.create_task(self._read(ws))
         writer = asyncio.create_task(self._write(ws))
         try:
@@ -241,7 +267,7 @@ class ServiceLink(Link):
                 task.cancel()
             await asyncio.gather(reader, writer, return_exceptions=True)
 
-    async def _write(self, ws: Any) -> None:
+    async def _write(self, ws: ClientConnection) -> None:
         while not self._closing:
             if not self.pending or len(self.unacked) >= self.max_inflight:
                 self._more.clear()
@@ -255,7 +281,7 @@ class ServiceLink(Link):
             await ws.send(batch[1])
         await ws.close()
 
-    async def _read(self, ws: Any) -> None:
+    async def _read(self, ws: ClientConnection) -> None:
         async for raw in ws:
             message = json.loads(raw)
             kind = message.get("type")

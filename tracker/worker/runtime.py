@@ -12,13 +12,33 @@ this worker's queue for that vertex. (1) covers every message still in flight an
 own pointstamp or the one its producer consumed being still counted; (2) covers messages
 that arrived but were not delivered yet. A stale frontier only delays notifications.
 
+One worker against an in-process tracker (:class:`~tracker.worker.link.LocalHub`; a
+:class:`~tracker.worker.link.ServiceLink` talks to the service instead), feeding two epochs:
+
+>>> import asyncio
+>>> from tracker.reachability import Tracker
+>>> from tracker.worker.link import LocalHub
 >>> from tracker.worker.vertex import Dataflow, Vertex
+>>> class Report(Vertex):
+...     def on_recv(self, edge, message, time):
+...         self.notify_at(time)
+...     def on_notify(self, time):
+...         print("epoch", time[0], "complete")
 >>> flow = Dataflow("one")
 >>> source = flow.input("in")
->>> sink = flow.stage("sink", lambda i, n: Vertex(), inputs=1, outputs=0)
+>>> sink = flow.stage("sink", lambda index, peers: Report(), inputs=1, outputs=0)
 >>> flow.connect((source, 0), (sink, 0))
->>> Worker(flow, 0, 1, link=None).input(source).epoch
-0
+>>> tracker = Tracker(flow.graph())
+>>> _ = tracker.apply(flow.initial(workers=1))
+>>> async def drive(worker):
+...     handle = worker.input(source)
+...     handle.send(["a", "b"])
+...     handle.advance_to(1)
+...     handle.send(["c"])
+...     handle.close()
+>>> stats = asyncio.run(Worker(flow, 0, 1, LocalHub(tracker).link("w0")).run(drive))
+epoch 0 complete
+epoch 1 complete
 """
 
 from __future__ import annotations
@@ -27,7 +47,8 @@ import asyncio
 import contextlib
 import time as clock
 from collections import Counter, defaultdict, deque
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Callable, Coroutine, Iterable
+from operator import methodcaller
 from typing import Any
 
 from tracker.graph import Location, Update
@@ -36,7 +57,8 @@ from tracker.worker.link import Link
 from tracker.worker.transport import Transport
 from tracker.worker.vertex import Channel, Dataflow, ProgressError, Vertex, reachable
 
-Driver = Callable[["Worker"], Awaitable[None]]
+Driver = Callable[["Worker"], Coroutine[Any, Any, None]]
+"""Feeds a worker's inputs: an ``async def driver(worker)`` given to :meth:`Worker.run`."""
 _SLICE = 256  # callbacks between two yields to the event loop (sockets must keep flowing)
 
 
@@ -216,7 +238,8 @@ class Worker:
             if dest == self.index:
                 self.deliver(target.node, target.port, time, message)
             else:
-                self.transport.send(dest, target.node, target.port, time, message)  # type: ignore[union-attr]
+                assert self.transport is not None  # _route refuses other workers' messages without one
+                self.transport.send(dest, target.node, target.port, time, message)
 
     def deliver(self, stage: int, port: int, time: Timestamp, message: Any) -> None:
         """Queue a message for this worker's vertex of ``stage`` (local or from the transport)."""
@@ -273,7 +296,7 @@ class Worker:
                     self._active = (stage, "notify", -1, time)
                     if self.trace is not None:
                         self.trace.append(("notify", stage, self.index, time))
-                    self._callback(stage, lambda vertex, t=time: vertex.on_notify(t))
+                    self._callback(stage, methodcaller("on_notify", time))
                     ran = True
             if not self.requested[stage]:
                 del self.requested[stage]
@@ -287,9 +310,27 @@ class Worker:
     # -- the loop ----------------------------------------------------------------------------------
 
     async def run(self, driver: Driver | None = None, timeout: float = 120.0) -> dict[str, float]:
-        """Run until the dataflow is finished (or raise ``TimeoutError``); returns statistics:
-        ``busy_s`` in callbacks, ``wait_progress_s`` idle while notifications or the end of the
-        dataflow waited for the frontier, ``wait_other_s`` idle otherwise, ``wall_s``."""
+        """Run callbacks until the dataflow is finished: nothing queued or requested here, every
+        batch acknowledged, and every frontier empty.
+
+        Args:
+            driver: feeds this worker's inputs (runs concurrently; the worker keeps running
+                after it returns, until the dataflow is finished).
+            timeout: seconds before giving up.
+
+        Returns:
+            Statistics: ``busy_s`` in callbacks, ``wait_progress_s`` idle while notifications or
+            the end of the dataflow waited for the frontier, ``wait_other_s`` idle otherwise,
+            ``wall_s``, ``callbacks``, ``started_at`` and ``finished_at`` (epoch seconds), and the
+            link's counters as ``link_*``.
+
+        Raises:
+            TimeoutError: not finished after ``timeout`` seconds.
+            tracker.worker.link.LinkFailure: the tracker refused a batch for good.
+            ProgressError: a vertex broke the protocol (and whatever else a callback or the driver
+                raised).
+            RuntimeError: the link stopped.
+        """
         assert self.link is not None, "a worker needs a progress link to run"
         self.link.wake = self._wake
         if self.transport is not None:

@@ -7,11 +7,14 @@ exactly once (a duplicate is acknowledged without being applied). Frontiers come
 ``GET .../frontier/stream``: the first connection gets a ``snapshot``; a reconnection sends
 ``Last-Event-ID`` and gets the missed ``changes`` (or a fresh ``snapshot`` when the service's
 history no longer reaches back). Same guarantees as the WebSocket link, one more round trip
-per batch. Example (inside a running event loop)::
+per batch. A worker uses it in place of a :class:`~tracker.worker.link.ServiceLink`
+(``tracker example --link sse``); nothing is sent before :meth:`SseLink.run`:
 
-    link = SseLink("http://127.0.0.1:8000", dataflow_id, dataflow_token, "w0")
-    worker = Worker(flow, 0, 1, link, transport)
-    await worker.run(driver)
+>>> link = SseLink("http://127.0.0.1:8000", "df-1", "dataflow-token", "w0")
+>>> link.base, link.idle()
+('http://127.0.0.1:8000/v1/dataflows/df-1', True)
+
+Then, inside a running event loop: ``await Worker(flow, 0, 1, link, transport).run(driver)``.
 """
 
 from __future__ import annotations

@@ -7,9 +7,25 @@ so messages must be JSON values. Delivery is reliable while both processes live;
 order is *not* part of the contract (timely dataflow does not need it), and ``delay`` makes
 each message wait a random time before it is written, reordering them on purpose (tests).
 
->>> t = Transport(0, [("127.0.0.1", 0)])
->>> t.peers
-1
+Two workers in one process, on loopback ports picked by the system:
+
+>>> async def exchange() -> list:
+...     peers = [Transport(i, [("127.0.0.1", 0)] * 2) for i in range(2)]
+...     for t in peers:
+...         await t.start()
+...     for t in peers:  # tell each the ports the other one got
+...         t.addresses = [p.addresses[p.index] for p in peers]
+...     received = []
+...     peers[1].attach(lambda stage, port, time, message: received.append((stage, time, message)))
+...     await asyncio.gather(*(t.connect_all() for t in peers))
+...     peers[0].send(1, 2, 0, (5,), {"word": "hi"})  # to worker 1, stage 2, input 0, time (5,)
+...     while not received:
+...         await asyncio.sleep(0.01)
+...     for t in peers:
+...         await t.close()
+...     return received
+>>> asyncio.run(exchange())
+[(2, (5,), {'word': 'hi'})]
 """
 
 from __future__ import annotations
@@ -44,9 +60,6 @@ class Transport:
         self.connect_timeout = connect_timeout
         self._backlog: list[tuple[int, int, Timestamp, Any]] = []
         self.deliver: Deliver = lambda *message: self._backlog.append(message)  # kept until attach()
-        self.sent = 0
-        self.received = 0
-        self.delayed = 0  # messages scheduled but not yet queued (random delay running)
         self._queues: dict[int, asyncio.Queue[bytes]] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._server: asyncio.Server | None = None
@@ -89,16 +102,10 @@ class Transport:
         """Queue ``message`` for ``(stage, port)`` on worker ``dest``; never blocks."""
         item = (stage, port, time, message)
         queue = self._queue(dest)
-        self.sent += 1
         if self.delay:
-            self.delayed += 1
-            asyncio.get_running_loop().call_later(self.rng.random() * self.delay, self._release, queue, item)
+            asyncio.get_running_loop().call_later(self.rng.random() * self.delay, queue.put_nowait, item)
         else:
             queue.put_nowait(item)
-
-    def _release(self, queue: asyncio.Queue[Any], item: Any) -> None:
-        self.delayed -= 1
-        queue.put_nowait(item)
 
     async def _pump(self, dest: int, queue: asyncio.Queue[Any]) -> None:
         try:
@@ -136,7 +143,6 @@ class Transport:
                             self._everyone.set()
                         continue
                     stage, port, time, message = item
-                    self.received += 1
                     self.deliver(stage, port, tuple(time), message)
         except (OSError, asyncio.IncompleteReadError):
             pass

@@ -8,7 +8,8 @@ vertex of the same worker). The service tracks progress on the logical graph (Na
 projection of physical pointstamps onto logical ones), so every vertex of a stage shares the
 frontier of the stage's inputs: coarser, never unsafe.
 
-How callbacks become occurrence counts (seed 000's table, locations as in :mod:`tracker.graph`):
+How callbacks become occurrence counts (locations as in :mod:`tracker.graph`; ``docs/workers.md``
+restates this table):
 
 * ``send_by(port, m, t)``: ``+1`` at ``(target, t)`` for every channel leaving output ``port``
   (the message's pointstamp lives at the receiving input, as in timely);
@@ -22,6 +23,9 @@ The ``-1`` of what a callback consumed and the ``+1`` of everything it produced 
 atomic batch. Times a callback produces are checked against the stage's connection summaries
 (no sending back in time); a violation raises :class:`ProgressError` at the call.
 
+>>> class Doubler(Vertex):
+...     def on_recv(self, edge, message, time):
+...         self.send_by(0, 2 * message, time)
 >>> flow = Dataflow("demo")
 >>> source = flow.input("numbers")
 >>> double = flow.stage("double", lambda worker, workers: Doubler(), inputs=1, outputs=1)
@@ -97,13 +101,6 @@ class Vertex:
         self._scheduler.notify_at(self, tuple(time))
 
 
-class Doubler(Vertex):
-    """Doubles numbers (the module's example)."""
-
-    def on_recv(self, edge: int, message: Any, time: Timestamp) -> None:
-        self.send_by(0, 2 * message, time)
-
-
 class Feedback(Vertex):
     """Naiad's feedback vertex: forwards every message with the loop counter (the last
     coordinate) incremented by one. Stages made by :meth:`Dataflow.feedback` use it."""
@@ -161,7 +158,14 @@ class Dataflow:
 
     def stage(self, name: str, factory: VertexFactory, inputs: int, outputs: int,
               connections: dict[tuple[int, int], list[tuple[int, ...]]] | None = None) -> int:
-        """Declare a stage whose vertices ``factory(index, peers)`` builds; returns its id."""
+        """Declare a stage whose vertices ``factory(index, peers)`` builds; returns its id.
+
+        ``connections`` maps ``(input, output)`` to the least increments from that input to that
+        output (default: every input reaches every output unchanged).
+
+        Raises:
+            ValueError: ``inputs < 1`` (an input stage is declared with :meth:`input`).
+        """
         if inputs < 1:
             raise ValueError(f"stage {name!r}: a vertex stage needs at least one input (use input())")
         return self._add(Stage(len(self.stages), name, inputs, outputs, factory, connections))
@@ -174,7 +178,11 @@ class Dataflow:
 
     def connect(self, source: tuple[int, int], target: tuple[int, int], partition: Partition | None = None) -> None:
         """Add a channel from ``(stage, output)`` to ``(stage, input)``; ``partition`` routes
-        each message to worker ``partition(message) % peers`` (default: the same worker)."""
+        each message to worker ``partition(message) % peers`` (default: the same worker).
+
+        Raises:
+            ValueError: the stage has no such port.
+        """
         src, dst = Location.source(*source), Location.target(*target)
         for loc, count in ((src, self.stages[src.node].outputs), (dst, self.stages[dst.node].inputs)):
             if not 0 <= loc.port < count:
@@ -186,7 +194,11 @@ class Dataflow:
         return stage.id
 
     def graph(self) -> Graph:
-        """The logical graph as the core's :class:`~tracker.graph.Graph` (validated)."""
+        """The logical graph as the core's :class:`~tracker.graph.Graph`.
+
+        Raises:
+            tracker.graph.GraphError: the declared graph is invalid (a bad summary, say).
+        """
         nodes = []
         for s in self.stages:
             conns = None
