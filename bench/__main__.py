@@ -3,6 +3,8 @@
 A benchmark is a module ``bench/NAME.py`` with ``run(quick: bool) -> dict`` that prints a
 readable table and returns ``{"name": ..., "figures": {...}, "targets": {...}}``; this runner
 prints that dict as the last line, as one JSON object, so runs can be compared over time.
+Importing a benchmark module starts nothing (no service, no Spark session): only ``run`` does.
+The package's docstring (``bench/__init__.py``) shows the listing.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import pkgutil
 import sys
 from pathlib import Path
 
-_NOT_BENCHMARKS = {"__main__", "workloads", "report"}
+_NOT_BENCHMARKS = {"__main__", "workloads", "spark_workloads", "watcher"}
 
 
 def available() -> dict[str, str]:
@@ -30,6 +32,7 @@ def available() -> dict[str, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """``python -m bench [NAME] [--quick]``: list the benchmarks, or run one; the exit code."""
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
     parser.add_argument("name", nargs="?", help="benchmark to run; omit to list them")
     parser.add_argument("--quick", action="store_true", help="a short run (smaller workloads, fewer repetitions)")

@@ -3,18 +3,23 @@
 For each workload (a chain, a PageRank-like loop, a random graph with feedback loops) a
 protocol-following update sequence is applied to the native :class:`~tracker.reachability.Tracker`,
 and at sampled points the naive baseline recomputes every frontier from scratch
-(:func:`tracker.oracle.fixpoint_frontiers`, seed 004's ``frontier`` without incremental tricks)
-from the same counts. Both are timed in the same run; the figure is the ratio per batch, and
-the two answers are compared at every sample.
+(:func:`tracker.oracle.fixpoint_frontiers`, the frontier of ``docs/core.md`` without
+incremental tricks) from the same counts. Both are timed in the same run; the figure is the
+ratio per batch, and the two answers are compared at every sample (a disagreement raises).
+
+>>> figures = _measure("chain", chain(20), batches=40, samples=4)
+>>> figures["locations"], figures["batches"], figures["speedup"] > 0
+(39, 40, True)
 """
 
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from bench.workloads import Simulation, chain, loop, random_graph
 from tracker import oracle
-from tracker.graph import Graph
+from tracker.graph import Graph, Update
 from tracker.reachability import Tracker
 
 TARGET_SPEEDUP = 50.0
@@ -23,7 +28,7 @@ TARGET_SPEEDUP = 50.0
 class _EpochsOnly(Simulation):
     """Only input epochs advance: every batch moves the frontier at every location (worst case)."""
 
-    def step(self) -> list:
+    def step(self) -> list[Update]:
         self.messages.clear()
         batch = super().step()
         return batch[:2]
@@ -69,7 +74,7 @@ def _measure(name: str, graph: Graph, batches: int, samples: int) -> dict[str, f
     }
 
 
-def run(quick: bool = False) -> dict:
+def run(quick: bool = False) -> dict[str, Any]:
     """Run the three workloads; print a table; return the figures and targets."""
     size = 150 if quick else 500
     batches = 500 if quick else 4000

@@ -7,6 +7,11 @@ the snapshot plus the tail. Then it is killed again, the ``pointstamps`` table i
 compaction had never run) and restarted, which replays the whole ``progress`` history. Both
 restarts must give the same version and frontier; the figures are the service's own
 ``recovered`` time and the wall time until ``/healthz`` answers.
+
+The service's own figure is read from its JSON log:
+
+>>> _recovered('{"msg": "recovered", "seconds": 0.4, "dataflows": 1}')
+{'msg': 'recovered', 'seconds': 0.4, 'dataflows': 1}
 """
 
 from __future__ import annotations
@@ -49,8 +54,14 @@ def _restart(service: ServiceProcess) -> tuple[float, float, dict[str, Any]]:
     started = time.perf_counter()
     service.restart()
     wall = time.perf_counter() - started
-    lines = [json.loads(line) for line in service.log_tail(400).splitlines() if '"msg": "recovered"' in line]
-    return wall, float(lines[-1]["seconds"]), lines[-1]
+    line = _recovered(service.log_tail(400))
+    return wall, float(line["seconds"]), line
+
+
+def _recovered(log: str) -> dict[str, Any]:
+    """The last ``recovered`` line of the service's JSON log."""
+    lines: list[dict[str, Any]] = [json.loads(line) for line in log.splitlines() if '"msg": "recovered"' in line]
+    return lines[-1]
 
 
 def _state(service: ServiceProcess, dataflow_id: str) -> Any:

@@ -13,6 +13,15 @@ loopback port (``tracker serve``, Spark off so the JVM does not compete for the 
 * **Throughput**: updates per second ingested through the service (several WebSocket workers,
   pipelined batches of 128, and of 512, updates) against the native tracker applying the very
   same batches in-process.
+
+The subscriber must see every version in order (a gap or a reordering raises). Percentiles are
+nearest-rank, and the throughput work moves pointstamps forward so that frontiers really move:
+
+>>> _pct([4.0, 1.0, 3.0, 2.0], 0.5), _pct([4.0, 1.0, 3.0, 2.0], 0.99)
+(3.0, 4.0)
+>>> initial, work = _throughput_work(1, 2, [(1, 0, "target"), (2, 0, "target")], batch=4)
+>>> len(initial), [len(batch) for batch in work[0]], work[0][1][0]["time"], work[0][1][-1]["time"]
+(2, [4, 4], [2], [1])
 """
 
 from __future__ import annotations
@@ -26,7 +35,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 from websockets.asyncio.client import connect
@@ -35,7 +44,13 @@ from tests.service_fixtures import ADMIN, ServiceProcess, core_graph, free_port,
 
 OPERATORS = 100
 BATCH = 128
+Batch = list[dict[str, Any]]
+"""One progress batch's ``updates``, as JSON."""
 
+if TYPE_CHECKING:
+    from fastapi import FastAPI
+
+floor_app: FastAPI | None
 try:  # the trivial endpoint of the floor (imported by uvicorn in a subprocess)
     from fastapi import FastAPI, WebSocket, WebSocketDisconnect
 
@@ -134,7 +149,7 @@ async def _latency(service: ServiceProcess, dataflow_id: str, token: str, transp
                     post = asyncio.ensure_future(client.post(f"/v1/dataflows/{dataflow_id}/progress", content=text,
                                                              headers={"Content-Type": "application/json"}))
                 version += 1
-                seen, at = (await watcher.stdout.readline()).split()
+                seen, at = (await watcher.stdout.readline()).decode().split()
                 if int(seen) != version:
                     raise RuntimeError(f"the subscriber saw version {seen}, expected {version}")
                 samples.append(float(at) - started)
@@ -149,7 +164,7 @@ async def _latency(service: ServiceProcess, dataflow_id: str, token: str, transp
 
 
 def _throughput_work(workers: int, per_worker: int, locations: list[tuple[int, int, str]], batch: int = BATCH
-                     ) -> tuple[list[dict[str, Any]], list[list[list[dict[str, Any]]]]]:
+                     ) -> tuple[list[dict[str, Any]], list[list[Batch]]]:
     """Initial pointstamps and, per worker, batches of BATCH updates: each worker holds BATCH/2
     pointstamps spread over the ring and moves them all from ``k`` to ``k + 1`` per batch, so
     frontiers really move (nothing else holds them back) and the tracker does real work."""
@@ -162,12 +177,12 @@ def _throughput_work(workers: int, per_worker: int, locations: list[tuple[int, i
     return initial, out
 
 
-async def _ingest(service: ServiceProcess, dataflow_id: str, token: str, work: list[list[list[dict]]],
+async def _ingest(service: ServiceProcess, dataflow_id: str, token: str, work: list[list[Batch]],
                   window: int) -> float:
     headers = {"Authorization": f"Bearer {token}"}
     url = f"{service.ws_url}/v1/dataflows/{dataflow_id}/ws?subscribe=false"
 
-    async def worker(w: int, batches: list[list[dict]]) -> None:
+    async def worker(w: int, batches: list[Batch]) -> None:
         async with connect(url, additional_headers=headers, max_size=None, compression=None) as ws:
             texts = [json.dumps({"worker": f"tp{w}", "seq": s, "updates": b}) for s, b in enumerate(batches)]
             sent = acked = 0
@@ -185,7 +200,7 @@ async def _ingest(service: ServiceProcess, dataflow_id: str, token: str, work: l
     return time.perf_counter() - started
 
 
-def _native_seconds(body: dict[str, Any], work: list[list[list[dict]]]) -> float:
+def _native_seconds(body: dict[str, Any], work: list[list[Batch]]) -> float:
     from tracker.graph import Location
     from tracker.reachability import Tracker
 

@@ -15,8 +15,11 @@ from __future__ import annotations
 
 import random
 
-from tracker.graph import Connection, Edge, Graph, Location, Node
+from tracker.graph import Connection, Edge, Graph, Location, Node, Update
 from tracker.timestamp import PathSummary, Timestamp
+
+Counts = dict[tuple[Location, Timestamp], int]
+"""One dataflow's occurrence counts."""
 
 
 def pipeline(depth: int, rng: random.Random, arity: int = 2) -> Graph:
@@ -48,13 +51,13 @@ def dataflows(count: int, seed: int = 7, max_depth: int = 50, arity: int = 2) ->
     return {f"df{i:05d}": pipeline(rng.randrange(10, max_depth + 1), rng, arity) for i in range(count)}
 
 
-def pointstamps(graphs: dict[str, Graph], seed: int = 11, per_dataflow: int = 4) -> dict[str, dict]:
+def pointstamps(graphs: dict[str, Graph], seed: int = 11, per_dataflow: int = 4) -> dict[str, Counts]:
     """Per dataflow: the input's capability at epoch 0 plus a few in-flight messages."""
     rng = random.Random(seed)
-    counts: dict[str, dict] = {}
+    counts: dict[str, Counts] = {}
     for key, graph in graphs.items():
         zero = (0,) * graph.arity
-        c: dict[tuple[Location, Timestamp], int] = {(Location.source(0, 0), zero): 1}
+        c: Counts = {(Location.source(0, 0), zero): 1}
         locations = graph.locations()
         for _ in range(per_dataflow - 1):
             time = tuple(rng.randrange(0, 3) for _ in range(graph.arity))
@@ -63,13 +66,14 @@ def pointstamps(graphs: dict[str, Graph], seed: int = 11, per_dataflow: int = 4)
     return counts
 
 
-def change_batch(graphs: dict[str, Graph], counts: dict[str, dict], fraction: float, seed: int = 13) -> dict[str, list]:
+def change_batch(graphs: dict[str, Graph], counts: dict[str, Counts], fraction: float, seed: int = 13
+                 ) -> dict[str, list[Update]]:
     """Updates at ``fraction`` of all locations: retire an active time there if any and
     introduce a later one (the usual shape of progress: things move forward)."""
     rng = random.Random(seed)
     everywhere = [(key, loc) for key, g in graphs.items() for loc in g.locations()]
     chosen = rng.sample(everywhere, max(1, int(len(everywhere) * fraction)))
-    batch: dict[str, list] = {}
+    batch: dict[str, list[Update]] = {}
     for key, loc in chosen:
         active = [(t, c) for (location, t), c in counts[key].items() if location == loc and c > 0]
         arity = graphs[key].arity

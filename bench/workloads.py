@@ -1,15 +1,29 @@
 """Dataflow shapes shared by the benchmarks: chains, PageRank-like loops, random graphs.
 
 Each builder returns a validated :class:`~tracker.graph.Graph`; node 0 is always an input
-(no inputs, one output) so the default initial pointstamps hold one capability there.
+(no inputs, one output) so the default initial pointstamps hold one capability there, and every
+cycle passes through a feedback operator that advances time (so the trackers accept them).
+:class:`Simulation` produces update batches that follow the protocol workers follow.
+
+>>> graph = loop(5)
+>>> len(graph.locations()), graph.arity
+(10, 2)
+>>> simulation = Simulation(graph)
+>>> simulation.initial()
+[(Location(node=0, port=0, kind='source'), (0, 0), 1)]
+>>> for location, time, delta in simulation.step():  # the input moves to epoch 1, sends at epoch 0
+...     print(location, time, delta)
+(0,0,source) (1, 0) 1
+(0,0,source) (0, 0) -1
+(1,0,target) (0, 0) 1
 """
 
 from __future__ import annotations
 
 import random
 
-from tracker.graph import Connection, Edge, Graph, Location, Node
-from tracker.timestamp import PathSummary
+from tracker.graph import Connection, Edge, Graph, Location, Node, Update
+from tracker.timestamp import PathSummary, Timestamp
 
 
 def chain(operators: int, arity: int = 1) -> Graph:
@@ -20,7 +34,7 @@ def chain(operators: int, arity: int = 1) -> Graph:
 
 
 def loop(operators: int) -> Graph:
-    """Seed 004's PageRank shape, stretched: input -> pagerank(2 inputs) -> ``operators - 3``
+    """A PageRank-like loop, stretched: input -> pagerank(2 inputs) -> ``operators - 3``
     operators in the loop body -> feedback (+1 iteration) -> back into pagerank. Arity 2:
     ``(epoch, iteration)``."""
     body = max(operators - 3, 1)
@@ -81,14 +95,14 @@ class Simulation:
             self.downstream.setdefault(edge.source, []).append(edge.target)
         self.inputs = [loc for loc, _, _ in graph.default_initial()]
         self.epoch = {loc: graph.default_initial()[0][1] for loc in self.inputs}
-        self.messages: list[tuple[Location, tuple[int, ...]]] = []
+        self.messages: list[tuple[Location, Timestamp]] = []
         self.nodes = {n.id: n for n in graph.nodes}
 
-    def initial(self) -> list[tuple[Location, tuple[int, ...], int]]:
+    def initial(self) -> list[Update]:
         """The registration's initial pointstamps."""
         return self.graph.default_initial()
 
-    def step(self) -> list[tuple[Location, tuple[int, ...], int]]:
+    def step(self) -> list[Update]:
         """One atomic batch of updates."""
         if not self.messages or self.rng.random() < 0.05:
             source = self.rng.choice(self.inputs)
@@ -117,7 +131,7 @@ class Simulation:
                 batch.append((dest, moved, 1))
         return batch
 
-    def _loop_ends(self, moved: tuple[int, ...]) -> bool:
+    def _loop_ends(self, moved: Timestamp) -> bool:
         if self.graph.arity > 1:
             return moved[-1] > self.max_rounds
         return self.rng.random() < 1 / self.max_rounds
