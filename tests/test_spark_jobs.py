@@ -133,7 +133,7 @@ def test_iterations_keep_a_flat_plan(spark) -> None:
 @SPARK
 @given(st.lists(acyclic_graphs(), min_size=PER_EXAMPLE, max_size=PER_EXAMPLE))
 def test_scope_summaries_equal_psi_into_operator_zero_inputs(spark, graphs: list[Graph]) -> None:
-    """Seed 004's backward ``summarize``: every location to each operator-zero input an edge enters."""
+    """The backward ``summarize``: every location to each operator-zero input an edge enters."""
     from spark_jobs.frames import transitions_of
     from spark_jobs.summaries import boundary_of, boundary_summaries, collect_psi, operator_summary
 
