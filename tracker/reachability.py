@@ -159,7 +159,7 @@ class Tracker:
                         target[dest] = target.get(dest, 0) + change
             del buckets[time]
         # tuple.__new__ and itemgetter skip NamedTuple's Python-level constructor and a lambda
-        # per change: with hundreds of changes per batch this was a tenth of the service's time.
+        # per change: with hundreds of changes per batch, those cost a tenth of the service's time.
         new = tuple.__new__
         changes = [new(FrontierChange, (loc, t, d)) for (loc, t), d in pushed.items() if d != 0]
         changes.sort(key=_BY_TIME)
