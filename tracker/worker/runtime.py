@@ -88,7 +88,12 @@ class InputHandle:
         return (self.epoch,) + (0,) * (self.worker.dataflow.arity - 1)
 
     def send(self, records: Iterable[Any], port: int = 0) -> None:
-        """Send each record along output ``port`` at the current epoch."""
+        """Send each record along output ``port`` at the current epoch (all or nothing).
+
+        Raises:
+            ProgressError: the input is closed, or a record goes to another worker and this
+                worker has no transport.
+        """
         if self.closed:
             raise ProgressError(f"input {self.stage} is closed")
         updates: list[Update] = []
@@ -102,7 +107,11 @@ class InputHandle:
         self.worker._submit(updates)
 
     def advance_to(self, epoch: int) -> None:
-        """Promise that no record of an epoch before ``epoch`` will be sent any more."""
+        """Promise that no record of an epoch before ``epoch`` will be sent any more.
+
+        Raises:
+            ProgressError: the input is closed, or ``epoch`` is not later than the current one.
+        """
         if self.closed or epoch <= self.epoch:
             raise ProgressError(f"input {self.stage}: cannot advance from {self.epoch} to {epoch}")
         old = self.time()
