@@ -46,15 +46,20 @@ from collections import defaultdict, deque
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from tracker.graph import Location, Update
+from tracker.graph import Location
 from tracker.reachability import Tracker
+from tracker.scope import NestedGraph, Scope
+from tracker.scoped import ScopedTracker
 from tracker.timestamp import Timestamp, less_equal
-from tracker.worker.vertex import location_update
+from tracker.worker.vertex import AnyLocation, Dataflow, as_scoped, location_json, location_update, parse_location
 
 if TYPE_CHECKING:  # websockets is imported when a link runs, not when the SDK is imported
     from websockets.asyncio.client import ClientConnection
 
 MERGE_LIMIT = 5000  # updates per merged batch (~400 KB of JSON)
+Update = tuple[AnyLocation, Timestamp, int]
+"""An occurrence-count change as a worker reports it: ``(location, time, delta)``, the location
+a :class:`~tracker.graph.Location` in the root scope or a :class:`~tracker.scope.ScopedLocation`."""
 
 
 class LinkFailure(RuntimeError):
@@ -80,7 +85,7 @@ class FrontierView:
     def __init__(self) -> None:
         self.known = False
         self.version: int | None = None  # of the state held; None before the first snapshot
-        self.times: dict[Location, set[Timestamp]] = {}
+        self.times: dict[AnyLocation, set[Timestamp]] = {}
 
     def snapshot(self, version: int, locations: list[dict[str, Any]]) -> None:
         """Replace everything by a ``snapshot`` event's ``locations``.
@@ -90,8 +95,7 @@ class FrontierView:
         so the view stays unknown until the first ``changes`` event builds on it."""
         self.times = {}
         for row in locations:
-            loc = row["location"]
-            self.times[Location(loc["node"], loc["port"], loc["kind"])] = {tuple(t) for t in row["frontier"]}
+            self.times[parse_location(row["location"])] = {tuple(t) for t in row["frontier"]}
         self.version = version
         self.known = version >= 0
 
@@ -100,8 +104,7 @@ class FrontierView:
         if self.version is None or version <= self.version:
             return
         for change in changes:
-            loc = change["location"]
-            times = self.times.setdefault(Location(loc["node"], loc["port"], loc["kind"]), set())
+            times = self.times.setdefault(parse_location(change["location"]), set())
             if change["diff"] > 0:
                 times.add(tuple(change["time"]))
             else:
@@ -109,9 +112,11 @@ class FrontierView:
         self.version = version
         self.known = True
 
-    def blocks(self, location: Location, time: Timestamp) -> bool:
+    def blocks(self, location: AnyLocation, time: Timestamp) -> bool:
         """True while some frontier element at ``location`` is ``<= time`` (or nothing is known
-        yet): a notification at ``time`` must wait."""
+        yet): a notification at ``time`` must wait. ``location`` and ``time`` are in the
+        location's scope (a :class:`~tracker.graph.Location` for the root, a
+        :class:`~tracker.scope.ScopedLocation` inside a nested scope)."""
         if not self.known:
             return True
         return any(less_equal(f, time) for f in self.times.get(location, ()))
@@ -128,7 +133,7 @@ def consolidate(updates: Iterable[Update]) -> list[Update]:
     >>> consolidate([(a, (1,), 1), (a, (2,), 1), (a, (1,), -1)])
     [(Location(node=1, port=0, kind='target'), (2,), 1)]
     """
-    sums: dict[tuple[Location, Timestamp], int] = {}
+    sums: dict[tuple[AnyLocation, Timestamp], int] = {}
     for loc, time, delta in updates:
         sums[(loc, time)] = sums.get((loc, time), 0) + delta
     return [(loc, time, d) for (loc, time), d in sums.items() if d != 0]
@@ -317,20 +322,33 @@ class LocalHub:
     """An in-process progress tracker with the service's semantics, for tests.
 
     Batches of each worker are applied in FIFO order after a random delay, and each link sees
-    the resulting frontier changes after its own random delay (in version order). Example::
+    the resulting frontier changes after its own random delay (in version order). The tracker
+    is a :class:`~tracker.scoped.ScopedTracker` (any dataflow, scopes or not); a flat
+    :class:`~tracker.reachability.Tracker` is accepted too, for a dataflow without scopes.
+    Frontier changes reach links in the service's JSON shape. Example::
 
-        tracker = Tracker(flow.graph())
-        tracker.apply(flow.initial(2))
-        hub = LocalHub(tracker, delay=0.002, seed=1)
+        hub = LocalHub.for_dataflow(flow, workers=2, delay=0.002, seed=1)
         workers = [Worker(flow, i, 2, hub.link(f"w{i}"), transports[i]) for i in range(2)]
     """
 
-    def __init__(self, tracker: Tracker, *, delay: float = 0.0, seed: int = 0) -> None:
+    def __init__(self, tracker: ScopedTracker | Tracker, *, delay: float = 0.0, seed: int = 0) -> None:
+        if isinstance(tracker, Tracker):
+            flat = tracker
+            root = Scope((), "root", flat.graph.arity, flat.graph, frozenset())
+            tracker = ScopedTracker(NestedGraph({(): root}, {}), lambda graph: flat)
         self.tracker = tracker
         self.delay = delay
         self.rng = random.Random(seed)
         self.version = 0
         self.links: list[LocalLink] = []
+
+    @classmethod
+    def for_dataflow(cls, flow: Dataflow, workers: int, *, delay: float = 0.0, seed: int = 0) -> LocalHub:
+        """A hub tracking ``flow`` (scopes or not), started with the capabilities of ``workers``
+        workers' inputs, as the service is when the dataflow is registered."""
+        tracker = ScopedTracker(flow.nested())
+        tracker.apply([(as_scoped(loc), t, d) for loc, t, d in flow.initial(workers)])
+        return cls(tracker, delay=delay, seed=seed)
 
     def link(self, worker: str) -> LocalLink:
         """A new link for ``worker``."""
@@ -339,14 +357,14 @@ class LocalHub:
         return link
 
     def _apply(self, updates: list[Update]) -> None:
-        changes = self.tracker.apply(updates)
+        changes = self.tracker.apply([(as_scoped(loc), t, d) for loc, t, d in updates])
         self.version += 1
-        encoded = [{"location": c.location._asdict(), "time": list(c.time), "diff": c.diff} for c in changes]
+        encoded = [{"location": location_json(c.location), "time": list(c.time), "diff": c.diff} for c in changes]
         for link in self.links:
             link.inbox.put_nowait((self.version, encoded))
 
     def _snapshot(self) -> list[dict[str, Any]]:
-        return [{"location": loc._asdict(), "frontier": [list(t) for t in ts]}
+        return [{"location": location_json(loc), "frontier": [list(t) for t in ts]}
                 for loc, ts in self.tracker.frontiers().items()]
 
 
@@ -372,7 +390,7 @@ class LocalLink(Link):
                     continue
                 await self._pause()
                 body = json.loads(batch[1])
-                self.hub._apply([(Location(**u["location"]), tuple(u["time"]), u["delta"]) for u in body["updates"]])
+                self.hub._apply([(parse_location(u["location"]), tuple(u["time"]), u["delta"]) for u in body["updates"]])
                 self._acked(batch[0])
                 self.wake()
         finally:

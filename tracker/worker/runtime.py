@@ -51,11 +51,11 @@ from collections.abc import Callable, Coroutine, Iterable
 from operator import methodcaller
 from typing import Any
 
-from tracker.graph import Location, Update
+from tracker.graph import Location
 from tracker.timestamp import Timestamp, less_equal
-from tracker.worker.link import Link
+from tracker.worker.link import Link, Update
 from tracker.worker.transport import Transport
-from tracker.worker.vertex import Channel, Dataflow, ProgressError, Vertex, reachable
+from tracker.worker.vertex import AnyLocation, Channel, Dataflow, ProgressError, Vertex, reachable
 
 Driver = Callable[["Worker"], Coroutine[Any, Any, None]]
 """Feeds a worker's inputs: an ``async def driver(worker)`` given to :meth:`Worker.run`."""
@@ -117,17 +117,19 @@ class InputHandle:
         old = self.time()
         self.epoch = epoch
         self.worker._submit([u for p in range(self._outputs())
-                             for u in ((Location.source(self.stage, p), self.time(), 1),
-                                       (Location.source(self.stage, p), old, -1))])
+                             for u in ((self._source(p), self.time(), 1), (self._source(p), old, -1))])
 
     def close(self) -> None:
         """No more records at all: the capability is dropped."""
         if not self.closed:
             self.closed = True
-            self.worker._submit([(Location.source(self.stage, p), self.time(), -1) for p in range(self._outputs())])
+            self.worker._submit([(self._source(p), self.time(), -1) for p in range(self._outputs())])
 
     def _outputs(self) -> int:
         return self.worker.dataflow.stages[self.stage].outputs
+
+    def _source(self, port: int) -> AnyLocation:
+        return self.worker.dataflow.stages[self.stage].source(port)
 
 
 class Worker:
@@ -152,6 +154,10 @@ class Worker:
                 vertex.index, vertex.peers, vertex.stage, vertex._scheduler = index, peers, stage.id, self
                 self.vertices[stage.id] = vertex
         self.inputs = {s.id: InputHandle(self, s.id) for s in dataflow.stages if s.factory is None}
+        # Per stage (by id): its input and output locations as reported, and the arity of its times.
+        self._targets = [[s.target(p) for p in range(s.inputs)] for s in dataflow.stages]
+        self._sources = [[s.source(p) for p in range(s.outputs)] for s in dataflow.stages]
+        self._arity = [dataflow.arity_of(s.id) for s in dataflow.stages]
         self._channels: dict[Location, list[Channel]] = defaultdict(list)
         for channel in dataflow.channels:
             self._channels[channel.source].append(channel)
@@ -174,8 +180,7 @@ class Worker:
         """True iff, as far as this worker knows, nothing at a time ``<= time`` can reach any
         input of ``stage`` any more (timely's probe)."""
         view = self.link.view if self.link is not None else None
-        return view is not None and not any(
-            view.blocks(Location.target(stage, p), time) for p in range(self.dataflow.stages[stage].inputs))
+        return view is not None and not any(view.blocks(target, time) for target in self._targets[stage])
 
     async def probe(self, stage: int, time: Timestamp) -> None:
         """Wait until :meth:`passed` (e.g. an input driver pacing itself to the computation)."""
@@ -198,8 +203,8 @@ class Worker:
         stage, kind, held_port, held = self._holding(vertex)
         if not 0 <= port < self.dataflow.stages[stage].outputs:
             raise ProgressError(f"stage {stage} has no output {port}")
-        if len(time) != self.dataflow.arity:
-            raise ProgressError(f"time {time} does not have the dataflow's arity {self.dataflow.arity}")
+        if len(time) != self._arity[stage]:
+            raise ProgressError(f"time {time} does not have the arity {self._arity[stage]} of stage {stage}'s scope")
         ok = less_equal(held, time) if kind == "notify" else reachable(
             self.dataflow.summaries(stage, held_port, port), held, time)
         if not ok:
@@ -210,8 +215,8 @@ class Worker:
         """Request ``on_notify(time)``; see :meth:`Vertex.notify_at`."""
         stage, kind, held_port, held = self._holding(vertex)
         outputs = self.dataflow.stages[stage].outputs
-        if len(time) != self.dataflow.arity:
-            raise ProgressError(f"time {time} does not have the dataflow's arity {self.dataflow.arity}")
+        if len(time) != self._arity[stage]:
+            raise ProgressError(f"time {time} does not have the arity {self._arity[stage]} of stage {stage}'s scope")
         if kind == "notify" or outputs == 0:
             ok = less_equal(held, time)
         else:
@@ -221,7 +226,7 @@ class Worker:
         if time in self.requested[stage] or time in self._requests:
             return  # coalesced with the pending request: one capability, one on_notify
         self._requests.append(time)
-        self._updates.extend((Location.source(stage, o), time, 1) for o in range(outputs))
+        self._updates.extend((source, time, 1) for source in self._sources[stage])
 
     def _holding(self, vertex: Vertex) -> tuple[int, str, int, Timestamp]:
         if self._active is None or self._active[0] != vertex.stage:
@@ -232,12 +237,13 @@ class Worker:
 
     def _route(self, stage: int, port: int, message: Any, time: Timestamp, updates: list[Update]) -> None:
         for channel in self._channels.get(Location.source(stage, port), ()):
-            target = channel.target
+            target = channel.target  # by stage id; its time is the receiving scope's
             dest = self.index if channel.partition is None else channel.partition(message) % self.peers
             if dest != self.index and self.transport is None:
                 raise ProgressError(f"message for worker {dest} but this worker has no transport")
-            updates.append((target, time, 1))
-            self._outbox.append((dest, target, time, message))
+            arrives = channel.carry(time) if channel.leave or channel.enter else time
+            updates.append((self._targets[target.node][target.port], arrives, 1))
+            self._outbox.append((dest, target, arrives, message))
 
     def _release(self) -> None:
         """Hand the messages of a completed callback (or input call) on; a callback that
@@ -268,7 +274,7 @@ class Worker:
         counts[time] -= 1
         if not counts[time]:
             del counts[time]
-        self._updates = [(Location.target(stage, port), time, -1)]
+        self._updates = [(self._targets[stage][port], time, -1)]
         self._active = (stage, "recv", port, time)
         if self.trace is not None:
             self.trace.append(("recv", stage, self.index, port, time))
@@ -300,8 +306,7 @@ class Worker:
             for time in sorted(self.requested[stage]):
                 if time in self.requested[stage] and self.deliverable(stage, time):
                     self.requested[stage].discard(time)
-                    outputs = self.dataflow.stages[stage].outputs
-                    self._updates = [(Location.source(stage, o), time, -1) for o in range(outputs)]
+                    self._updates = [(source, time, -1) for source in self._sources[stage]]
                     self._active = (stage, "notify", -1, time)
                     if self.trace is not None:
                         self.trace.append(("notify", stage, self.index, time))
