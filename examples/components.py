@@ -1,26 +1,28 @@
-"""Connected components by label propagation in a feedback loop, ``(epoch, iteration)`` times.
+"""Connected components by label propagation in a loop scope.
 
-A loop as Naiad builds one (a feedback stage adds one to the iteration coordinate, so every
-cycle advances time): ``input -> cc (2 inputs) -> feedback (+1 iteration) -> cc``, plus
-``cc -> sink``. Epoch ``e`` adds a batch of undirected edges; the answer for ``e`` labels every
-node seen so far with the smallest node id of its component in the graph of all edges of
-epochs ``<= e``. Epochs may run concurrently (``(e, 3)`` and ``(e + 1, 0)`` are incomparable),
-so ``cc`` keeps separate state per epoch, built when notified at ``(e, 0)`` (by then every edge
-of every epoch ``<= e`` has arrived). Each iteration, nodes whose label dropped send it to
-their neighbours; the sink asks for ``(e, END)``, which passes only when epoch ``e`` has
-stopped iterating everywhere.
+``input -> loop[cc (2 inputs) -> feedback (+1 iteration) -> cc] -> sink``: the input and the
+sink see epochs ``(e,)``; ``cc`` and the feedback stage live in an iterative scope and see
+``(e, iteration)`` (the runtime appends the loop counter on the way in and drops it on the way
+out). Epoch ``e`` adds a batch of undirected edges; the answer for ``e`` labels every node seen
+so far with the smallest node id of its component in the graph of all edges of epochs ``<= e``.
+Epochs may run concurrently (``(e, 3)`` and ``(e + 1, 0)`` are incomparable), so ``cc`` keeps
+separate state per epoch, built when notified at ``(e, 0)`` (by then every edge of every epoch
+``<= e`` has arrived). Each iteration, nodes whose label dropped send it to their neighbours
+and to the sink. The sink asks for ``(e,)``: the tracker holds it back while anything of epoch
+``e`` is still inside the loop, so its notification means the loop is drained for ``e``.
+(``cc`` keeps each epoch's labels to the end of the run: nothing inside the loop can tell that
+an epoch has stopped iterating.)
 
 The guarantee: each epoch's row equals the union-find :func:`reference`, on any number of
 workers. On one worker against an in-process tracker:
 
 >>> import asyncio
->>> from tracker.reachability import Tracker
 >>> from tracker.worker import LocalHub
 >>> config = {**DEFAULTS, "epochs": 2}
 >>> flow = build(config)
->>> tracker = Tracker(flow.graph())
->>> _ = tracker.apply(flow.initial(workers=1))
->>> worker = Worker(flow, 0, 1, LocalHub(tracker).link("w0"))
+>>> [(stage.name, stage.scope, flow.arity_of(stage.id)) for stage in flow.stages]
+[('edges', (), 1), ('cc', (1,), 2), ('feedback', (1,), 2), ('sink', (), 1)]
+>>> worker = Worker(flow, 0, 1, LocalHub.for_dataflow(flow, workers=1).link("w0"))
 >>> _ = asyncio.run(worker.run(lambda w: drive(w, config)))
 >>> collect(worker) == reference(config)
 True
@@ -40,8 +42,7 @@ from tracker.worker import Worker
 from tracker.worker.vertex import Dataflow, Vertex
 
 DEFAULTS: dict[str, Any] = {"epochs": 4, "nodes": 40, "edges": 8, "seed": 1, "pace": 0.0}
-INPUT, CC, FEEDBACK, SINK = 0, 1, 2, 3
-END = 2**31 - 1  # iteration coordinate after every iteration of an epoch
+INPUT, CC, FEEDBACK, SINK = 0, 1, 2, 3  # stage ids, in declaration order
 
 
 def make_input(config: dict[str, Any]) -> list[list[list[int]]]:
@@ -69,7 +70,6 @@ class Components(Vertex):
             if message[1] is not None:
                 self.edges[epoch].append((message[0], message[1]))
             self.notify_at(time)
-            self.notify_at((epoch, END))  # to drop the epoch's state once it is over
             return
         node, label = message
         if epoch not in self.labels:
@@ -86,10 +86,6 @@ class Components(Vertex):
 
     def on_notify(self, time: Timestamp) -> None:
         epoch, iteration = time
-        if iteration == END:
-            for state in (self.labels, self.adjacency, self.dirty):  # edges stay: later epochs need them
-                state.pop(epoch, None)
-            return
         if iteration == 0:
             adjacency: dict[int, set[int]] = defaultdict(set)
             for e, half_edges in self.edges.items():
@@ -109,7 +105,8 @@ class Components(Vertex):
 
 
 class Sink(Vertex):
-    """Keeps the least label seen per node and epoch; one row when the epoch is over."""
+    """Keeps the least label seen per node and epoch; one row when the epoch is over (times
+    ``(epoch,)``: outside the loop)."""
 
     def __init__(self) -> None:
         self.labels: dict[int, dict[int, int]] = defaultdict(dict)
@@ -119,23 +116,25 @@ class Sink(Vertex):
         node, label = message
         labels = self.labels[time[0]]
         labels[node] = min(label, labels.get(node, label))
-        self.notify_at((time[0], END))
+        self.notify_at(time)
 
     def on_notify(self, time: Timestamp) -> None:
         self.rows.append({"epoch": time[0], "labels": sorted([n, lab] for n, lab in self.labels.pop(time[0]).items())})
 
 
 def build(config: dict[str, Any]) -> Dataflow:
-    """The dataflow (arity 2: ``(epoch, iteration)``)."""
-    flow = Dataflow("components", arity=2)
-    flow.input("edges")
-    flow.stage("cc", lambda i, n: Components(), inputs=2, outputs=2)
-    flow.feedback("feedback")
-    flow.stage("sink", lambda i, n: Sink(), inputs=1, outputs=0)
-    flow.connect((INPUT, 0), (CC, 0), partition=lambda message: message[0])
-    flow.connect((CC, 0), (FEEDBACK, 0), partition=lambda message: message[0])
-    flow.connect((FEEDBACK, 0), (CC, 1))
-    flow.connect((CC, 1), (SINK, 0), partition=lambda message: 0)
+    """The dataflow: epochs outside, ``(epoch, iteration)`` inside the loop scope."""
+    flow = Dataflow("components")
+    edges = flow.input("edges")
+    with flow.scope("loop", kind="iterative") as loop:
+        cc = loop.stage("cc", lambda i, n: Components(), inputs=2, outputs=2)
+        feedback = loop.feedback("feedback")
+    sink = flow.stage("sink", lambda i, n: Sink(), inputs=1, outputs=0)
+    assert (edges, cc, feedback, sink) == (INPUT, CC, FEEDBACK, SINK)
+    flow.connect((edges, 0), (cc, 0), partition=lambda message: message[0])  # enters the loop
+    flow.connect((cc, 0), (feedback, 0), partition=lambda message: message[0])
+    flow.connect((feedback, 0), (cc, 1))
+    flow.connect((cc, 1), (sink, 0), partition=lambda message: 0)  # leaves the loop
     return flow
 
 
@@ -151,7 +150,7 @@ async def drive(worker: Worker, config: dict[str, Any]) -> None:
         handle.advance_to(epoch + 1)
         await asyncio.sleep(config.get("pace", 0.0))  # seconds between epochs (0: just yield)
         if config.get("lockstep"):  # one epoch at a time: wait until the sink has seen it all
-            await worker.probe(SINK, (epoch, END))
+            await worker.probe(SINK, (epoch,))
     handle.close()
 
 

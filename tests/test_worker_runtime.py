@@ -19,7 +19,6 @@ import pytest
 
 from examples import components, wordcount
 from tracker.graph import Location
-from tracker.reachability import Tracker
 from tracker.timestamp import less_equal
 from tracker.worker import Worker
 from tracker.worker.link import Link, LocalHub
@@ -172,9 +171,7 @@ def test_inputs_advance_and_close_in_single_batches() -> None:
 async def _run_local(module: Any, config: dict[str, Any], peers: int, delay: float, seed: int,
                      worker_class: type[Worker] = Worker) -> tuple[list[dict[str, Any]], list[Any]]:
     flow = module.build(config)
-    tracker = Tracker(flow.graph())
-    tracker.apply(flow.initial(peers))
-    hub = LocalHub(tracker, delay=delay, seed=seed)
+    hub = LocalHub.for_dataflow(flow, peers, delay=delay, seed=seed)  # a ScopedTracker: scopes or not
     transports = [Transport(i, [("127.0.0.1", 0)] * peers, delay=delay, seed=seed + i) for i in range(peers)]
     for transport in transports:
         await transport.start()

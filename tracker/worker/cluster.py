@@ -35,7 +35,7 @@ from tracker.worker.runtime import Worker
 from tracker.worker.transport import Transport
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository root, which holds `examples`
-EXAMPLES = ("wordcount", "components")
+EXAMPLES = ("wordcount", "components", "digitroot")
 
 
 def load_example(name: str) -> ModuleType:
