@@ -32,8 +32,10 @@ workers. On one worker against an in-process tracker:
 >>> _ = asyncio.run(worker.run(lambda w: drive(w, config)))
 >>> collect(worker) == reference(config)
 True
->>> render(collect(worker))
-['epoch 0: 8 numbers, at most 3 rounds; roots 1:1 3:2 5:1 6:1 7:1 8:1 9:1', 'epoch 1: 8 numbers, at most 3 rounds; roots 0:1 2:1 5:1 6:1 7:2 8:1 9:1']
+>>> for line in render(collect(worker)):
+...     print(line)
+epoch 0: 8 numbers, at most 3 rounds; roots 1:1 3:2 5:1 6:1 7:1 8:1 9:1
+epoch 1: 8 numbers, at most 3 rounds; roots 0:1 2:1 5:1 6:1 7:2 8:1 9:1
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ exactly once, in submission order, never split; :attr:`Link.view` only ever hold
 tracker published (possibly an old one, which is safe). Against an in-process tracker:
 
 >>> import asyncio
->>> from tracker.graph import Edge, Graph, Node
+>>> from tracker.graph import Edge, Graph, Location, Node
 >>> graph = Graph.build(1, [Node(0, 0, 1), Node(1, 1, 0)], [Edge(Location.source(0, 0), Location.target(1, 0))])
 >>> tracker = Tracker(graph)
 >>> _ = tracker.apply(graph.default_initial())
@@ -46,7 +46,6 @@ from collections import defaultdict, deque
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from tracker.graph import Location
 from tracker.reachability import Tracker
 from tracker.scope import NestedGraph, Scope
 from tracker.scoped import ScopedTracker
@@ -73,6 +72,7 @@ class FrontierView:
     FIFO order, an older frontier is never ahead of a newer one (the safety invariant of
     ``docs/core.md``).
 
+    >>> from tracker.graph import Location
     >>> view = FrontierView()
     >>> view.snapshot(3, [{"location": {"node": 1, "port": 0, "kind": "target"}, "frontier": [[2]]}])
     >>> view.blocks(Location.target(1, 0), (2,)), view.blocks(Location.target(1, 0), (1,))
@@ -129,6 +129,7 @@ class FrontierView:
 def consolidate(updates: Iterable[Update]) -> list[Update]:
     """Sum the deltas per ``(location, time)``, drop zeros, keep first-seen order.
 
+    >>> from tracker.graph import Location
     >>> a = Location.target(1, 0)
     >>> consolidate([(a, (1,), 1), (a, (2,), 1), (a, (1,), -1)])
     [(Location(node=1, port=0, kind='target'), (2,), 1)]
@@ -389,8 +390,8 @@ class LocalLink(Link):
                 if batch is None:
                     continue
                 await self._pause()
-                body = json.loads(batch[1])
-                self.hub._apply([(parse_location(u["location"]), tuple(u["time"]), u["delta"]) for u in body["updates"]])
+                updates = json.loads(batch[1])["updates"]
+                self.hub._apply([(parse_location(u["location"]), tuple(u["time"]), u["delta"]) for u in updates])
                 self._acked(batch[0])
                 self.wake()
         finally:
