@@ -6,7 +6,9 @@ messages to its own vertices directly and to other workers' vertices through a
 occurrence-count updates (see :mod:`tracker.worker.vertex` for the table) handed, in order, to a
 :class:`~tracker.worker.link.Link` (the service over a WebSocket, or an in-process hub).
 
-The guarantee: ``on_notify(t)`` runs only when (1) the frontier the link last received has
+Nested scopes: a message crossing scope boundaries is counted at the receiving input, in that
+input's scope and time (see :mod:`tracker.worker.vertex`); notifications are in each stage's
+own time. The guarantee: ``on_notify(t)`` runs only when (1) the frontier the link last received has
 no element ``<= t`` at any input of the stage, and (2) no message at a time ``<= t`` waits in
 this worker's queue for that vertex. (1) covers every message still in flight anywhere, its
 own pointstamp or the one its producer consumed being still counted; (2) covers messages
@@ -39,6 +41,32 @@ One worker against an in-process tracker (:class:`~tracker.worker.link.LocalHub`
 >>> stats = asyncio.run(Worker(flow, 0, 1, LocalHub(tracker).link("w0")).run(drive))
 epoch 0 complete
 epoch 1 complete
+
+With a loop scope, each vertex sees the times of its own scope: the runtime appends the loop
+counter to a message entering the loop and drops it from one leaving, and a stage after the
+loop is notified at ``(epoch,)`` once the loop holds nothing of that epoch any more:
+
+>>> class Countdown(Vertex):
+...     def on_recv(self, edge, n, time):
+...         print("countdown", n, "at", time)
+...         self.send_by(0 if n else 1, n - 1 if n else "liftoff", time)
+>>> flow = Dataflow("countdown")
+>>> source = flow.input("in")
+>>> with flow.scope("loop") as loop:
+...     count = loop.stage("count", lambda index, peers: Countdown(), inputs=2, outputs=2)
+...     again = loop.feedback()
+>>> after = flow.stage("after", lambda index, peers: Report(), inputs=1, outputs=0)
+>>> for a, b in [((source, 0), (count, 0)), ((count, 0), (again, 0)), ((again, 0), (count, 1)),
+...              ((count, 1), (after, 0))]:
+...     flow.connect(a, b)
+>>> async def drive(worker):
+...     worker.input(source).send([2])
+...     worker.input(source).close()
+>>> stats = asyncio.run(Worker(flow, 0, 1, LocalHub.for_dataflow(flow, 1).link("w0")).run(drive))
+countdown 2 at (0, 0)
+countdown 1 at (0, 1)
+countdown 0 at (0, 2)
+epoch 0 complete
 """
 
 from __future__ import annotations

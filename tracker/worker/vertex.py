@@ -8,8 +8,8 @@ vertex of the same worker). The service tracks progress on the logical graph (Na
 projection of physical pointstamps onto logical ones), so every vertex of a stage shares the
 frontier of the stage's inputs: coarser, never unsafe.
 
-How callbacks become occurrence counts (locations as in :mod:`tracker.graph`; ``docs/workers.md``
-restates this table):
+How callbacks become occurrence counts (locations as in :mod:`tracker.graph`, those inside a
+nested scope as in :mod:`tracker.scope`; ``docs/workers.md`` restates this table):
 
 * ``send_by(port, m, t)``: ``+1`` at ``(target, t)`` for every channel leaving output ``port``
   (the message's pointstamp lives at the receiving input, as in timely);
@@ -32,6 +32,31 @@ atomic batch. Times a callback produces are checked against the stage's connecti
 >>> flow.connect((source, 0), (double, 0), partition=lambda n: n)
 >>> flow.registration(workers=2)["initial"]
 [{'location': {'node': 0, 'port': 0, 'kind': 'source'}, 'time': [0], 'delta': 2}]
+
+**Nested scopes.** :meth:`Dataflow.scope` opens a scope (a :class:`Subscope`) in which stages
+are declared the same way, and scopes nest to any depth. In an ``iterative`` scope stages see
+times with one more coordinate, the loop counter, and its ``feedback()`` stage increments it;
+a ``region`` keeps its parent's times. :meth:`Dataflow.connect` joins stages of any two scopes:
+the builder gives every scope the channel crosses a port for it, and the runtime carries the
+message's time across (entering a loop appends ``0``, leaving it drops the counter) and counts
+it at the receiving input, in that input's scope and time. Only the root holds input stages.
+
+>>> flow = Dataflow("collatz")
+>>> numbers = flow.input("numbers")
+>>> with flow.scope("loop") as loop:                 # times (epoch, step) inside
+...     step = loop.stage("step", lambda index, peers: Vertex(), inputs=2, outputs=2)
+...     again = loop.feedback()                      # (e, s) -> (e, s + 1)
+>>> done = flow.stage("done", lambda index, peers: Vertex(), inputs=1, outputs=0)
+>>> flow.connect((numbers, 0), (step, 0))             # enters the loop: (e,) -> (e, 0)
+>>> flow.connect((step, 0), (again, 0))
+>>> flow.connect((again, 0), (step, 1))
+>>> flow.connect((step, 1), (done, 0))                # leaves it: (e, s) -> (e,)
+>>> [(s.name, s.scope, s.node, flow.arity_of(s.id)) for s in flow.stages]
+[('numbers', (), 0, 1), ('step', (1,), 1, 2), ('feedback', (1,), 2, 2), ('done', (), 2, 1)]
+>>> [(n["id"], n["name"], n["inputs"], n["outputs"], "scope" in n) for n in flow.registration(1)["nodes"]]
+[(0, 'numbers', 0, 1, False), (1, 'loop', 1, 1, True), (2, 'done', 1, 0, False)]
+>>> flow.nested().scope_summaries[(1,)]                # the loop, seen from outside
+{(0, 0): ((0,),)}
 """
 
 from __future__ import annotations
@@ -471,7 +496,7 @@ def at(scope: ScopePath, node: int, port: int, kind: Kind) -> AnyLocation:
     return ScopedLocation(scope, node, port, kind) if scope else Location(node, port, kind)
 
 
-def location_json(location: AnyLocation | ScopedLocation) -> dict[str, Any]:
+def location_json(location: AnyLocation) -> dict[str, Any]:
     """A location in the service's JSON shape (``scope`` only when not the root).
 
     >>> location_json(at((3, 1), 1, 0, "target"))
