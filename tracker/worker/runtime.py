@@ -206,7 +206,7 @@ class Worker:
 
     def passed(self, stage: int, time: Timestamp) -> bool:
         """True iff, as far as this worker knows, nothing at a time ``<= time`` can reach any
-        input of ``stage`` any more (timely's probe)."""
+        input of ``stage`` any more (timely's probe); ``time`` is in the stage's scope."""
         view = self.link.view if self.link is not None else None
         return view is not None and not any(view.blocks(target, time) for target in self._targets[stage])
 

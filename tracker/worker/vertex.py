@@ -179,7 +179,9 @@ class Stage:
 
 @dataclass
 class Channel:
-    """A logical edge from output ``source`` to input ``target`` with an optional partition."""
+    """A logical edge from output ``source`` to input ``target`` with an optional partition
+    (``node`` in both is the stage id; :meth:`Stage.source` and :meth:`Stage.target` give the
+    locations the service sees)."""
 
     source: Location
     target: Location
@@ -243,7 +245,12 @@ class Dataflow:
     _scopes: dict[ScopePath, _ScopeState] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
-        self._scopes[()] = _ScopeState((), self.name, "root", self.arity, 0)
+        root = self._scopes[()] = _ScopeState((), self.name, "root", self.arity, 0)
+        for stage in self.stages:  # given to the constructor: a flat dataflow
+            root.members.append((stage.node, stage.id))
+            root.next_node = max(root.next_node, stage.node + 1)
+        for channel in self.channels:
+            root.edges.append(((channel.source.node, channel.source.port), (channel.target.node, channel.target.port)))
 
     def input(self, name: str, outputs: int = 1) -> int:
         """Declare an input stage (in the root scope); every worker holds one capability at the
