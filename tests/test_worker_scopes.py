@@ -263,3 +263,20 @@ def test_a_region_keeps_times() -> None:
     asyncio.run(worker.run(drive, timeout=10))
     assert seen == [("inner", "a", (0, 0)), ("inner", "notify", (0, 0)), ("outer", "out", (0, 0)),
                     ("outer", "notify", (0, 0))]
+
+
+def test_every_example_has_the_surface_and_a_command() -> None:
+    import argparse
+
+    from tracker.worker.cluster import EXAMPLES, load_example
+    from tracker.worker.commands import add_commands
+
+    commands = argparse.ArgumentParser(prog="tracker").add_subparsers()
+    add_commands(commands)
+    assert "digitroot" in EXAMPLES
+    for name in EXAMPLES:
+        assert commands.choices["example"].parse_args([name]).name == name
+        module = load_example(name)
+        for attribute in ("DEFAULTS", "build", "drive", "collect", "reference", "render"):
+            assert hasattr(module, attribute), (name, attribute)
+        module.build(module.DEFAULTS).nested()  # a graph the core accepts
