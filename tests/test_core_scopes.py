@@ -148,3 +148,22 @@ def test_scope_summaries_equal_the_flattened_search(drawn: tuple[int, dict[str, 
     computed = {path: {k: sorted(tuple(s) for s in v) for k, v in found.items()}
                 for path, found in nested.scope_summaries.items()}
     assert computed == scoped_oracle.scope_summaries(nested)
+
+
+def test_a_transient_negative_inside_a_scope_does_not_cancel_a_capability_there() -> None:
+    # A receiver's -1 may be applied before its sender's +1 (workers report independently). Inside
+    # the loop, a -1 at the operator's input and a capability at its output both lead to (5,)
+    # outside: only the capability, a positive count, may count there.
+    tracker = ScopedTracker(NestedGraph.from_json(1, _loop_then_stage()))
+    after = ScopedLocation((), 2, 0, "target")
+    capability, received = ScopedLocation((1,), 1, 0, "source"), ScopedLocation((1,), 1, 0, "target")
+    tracker.apply([(capability, (5, 2), 1)])
+    tracker.apply([(received, (5, 3), -1)])
+    assert tracker.frontier(after) == [(5,)]
+    tracker.apply([(received, (5, 3), 1)])  # the sender's +1, late
+    assert tracker.frontier(after) == [(5,)]
+    tracker.apply([(capability, (5, 2), -1)])
+    assert tracker.frontier(after) == []
+    nested = NestedGraph.from_json(1, _loop_then_stage())
+    batches = [[(capability, (5, 2), 1)], [(received, (5, 3), -1)]]
+    assert scoped_oracle.frontiers(nested, scoped_oracle.accumulate(batches))[after] == [(5,)]

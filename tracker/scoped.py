@@ -81,16 +81,25 @@ class _Projection:
             for origin in origins:
                 for summary in psi.get((origin, exit_), ()):
                     self._paths[origin].append((q, summary))
+        # Each location's own counts: only its frontier (times with a positive count) is moved
+        # out, as the flat tracker does, so that a transiently negative count at one location (a
+        # receiver's -1 applied before the sender's +1) cannot cancel a positive one at another.
+        self._counts: dict[Location, MutableAntichain[Timestamp]] = defaultdict(MutableAntichain)
         self._outputs = [MutableAntichain[Timestamp]() for _ in range(outputs)]
 
     def update(self, updates: Iterable[tuple[Location, Timestamp, int]]) -> list[tuple[int, Timestamp, int]]:
         """Fold inner count changes in; return the changes of each output's frontier."""
-        per_output: dict[int, list[tuple[Timestamp, int]]] = defaultdict(list)
+        per_location: dict[Location, list[tuple[Timestamp, int]]] = defaultdict(list)
         for location, time, delta in updates:
-            for q, summary in self._paths.get(location, ()):
-                moved = summary.results_in(time)
-                if moved is not None:
-                    per_output[q].append((self._scope.egress(moved), delta))
+            if location in self._paths:
+                per_location[location].append((time, delta))
+        per_output: dict[int, list[tuple[Timestamp, int]]] = defaultdict(list)
+        for location, changes in per_location.items():
+            for time, diff in self._counts[location].update_iter(changes):
+                for q, summary in self._paths[location]:
+                    moved = summary.results_in(time)
+                    if moved is not None:
+                        per_output[q].append((self._scope.egress(moved), diff))
         return [(q, t, d) for q, changes in sorted(per_output.items())
                 for t, d in self._outputs[q].update_iter(changes)]
 
