@@ -6,13 +6,14 @@ messages to its own vertices directly and to other workers' vertices through a
 occurrence-count updates (see :mod:`tracker.worker.vertex` for the table) handed, in order, to a
 :class:`~tracker.worker.link.Link` (the service over a WebSocket, or an in-process hub).
 
-Nested scopes: a message crossing scope boundaries is counted at the receiving input, in that
-input's scope and time (see :mod:`tracker.worker.vertex`); notifications are in each stage's
-own time. The guarantee: ``on_notify(t)`` runs only when (1) the frontier the link last received has
+The guarantee: ``on_notify(t)`` runs only when (1) the frontier the link last received has
 no element ``<= t`` at any input of the stage, and (2) no message at a time ``<= t`` waits in
 this worker's queue for that vertex. (1) covers every message still in flight anywhere, its
 own pointstamp or the one its producer consumed being still counted; (2) covers messages
 that arrived but were not delivered yet. A stale frontier only delays notifications.
+In a dataflow with nested scopes, every time is in the scope of the stage it concerns: a
+message crossing scope boundaries is carried into the receiving input's time and counted there
+(see :mod:`tracker.worker.vertex`).
 
 One worker against an in-process tracker (:class:`~tracker.worker.link.LocalHub`; a
 :class:`~tracker.worker.link.ServiceLink` talks to the service instead), feeding two epochs:
