@@ -37,7 +37,8 @@ from bench.workloads import core_graph, loop_graph, register, update
 OPERATORS = 100
 BATCH = 128
 
-try:  # the trivial endpoint of the floor (imported by uvicorn in a subprocess)
+floor_app: Any = None  # the trivial endpoint of the floor (imported by uvicorn in a subprocess)
+try:
     from fastapi import FastAPI, WebSocket, WebSocketDisconnect
 
     floor_app = FastAPI()
@@ -55,7 +56,7 @@ try:  # the trivial endpoint of the floor (imported by uvicorn in a subprocess)
         except WebSocketDisconnect:  # the benchmark closing its connection is the normal end
             return
 except ImportError:  # pragma: no cover
-    floor_app = None
+    pass
 
 
 def _pct(samples: list[float], q: float) -> float:
@@ -135,7 +136,7 @@ async def _latency(service: ServiceProcess, dataflow_id: str, token: str, transp
                     post = asyncio.ensure_future(client.post(f"/v1/dataflows/{dataflow_id}/progress", content=text,
                                                              headers={"Content-Type": "application/json"}))
                 version += 1
-                seen, at = (await watcher.stdout.readline()).split()
+                seen, at = (await watcher.stdout.readline()).decode().split()
                 if int(seen) != version:
                     raise RuntimeError(f"the subscriber saw version {seen}, expected {version}")
                 samples.append(float(at) - started)

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import time
 
+from pyspark.sql import DataFrame
+
 from bench.spark_workloads import change_batch, dataflows, location_count, pointstamps
 from spark_jobs.frames import Progress, decode_code, encode, locations_of, transitions_of
 from spark_jobs.incremental import POINTS_SCHEMA, incremental
@@ -27,7 +29,7 @@ def _timed(fn):  # type: ignore[no-untyped-def]
     return value, time.perf_counter() - started
 
 
-def _full_propagate(spark, graphs, counts) -> tuple[float, Progress, object]:  # type: ignore[no-untyped-def]
+def _full_propagate(spark, graphs, counts) -> tuple[float, Progress, DataFrame]:  # type: ignore[no-untyped-def]
     transitions = transitions_of(spark, graphs).localCheckpoint()
     times = times_of(spark, counts).localCheckpoint()
     progress = Progress(label="propagate", echo=True)

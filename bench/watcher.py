@@ -27,6 +27,7 @@ async def watch(url: str, token: str) -> None:
         print(json.loads(await ws.recv())["version"], flush=True)
         async for message in ws:
             at = time.perf_counter()
+            assert isinstance(message, str), "the service sends text frames"
             found = _VERSION.search(message[:80])  # no need to parse hundreds of changes to time them
             if found and message.startswith('{"type":"changes"'):
                 sys.stdout.write(f"{found.group(1)} {at}\n")
