@@ -28,8 +28,9 @@ import httpx
 from deltalake import DeltaTable
 from websockets.asyncio.client import connect
 
+from api.process import ADMIN_TOKEN, ServiceProcess
+from bench.workloads import loop_graph, register, update
 from spark_jobs.storage import POINTSTAMPS_APP
-from tests.service_fixtures import ADMIN, ServiceProcess, loop_graph, register, update
 
 OPERATORS = 100
 WINDOW = 64
@@ -65,7 +66,7 @@ def _recovered(log: str) -> dict[str, Any]:
 
 
 def _state(service: ServiceProcess, dataflow_id: str) -> Any:
-    with httpx.Client(base_url=service.url, headers={"Authorization": f"Bearer {ADMIN}"}, timeout=60) as client:
+    with httpx.Client(base_url=service.url, headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}, timeout=60) as client:
         return client.get(f"/v1/dataflows/{dataflow_id}/frontier").json()
 
 

@@ -40,7 +40,8 @@ from typing import TYPE_CHECKING, Any
 import httpx
 from websockets.asyncio.client import connect
 
-from tests.service_fixtures import ADMIN, ServiceProcess, core_graph, free_port, loop_graph, register, update
+from api.process import ADMIN_TOKEN, ServiceProcess, free_port
+from bench.workloads import core_graph, loop_graph, register, update
 
 OPERATORS = 100
 BATCH = 128
@@ -69,7 +70,7 @@ try:  # the trivial endpoint of the floor (imported by uvicorn in a subprocess)
         except WebSocketDisconnect:  # the benchmark closing its connection is the normal end
             return
 except ImportError:  # pragma: no cover
-    floor_app = None
+    pass
 
 
 def _pct(samples: list[float], q: float) -> float:
@@ -115,7 +116,7 @@ def _settled(service: ServiceProcess, dataflow_id: str) -> None:
     """Wait until the registration's background work (graph tables, native Psi) is done, so
     that the figures measure steady-state traffic rather than a one-off side task."""
     deadline = time.monotonic() + 120
-    with httpx.Client(base_url=service.url, headers={"Authorization": f"Bearer {ADMIN}"}) as client:
+    with httpx.Client(base_url=service.url, headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}) as client:
         while not client.get(f"/v1/dataflows/{dataflow_id}").json()["status"]["graph_stored"]:
             if time.monotonic() > deadline:
                 raise RuntimeError("registration background work did not finish")
@@ -278,7 +279,7 @@ def run(quick: bool) -> dict[str, Any]:
         lat_ws = asyncio.run(_latency(service, dataflow_id, token, "ws", n, 0, 0))
         lat_post = asyncio.run(_latency(service, dataflow_id, token, "post", n, n, 0))
         applies = _native_apply_samples(body, n)
-        with httpx.Client(base_url=service.url, headers={"Authorization": f"Bearer {ADMIN}"}) as client:
+        with httpx.Client(base_url=service.url, headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}) as client:
             locations = [(r["location"]["node"], r["location"]["port"], r["location"]["kind"])
                          for r in client.get(f"/v1/dataflows/{dataflow_id}/frontier").json()["locations"]]
         ingest = {size: _ingest_best_of_3(service, body, locations, workers, per_worker * BATCH // size, size)

@@ -31,8 +31,9 @@ import pyarrow as pa
 from deltalake import DeltaTable
 from websockets.asyncio.client import connect
 
+from api.process import ServiceProcess
+from bench.workloads import loop_graph, register, update
 from spark_jobs.storage import POINTSTAMPS_APP
-from tests.service_fixtures import ServiceProcess, loop_graph, register, update
 
 OPERATORS = 10
 

@@ -30,8 +30,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from api.process import ADMIN_TOKEN, ServiceProcess
 from examples import wordcount
-from tests.service_fixtures import ADMIN, ServiceProcess
 from tracker.worker.cluster import launch
 
 TARGET_STREAMING_EPOCHS_PER_S = 20.0  # 3 workers, streaming: a floor well under what runs here
@@ -40,7 +40,7 @@ TARGET_STREAMING_EPOCHS_PER_S = 20.0  # 3 workers, streaming: a floor well under
 def _measure(service: ServiceProcess, workers: int, config: dict[str, Any], repeats: int) -> dict[str, float]:
     runs = []
     for _ in range(repeats):
-        result = launch("wordcount", config, service.url, ADMIN, workers, timeout=120)
+        result = launch("wordcount", config, service.url, ADMIN_TOKEN, workers, timeout=120)
         if result["rows"] != wordcount.reference(config):
             raise AssertionError(f"{workers} workers: word count differs from the sequential reference")
         stats = result["stats"]

@@ -16,12 +16,19 @@ cycle passes through a feedback operator that advances time (so the trackers acc
 (0,0,source) (1, 0) 1
 (0,0,source) (0, 0) -1
 (1,0,target) (0, 0) 1
+
+For the benchmarks of the real service (and the tests, which use the same ones):
+:func:`loop_graph` is a registration body, :func:`register` registers one with a running
+:class:`~api.process.ServiceProcess`, :func:`update` is one update's JSON, and
+:func:`core_graph` builds a body's core graph exactly as the service does.
 """
 
 from __future__ import annotations
 
 import random
+from typing import Any
 
+from api.process import ServiceProcess
 from tracker.graph import Connection, Edge, Graph, Location, Node, Update
 from tracker.timestamp import PathSummary, Timestamp
 
@@ -135,3 +142,43 @@ class Simulation:
         if self.graph.arity > 1:
             return moved[-1] > self.max_rounds
         return self.rng.random() < 1 / self.max_rounds
+
+
+def loop_graph(operators: int = 3, arity: int = 1, name: str = "loop") -> dict[str, Any]:
+    """A registration body: an input operator feeding a ring of ``operators`` operators whose
+    last one increments the last coordinate (a feedback loop)."""
+    increment = [0] * (arity - 1) + [1]
+    nodes: list[dict[str, Any]] = [{"id": 0, "name": "input", "inputs": 0, "outputs": 1}]
+    for i in range(1, operators + 1):
+        node: dict[str, Any] = {"id": i, "name": f"op{i}", "inputs": 2 if i == 1 else 1, "outputs": 1}
+        if i == operators:
+            node["connections"] = [{"input": 0, "output": 0, "summaries": [increment]}]
+        nodes.append(node)
+    edges = [{"source": {"node": 0, "port": 0}, "target": {"node": 1, "port": 1}}]
+    for i in range(1, operators + 1):
+        nxt = 1 if i == operators else i + 1
+        edges.append({"source": {"node": i, "port": 0}, "target": {"node": nxt, "port": 0}})
+    return {"name": name, "timestamp_arity": arity, "nodes": nodes, "edges": edges}
+
+
+def core_graph(body: dict[str, Any]) -> tuple[Graph, list[Update]]:
+    """The core ``Graph`` and initial pointstamps of a registration body, built exactly as the
+    service builds them (for local oracles and native baselines)."""
+    from api.models import RegisterRequest
+    from api.service import build_graph, registration_record
+
+    return build_graph(registration_record(RegisterRequest.model_validate(body)))
+
+
+def register(service: ServiceProcess, body: dict[str, Any]) -> tuple[str, str]:
+    """Register ``body`` with the admin token; returns ``(id, token)``."""
+    with service.client() as client:
+        answer = client.post("/v1/dataflows", json=body)
+    assert answer.status_code == 201, answer.text
+    data = answer.json()
+    return data["id"], data["token"]
+
+
+def update(node: int, port: int, kind: str, time_: list[int], delta: int) -> dict[str, Any]:
+    """One update's JSON."""
+    return {"location": {"node": node, "port": port, "kind": kind}, "time": time_, "delta": delta}

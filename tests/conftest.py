@@ -1,10 +1,27 @@
-"""Shared fixtures: one Spark session for the whole suite (starting one costs ~5 s)."""
+"""Shared fixtures: one Spark session for the whole suite (starting one costs ~5 s), and the real
+service (``tracker serve`` in a subprocess, :class:`api.process.ServiceProcess`).
+
+Two ways to get a service, both stopping every service they started at teardown:
+
+* ``service``: one service for the whole module, configured by the module's ``service`` marker,
+  whose keyword arguments are those of :class:`tests.helpers.ServiceStarter`, e.g.
+  ``pytestmark = pytest.mark.service(TRACKER_HISTORY="20")`` or
+  ``pytest.mark.service(spark=True, SPARK_MASTER="local[1]")``;
+* ``start_service``: a factory for tests that need their own fresh warehouse (crash tests,
+  restarts, an environment of their own): ``service = start_service(TRACKER_DELTA="0")``.
+
+Helpers shared by test modules are in ``tests/helpers.py``, never in another test module.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+
+from api.process import ServiceProcess
+from tests.helpers import ServiceStarter
 
 
 @pytest.fixture(scope="session")
@@ -13,3 +30,26 @@ def spark() -> Iterator[object]:
     from spark_jobs.session import get_spark
 
     yield get_spark("local[2]")
+
+
+@pytest.fixture
+def start_service(tmp_path: Path) -> Iterator[ServiceStarter]:
+    """A factory starting services on fresh warehouses (``start_service(**env)``) for one test;
+    the first one's warehouse is ``tmp_path / "warehouse"``."""
+    starter = ServiceStarter(tmp_path)
+    try:
+        yield starter
+    finally:
+        starter.stop_all()
+
+
+@pytest.fixture(scope="module")
+def service(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceProcess]:
+    """One service shared by the module's tests, started with the module's ``service`` marker's
+    keyword arguments (none: the defaults, Spark off)."""
+    marker = request.node.get_closest_marker("service")
+    starter = ServiceStarter(tmp_path_factory.mktemp(request.module.__name__.rpartition(".")[2]))
+    try:
+        yield starter(**(marker.kwargs if marker else {}))
+    finally:
+        starter.stop_all()

@@ -15,7 +15,7 @@ from api.columns import RawBatch, changes_table, progress_table
 from api.dataflows import changes_json
 from api.parsing import parse_progress
 from api.store import Store, _progress_rows
-from tests.service_fixtures import core_graph, loop_graph
+from tests.helpers import core_graph, loop_graph
 from tracker.reachability import FrontierChange
 
 GRAPH, _ = core_graph(loop_graph(operators=4, arity=2))

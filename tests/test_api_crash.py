@@ -22,7 +22,18 @@ import httpx
 import polars as pl
 import pytest
 
-from tests.service_fixtures import ServiceProcess, core_graph, loop_graph, register, update
+from tests.helpers import (
+    ROOT,
+    ServiceStarter,
+    as_updates,
+    core_graph,
+    counts_map,
+    free_port,
+    frontier_map,
+    loop_graph,
+    register,
+    update,
+)
 from tracker import oracle
 from tracker.graph import Location
 
@@ -74,10 +85,9 @@ class Worker(threading.Thread):
                     break
 
 
-def test_kill_9_loses_no_acknowledged_batch_and_applies_none_twice(tmp_path: Path) -> None:
-    service = ServiceProcess(tmp_path / "warehouse", env={
-        "TRACKER_FLUSH_SECONDS": "0.2", "TRACKER_COMPACT_SECONDS": "0.5", "TRACKER_WAL_SEGMENT_BYTES": "30000"})
-    service.start()
+def test_kill_9_loses_no_acknowledged_batch_and_applies_none_twice(start_service: ServiceStarter) -> None:
+    service = start_service(TRACKER_FLUSH_SECONDS="0.2", TRACKER_COMPACT_SECONDS="0.5",
+                            TRACKER_WAL_SEGMENT_BYTES="30000")
     body = loop_graph(operators=5, arity=2)
     dataflow_id, token = register(service, body)
     graph, initial = core_graph(body)
@@ -103,9 +113,6 @@ def test_kill_9_loses_no_acknowledged_batch_and_applies_none_twice(tmp_path: Pat
         total = sum(len(b) for b in acked.values())
         assert total > 20, f"too little load got through: {total} batches"
 
-        def as_updates(batch: list[dict[str, Any]]) -> list[tuple[Location, tuple[int, ...], int]]:
-            return [(Location(**u["location"]), tuple(u["time"]), u["delta"]) for u in batch]
-
         counts = oracle.accumulate([initial, *(as_updates(b) for bs in acked.values() for b in bs)])
         expected_frontiers = oracle.frontiers(graph, counts)
 
@@ -115,11 +122,10 @@ def test_kill_9_loses_no_acknowledged_batch_and_applies_none_twice(tmp_path: Pat
                 assert detail["version"] == total
                 assert detail["status"]["workers"] == {name: len(b) - 1 for name, b in acked.items() if b}
                 rows = client.get(f"/v1/dataflows/{dataflow_id}/pointstamps").json()
-                assert {(Location(**r["location"]), tuple(r["time"])): r["count"] for r in rows} == counts
+                assert counts_map(rows) == counts
                 frontier = client.get(f"/v1/dataflows/{dataflow_id}/frontier").json()
                 assert frontier["version"] == total
-                got = {Location(**r["location"]): [tuple(t) for t in r["frontier"]] for r in frontier["locations"]}
-                assert got == expected_frontiers
+                assert frontier_map(frontier) == expected_frontiers
 
         check_state()
         service.kill9()  # once more with no load: recovery alone must give the same state
@@ -129,7 +135,7 @@ def test_kill_9_loses_no_acknowledged_batch_and_applies_none_twice(tmp_path: Pat
         for worker in workers:
             worker.stop.set()
         service.stop()  # graceful: the final flush writes the Delta tail
-    progress = pl.read_delta(str(tmp_path / "warehouse" / "progress")).filter(pl.col("dataflow_id") == dataflow_id)
+    progress = pl.read_delta(str(service.warehouse / "progress")).filter(pl.col("dataflow_id") == dataflow_id)
     batches = progress.filter(pl.col("version") > 0).select("version", "worker", "seq").unique()
     assert batches.height == total
     assert batches.select("worker", "seq").unique().height == total  # no (worker, seq) twice
@@ -138,44 +144,40 @@ def test_kill_9_loses_no_acknowledged_batch_and_applies_none_twice(tmp_path: Pat
     from_delta = {(Location(r["node"], r["port"], r["kind"]), tuple(r["time"])): r["delta"]
                   for r in delta_counts.to_dicts() if r["delta"] != 0}
     assert from_delta == counts
-    segments = sorted((tmp_path / "warehouse" / "_wal").glob("wal-*.log"))
+    segments = sorted((service.warehouse / "_wal").glob("wal-*.log"))
     assert segments and int(segments[-1].stem.split("-")[1]) > 1, "the log never rotated"
 
 
-def test_a_torn_log_tail_is_cut_off_and_logging_continues(tmp_path: Path) -> None:
+def test_a_torn_log_tail_is_cut_off_and_logging_continues(start_service: ServiceStarter) -> None:
     """A crash in the middle of writing a record leaves a torn tail; that record was never
     acknowledged, so recovery drops it, keeps everything before, and appends after it."""
-    service = ServiceProcess(tmp_path / "warehouse", env={"TRACKER_DELTA": "0"})  # the log alone
-    service.start()
-    try:
-        dataflow_id, token = register(service, loop_graph(operators=2))
-        url = f"/v1/dataflows/{dataflow_id}/progress"
-        with service.client(token) as client:
-            for seq in range(3):
-                assert client.post(url, json={"worker": "w", "seq": seq,
-                                              "updates": [update(1, 0, "target", [seq], 1)]}).status_code == 200
-        service.kill9()
-        [segment] = sorted((tmp_path / "warehouse" / "_wal").glob("wal-*.log"))
-        intact = segment.stat().st_size
-        with open(segment, "ab") as handle:  # a record header promising more bytes than follow
-            handle.write(b"\x00\x10\x00\x00\x12\x34\x56\x78{\"t\":\"batch\",\"df\":")
-        service.restart()
-        assert segment.stat().st_size == intact
-        with service.client(token) as client:
-            detail = client.get(f"/v1/dataflows/{dataflow_id}").json()
-            assert detail["version"] == 3 and detail["status"]["workers"] == {"w": 2}
-            assert client.post(url, json={"worker": "w", "seq": 3, "updates": [update(1, 0, "target", [3], 1)]}
-                               ).json() == {"applied": True, "duplicate": False, "version": 4}
-        service.kill9()
-        service.restart()
-        with service.client(token) as client:
-            rows = client.get(f"/v1/dataflows/{dataflow_id}/pointstamps").json()
-        assert sorted(r["time"][0] for r in rows if r["location"]["node"] == 1) == [0, 1, 2, 3]
-    finally:
-        service.stop()
+    service = start_service(TRACKER_DELTA="0")  # the log alone
+    dataflow_id, token = register(service, loop_graph(operators=2))
+    url = f"/v1/dataflows/{dataflow_id}/progress"
+    with service.client(token) as client:
+        for seq in range(3):
+            assert client.post(url, json={"worker": "w", "seq": seq,
+                                          "updates": [update(1, 0, "target", [seq], 1)]}).status_code == 200
+    service.kill9()
+    [segment] = sorted((service.warehouse / "_wal").glob("wal-*.log"))
+    intact = segment.stat().st_size
+    with open(segment, "ab") as handle:  # a record header promising more bytes than follow
+        handle.write(b"\x00\x10\x00\x00\x12\x34\x56\x78{\"t\":\"batch\",\"df\":")
+    service.restart()
+    assert segment.stat().st_size == intact
+    with service.client(token) as client:
+        detail = client.get(f"/v1/dataflows/{dataflow_id}").json()
+        assert detail["version"] == 3 and detail["status"]["workers"] == {"w": 2}
+        assert client.post(url, json={"worker": "w", "seq": 3, "updates": [update(1, 0, "target", [3], 1)]}
+                           ).json() == {"applied": True, "duplicate": False, "version": 4}
+    service.kill9()
+    service.restart()
+    with service.client(token) as client:
+        rows = client.get(f"/v1/dataflows/{dataflow_id}/pointstamps").json()
+    assert sorted(r["time"][0] for r in rows if r["location"]["node"] == 1) == [0, 1, 2, 3]
 
 
-def test_restart_starts_from_the_compacted_snapshot_even_ahead_of_progress(tmp_path: Path) -> None:
+def test_restart_starts_from_the_compacted_snapshot_even_ahead_of_progress(start_service: ServiceStarter) -> None:
     """A restart starts from the counts compaction wrote as of version V and applies only what
     follows. Here ``progress`` is also cut back below V after the crash (as when a crash falls
     between a compaction and the next flush): the log's batches up to V must then be flushed
@@ -184,15 +186,13 @@ def test_restart_starts_from_the_compacted_snapshot_even_ahead_of_progress(tmp_p
 
     from spark_jobs.storage import POINTSTAMPS_APP
 
-    service = ServiceProcess(tmp_path / "warehouse", env={"TRACKER_FLUSH_SECONDS": "0.2",
-                                                          "TRACKER_COMPACT_SECONDS": "0.2"})
-    service.start()
+    service = start_service(TRACKER_FLUSH_SECONDS="0.2", TRACKER_COMPACT_SECONDS="0.2")
     body = loop_graph(operators=5, arity=2)
     dataflow_id, token = register(service, body)
     graph, initial = core_graph(body)
     rng = random.Random(5)
     sent: list[list[dict[str, Any]]] = []
-    warehouse = tmp_path / "warehouse"
+    warehouse = service.warehouse
 
     def send(client: httpx.Client, count: int) -> None:
         for _ in range(count):
@@ -219,17 +219,13 @@ def test_restart_starts_from_the_compacted_snapshot_even_ahead_of_progress(tmp_p
         snapshot_at = json.loads(recovered[-1])["snapshot_version"]
         assert 30 <= snapshot_at <= 40
 
-        def as_updates(batch: list[dict[str, Any]]) -> list[tuple[Location, tuple[int, ...], int]]:
-            return [(Location(**u["location"]), tuple(u["time"]), u["delta"]) for u in batch]
-
         counts = oracle.accumulate([initial, *(as_updates(b) for b in sent)])
         with service.client(token) as client:
             assert client.get(f"/v1/dataflows/{dataflow_id}").json()["version"] == 40
             rows = client.get(f"/v1/dataflows/{dataflow_id}/pointstamps").json()
-            assert {(Location(**r["location"]), tuple(r["time"])): r["count"] for r in rows} == counts
+            assert counts_map(rows) == counts
             frontier = client.get(f"/v1/dataflows/{dataflow_id}/frontier").json()
-            got = {Location(**r["location"]): [tuple(t) for t in r["frontier"]] for r in frontier["locations"]}
-            assert got == oracle.frontiers(graph, counts)
+            assert frontier_map(frontier) == oracle.frontiers(graph, counts)
             # Sequence numbers survived the snapshot: an old batch is a duplicate, a gap is refused.
             old = client.post(f"/v1/dataflows/{dataflow_id}/progress", json={"worker": "w", "seq": 3, "updates": []})
             assert old.status_code == 200 and old.json()["duplicate"] is True
@@ -262,43 +258,41 @@ def _gone(pid: int, timeout: float = 10.0) -> bool:
     return False
 
 
-def test_the_sync_process_dies_with_the_service_and_its_loss_stops_acknowledgements(tmp_path: Path) -> None:
-    service = ServiceProcess(tmp_path / "warehouse")
-    service.start()
+def test_the_sync_process_dies_with_the_service_and_its_loss_stops_acknowledgements(
+        start_service: ServiceStarter) -> None:
+    service = start_service()
     dataflow_id, token = register(service, loop_graph())
     url = f"/v1/dataflows/{dataflow_id}/progress"
     first = {"worker": "w", "seq": 0, "updates": [update(1, 0, "target", [5], 1)]}
     second = {"worker": "w", "seq": 1, "updates": [update(1, 0, "target", [6], 1)]}
-    try:
-        with service.client(token) as client:
-            assert client.post(url, json=first).status_code == 200
-            assert service.process is not None
-            (syncer,) = _children(service.process.pid)
-            os.kill(syncer, signal.SIGKILL)
-            refused = client.post(url, json=second)
-            assert refused.status_code == 503 and refused.json()["error"] == "log_failed", refused.text
-            assert client.get("/healthz").status_code == 503
-            assert client.post(url, json=second).status_code == 503  # nothing is acknowledged until a restart
-        service.kill9()
-        service.restart()
-        with service.client(token) as client:
-            assert client.get("/healthz").status_code == 200
-            # The refused batch was not acknowledged, so it may or may not have reached the log
-            # before the failure was noticed; the worker resends it, and it counts exactly once.
-            retried = client.post(url, json=second)
-            assert retried.status_code == 200 and retried.json()["version"] == 2, retried.text
-            counts = {(r["location"]["node"], tuple(r["time"])): r["count"]
-                      for r in client.get(f"/v1/dataflows/{dataflow_id}/pointstamps").json()}
-            assert counts[(1, (5,))] == 1 and counts[(1, (6,))] == 1
+    with service.client(token) as client:
+        assert client.post(url, json=first).status_code == 200
         assert service.process is not None
         (syncer,) = _children(service.process.pid)
-        service.kill9()
-        assert _gone(syncer), "the sync process outlived the service"
-    finally:
-        service.stop()
+        os.kill(syncer, signal.SIGKILL)
+        refused = client.post(url, json=second)
+        assert refused.status_code == 503 and refused.json()["error"] == "log_failed", refused.text
+        assert client.get("/healthz").status_code == 503
+        assert client.post(url, json=second).status_code == 503  # nothing is acknowledged until a restart
+    service.kill9()
+    service.restart()
+    with service.client(token) as client:
+        assert client.get("/healthz").status_code == 200
+        # The refused batch was not acknowledged, so it may or may not have reached the log
+        # before the failure was noticed; the worker resends it, and it counts exactly once.
+        retried = client.post(url, json=second)
+        assert retried.status_code == 200 and retried.json()["version"] == 2, retried.text
+        counts = {(r["location"]["node"], tuple(r["time"])): r["count"]
+                  for r in client.get(f"/v1/dataflows/{dataflow_id}/pointstamps").json()}
+        assert counts[(1, (5,))] == 1 and counts[(1, (6,))] == 1
+    assert service.process is not None
+    (syncer,) = _children(service.process.pid)
+    service.kill9()
+    assert _gone(syncer), "the sync process outlived the service"
 
 
-def test_a_restart_finishes_what_a_crash_interrupted_and_one_writer_holds_the_warehouse(tmp_path: Path) -> None:
+def test_a_restart_finishes_what_a_crash_interrupted_and_one_writer_holds_the_warehouse(
+        start_service: ServiceStarter) -> None:
     """After ``kill -9``: graph tables the crash left half-written are written again (with the
     registration's own ``created_at``), and changes replayed from the log keep the time their
     batch arrived. While the service runs, nothing else may write its warehouse: a second
@@ -308,11 +302,8 @@ def test_a_restart_finishes_what_a_crash_interrupted_and_one_writer_holds_the_wa
 
     from deltalake import DeltaTable
 
-    from tests.service_fixtures import ROOT, free_port
-
-    warehouse = tmp_path / "warehouse"
-    service = ServiceProcess(warehouse, env={"TRACKER_FLUSH_SECONDS": "0.2", "TRACKER_COMPACT_SECONDS": "3600"})
-    service.start()
+    service = start_service(TRACKER_FLUSH_SECONDS="0.2", TRACKER_COMPACT_SECONDS="3600")
+    warehouse = service.warehouse
     try:
         dataflow_id, token = register(service, loop_graph(operators=3))
         with service.client(token) as client:

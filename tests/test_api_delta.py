@@ -13,7 +13,7 @@ import polars as pl
 import pytest
 from deltalake import DeltaTable
 
-from tests.service_fixtures import ServiceProcess, core_graph, loop_graph, register, update
+from tests.helpers import ServiceProcess, ServiceStarter, core_graph, frontier_map, loop_graph, register, update
 from tracker import oracle
 from tracker.graph import Location
 
@@ -28,11 +28,10 @@ def _tidied(service: ServiceProcess, table: str, action: str) -> list[dict]:
     return [line for line in lines if line["table"] == table and line["action"] == action]
 
 
-def test_many_dataflows_share_commits_and_tidying_keeps_every_row(tmp_path: Path) -> None:
-    warehouse = tmp_path / "warehouse"
-    service = ServiceProcess(warehouse, env={"TRACKER_FLUSH_SECONDS": "0.1", "TRACKER_COMPACT_SECONDS": "0.3",
-                                             "TRACKER_TIDY_SECONDS": "0.5", "TRACKER_VACUUM_HOURS": "0"})
-    service.start()
+def test_many_dataflows_share_commits_and_tidying_keeps_every_row(start_service: ServiceStarter) -> None:
+    service = start_service(TRACKER_FLUSH_SECONDS="0.1", TRACKER_COMPACT_SECONDS="0.3", TRACKER_TIDY_SECONDS="0.5",
+                            TRACKER_VACUUM_HOURS="0")
+    warehouse = service.warehouse
     body = loop_graph(operators=4)
     graph, _ = core_graph(body)
     try:
@@ -78,8 +77,7 @@ def test_many_dataflows_share_commits_and_tidying_keeps_every_row(tmp_path: Path
             with service.client(token) as client:
                 assert client.get(f"/v1/dataflows/{dataflow_id}").json()["version"] == BATCHES
                 frontier = client.get(f"/v1/dataflows/{dataflow_id}/frontier").json()
-                got = {Location(**r["location"]): [tuple(t) for t in r["frontier"]] for r in frontier["locations"]}
-                assert got == oracle.frontiers(graph, {(Location.source(0, 0), (BATCHES,)): 1})
+                assert frontier_map(frontier) == oracle.frontiers(graph, {(Location.source(0, 0), (BATCHES,)): 1})
     finally:
         service.stop()
     progress = DeltaTable(str(warehouse / "progress"))

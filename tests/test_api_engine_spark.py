@@ -3,13 +3,21 @@
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
 from httpx_sse import connect_sse
 
-from tests.service_fixtures import ServiceProcess, core_graph, loop_graph, register, update
+from tests.helpers import (
+    ServiceProcess,
+    ServiceStarter,
+    as_updates,
+    core_graph,
+    frontier_map,
+    loop_graph,
+    register,
+    update,
+)
 from tracker import oracle
 from tracker.graph import Location
 
@@ -28,53 +36,44 @@ def frontier_when_caught_up(service: ServiceProcess, dataflow_id: str, version: 
     raise AssertionError(f"Spark did not reach version {version}:\n{service.log_tail()}")
 
 
-def as_map(answer: dict[str, Any]) -> dict[Location, list[tuple[int, ...]]]:
-    return {Location(**r["location"]): [tuple(t) for t in r["frontier"]] for r in answer["locations"]}
-
-
-def test_spark_engine_frontiers_streams_and_recovery(tmp_path: Path) -> None:
-    service = ServiceProcess(tmp_path / "warehouse", spark=True, engine="spark",
-                             env={"SPARK_MASTER": "local[1]", "TRACKER_AUDIT_SECONDS": "0",
-                                  "TRACKER_SPARK_CHECK": "0"})
-    service.start()
-    try:
-        body = loop_graph(operators=3, arity=2)
-        dataflow_id, token = register(service, body)
-        graph, initial = core_graph(body)
-        first = frontier_when_caught_up(service, dataflow_id, 0)
-        assert as_map(first) == oracle.frontiers(graph, oracle.accumulate([initial]))
-        batches = [
-            [update(0, 0, "source", [0, 0], -1), update(0, 0, "source", [1, 0], 1), update(2, 0, "target", [0, 3], 1)],
-            [update(2, 0, "target", [0, 3], -1), update(3, 0, "source", [1, 1], 1)],
-            [update(1, 0, "target", [2, 0], 2)],
-        ]
-        with service.client(token) as client, connect_sse(client, "GET",
-                                                          f"/v1/dataflows/{dataflow_id}/frontier/stream") as source:
-            events = source.iter_sse()
-            snapshot = next(events)
-            assert snapshot.event == "snapshot" and snapshot.id == "0"
-            view = {Location(**r["location"]): {tuple(t) for t in r["frontier"]} for r in snapshot.json()["locations"]}
-            for seq, batch in enumerate(batches):
-                answer = client.post(f"/v1/dataflows/{dataflow_id}/progress",
-                                     json={"worker": "w", "seq": seq, "updates": batch})
-                assert answer.json() == {"applied": True, "duplicate": False, "version": seq + 1}
-            converted = [[(Location(**u["location"]), tuple(u["time"]), u["delta"]) for u in b] for b in batches]
-            expected = oracle.frontiers(graph, oracle.accumulate([initial, *converted]))
-            caught_up = frontier_when_caught_up(service, dataflow_id, len(batches))
-            assert as_map(caught_up) == expected
-            last = 0
-            while last < len(batches):  # the stream's changes, in version order, end at the same frontier
-                event = next(events)
-                assert event.event == "changes" and int(event.id) > last
-                last = int(event.id)
-                for change in event.json()["changes"]:
-                    times = view.setdefault(Location(**change["location"]), set())
-                    (times.add if change["diff"] > 0 else times.discard)(tuple(change["time"]))
-            assert {k: sorted(v) for k, v in view.items()} == expected
-            status = client.get(f"/v1/dataflows/{dataflow_id}").json()["status"]
-            assert status["engine"] == "spark" and status["frontier_version"] == len(batches)
-        service.kill9()
-        service.restart()
-        assert as_map(frontier_when_caught_up(service, dataflow_id, len(batches))) == expected
-    finally:
-        service.stop()
+def test_spark_engine_frontiers_streams_and_recovery(start_service: ServiceStarter) -> None:
+    service = start_service(spark=True, engine="spark", SPARK_MASTER="local[1]", TRACKER_AUDIT_SECONDS="0",
+                            TRACKER_SPARK_CHECK="0")
+    body = loop_graph(operators=3, arity=2)
+    dataflow_id, token = register(service, body)
+    graph, initial = core_graph(body)
+    first = frontier_when_caught_up(service, dataflow_id, 0)
+    assert frontier_map(first) == oracle.frontiers(graph, oracle.accumulate([initial]))
+    batches = [
+        [update(0, 0, "source", [0, 0], -1), update(0, 0, "source", [1, 0], 1), update(2, 0, "target", [0, 3], 1)],
+        [update(2, 0, "target", [0, 3], -1), update(3, 0, "source", [1, 1], 1)],
+        [update(1, 0, "target", [2, 0], 2)],
+    ]
+    with service.client(token) as client, connect_sse(client, "GET",
+                                                      f"/v1/dataflows/{dataflow_id}/frontier/stream") as source:
+        events = source.iter_sse()
+        snapshot = next(events)
+        assert snapshot.event == "snapshot" and snapshot.id == "0"
+        view = {Location(**r["location"]): {tuple(t) for t in r["frontier"]} for r in snapshot.json()["locations"]}
+        for seq, batch in enumerate(batches):
+            answer = client.post(f"/v1/dataflows/{dataflow_id}/progress",
+                                 json={"worker": "w", "seq": seq, "updates": batch})
+            assert answer.json() == {"applied": True, "duplicate": False, "version": seq + 1}
+        converted = [as_updates(b) for b in batches]
+        expected = oracle.frontiers(graph, oracle.accumulate([initial, *converted]))
+        caught_up = frontier_when_caught_up(service, dataflow_id, len(batches))
+        assert frontier_map(caught_up) == expected
+        last = 0
+        while last < len(batches):  # the stream's changes, in version order, end at the same frontier
+            event = next(events)
+            assert event.event == "changes" and int(event.id) > last
+            last = int(event.id)
+            for change in event.json()["changes"]:
+                times = view.setdefault(Location(**change["location"]), set())
+                (times.add if change["diff"] > 0 else times.discard)(tuple(change["time"]))
+        assert {k: sorted(v) for k, v in view.items()} == expected
+        status = client.get(f"/v1/dataflows/{dataflow_id}").json()["status"]
+        assert status["engine"] == "spark" and status["frontier_version"] == len(batches)
+    service.kill9()
+    service.restart()
+    assert frontier_map(frontier_when_caught_up(service, dataflow_id, len(batches))) == expected

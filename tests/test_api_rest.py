@@ -7,34 +7,27 @@ import random
 import re
 import threading
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.service_fixtures import ServiceProcess, core_graph, loop_graph, register, update
+from tests.helpers import (
+    ServiceProcess,
+    ServiceStarter,
+    as_updates,
+    core_graph,
+    counts_map,
+    frontier_map,
+    loop_graph,
+    register,
+    update,
+)
 from tracker import oracle
 from tracker.graph import Graph, Location
 from tracker.structure import path_summaries
 
 pytestmark = pytest.mark.service
-
-
-@pytest.fixture(scope="module")
-def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceProcess]:
-    proc = ServiceProcess(tmp_path_factory.mktemp("rest") / "warehouse").start()
-    yield proc
-    proc.stop()
-
-
-def frontier_map(answer: dict[str, Any]) -> dict[Location, list[tuple[int, ...]]]:
-    return {Location(**row["location"]): [tuple(t) for t in row["frontier"]] for row in answer["locations"]}
-
-
-def counts_map(rows: list[dict[str, Any]]) -> dict[tuple[Location, tuple[int, ...]], int]:
-    return {(Location(**r["location"]), tuple(r["time"])): r["count"] for r in rows}
 
 
 def random_batch(rng: random.Random, graph: Graph, held: list[tuple[Location, tuple[int, ...]]]) -> list[dict]:
@@ -71,7 +64,7 @@ def test_progress_frontiers_match_the_oracle_at_every_version(service: ServicePr
                                                                                "updates": batch})
             assert answer.status_code == 200, answer.text
             assert answer.json() == {"applied": True, "duplicate": False, "version": seq + 1}
-            batches.append([(Location(**u["location"]), tuple(u["time"]), u["delta"]) for u in batch])
+            batches.append(as_updates(batch))
         counts = oracle.accumulate(batches)
         frontier = client.get(f"/v1/dataflows/{dataflow_id}/frontier").json()
         assert frontier["version"] == 25
@@ -406,18 +399,16 @@ def test_healthz_metrics_and_openapi(service: ServiceProcess) -> None:
                 assert client.get(asset).status_code == 200, asset
 
 
-def test_admin_token_is_generated_when_not_given(tmp_path: Path) -> None:
-    proc = ServiceProcess(tmp_path / "wh", env={"TRACKER_ADMIN_TOKEN": ""}).start()
-    try:
-        token_file = tmp_path / "wh" / "admin-token"
-        token = token_file.read_text().strip()
-        assert token and (token_file.stat().st_mode & 0o777) == 0o600
-        with proc.client(token) as client:
-            assert client.get("/v1/dataflows").status_code == 200
-        with proc.client() as wrong:  # the default test token is not this service's
-            assert wrong.get("/v1/dataflows").status_code == 401
-    finally:
-        proc.stop()
+def test_admin_token_is_generated_when_not_given(start_service: ServiceStarter) -> None:
+    proc = start_service(TRACKER_ADMIN_TOKEN="")
+    token_file = proc.warehouse / "admin-token"
+    token = token_file.read_text().strip()
+    assert token and (token_file.stat().st_mode & 0o777) == 0o600
+    with proc.client(token) as client:
+        assert client.get("/v1/dataflows").status_code == 200
+    with proc.client() as wrong:  # the default test token is not this service's
+        assert wrong.get("/v1/dataflows").status_code == 401
+    proc.stop()  # the whole log, shutdown included
     log = proc.log_path.read_text()
     assert str(token_file) in log
     assert log.count(token) == 1  # announced once at generation, never logged again

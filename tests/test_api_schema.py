@@ -8,9 +8,6 @@ tracker rather than stopping at 404.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
@@ -23,7 +20,7 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from tests.service_fixtures import ServiceProcess, loop_graph, register
+from tests.helpers import ServiceProcess, loop_graph, register
 
 pytestmark = pytest.mark.service
 
@@ -31,11 +28,10 @@ MAX_EXAMPLES = 15
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServiceProcess, str]]:
-    proc = ServiceProcess(Path(tmp_path_factory.mktemp("schema")) / "warehouse").start()
-    dataflow_id, _ = register(proc, loop_graph(operators=3, arity=2))
-    yield proc, dataflow_id
-    proc.stop()
+def server(service: ServiceProcess) -> tuple[ServiceProcess, str]:
+    """The module's service, with a registered dataflow for the path ids."""
+    dataflow_id, _ = register(service, loop_graph(operators=3, arity=2))
+    return service, dataflow_id
 
 
 def test_openapi_conformance(server: tuple[ServiceProcess, str]) -> None:

@@ -6,7 +6,7 @@ One service (with its own ``local[1]`` Spark session, started in the background)
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -14,19 +14,11 @@ import httpx
 import polars as pl
 import pytest
 
-from tests.service_fixtures import ServiceProcess, loop_graph, register, update
+from tests.helpers import ServiceProcess, loop_graph, register, update
 
-pytestmark = [pytest.mark.service, pytest.mark.spark]
-
-
-@pytest.fixture(scope="module")
-def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceProcess]:
-    proc = ServiceProcess(tmp_path_factory.mktemp("spark") / "warehouse", spark=True, env={
-        "SPARK_MASTER": "local[1]", "TRACKER_AUDIT_SECONDS": "1", "TRACKER_COMPACT_SECONDS": "0.5",
-        "TRACKER_FLUSH_SECONDS": "0.2"})
-    proc.start()
-    yield proc
-    proc.stop()
+pytestmark = [pytest.mark.service(spark=True, SPARK_MASTER="local[1]", TRACKER_AUDIT_SECONDS="1",
+                                  TRACKER_COMPACT_SECONDS="0.5", TRACKER_FLUSH_SECONDS="0.2"),
+              pytest.mark.spark]
 
 
 def wait_for(what: str, probe: Callable[[], Any], timeout: float = 180.0) -> Any:

@@ -7,7 +7,6 @@ import shutil
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -16,19 +15,11 @@ from httpx_sse import connect_sse
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect as ws_connect
 
-from tests.service_fixtures import ADMIN, ServiceProcess, core_graph, loop_graph, register, update
+from tests.helpers import ADMIN_TOKEN, ServiceProcess, as_updates, core_graph, loop_graph, register, update
 from tracker.graph import Location
 from tracker.reachability import Tracker
 
-pytestmark = pytest.mark.service
-
-
-@pytest.fixture(scope="module")
-def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceProcess]:
-    proc = ServiceProcess(tmp_path_factory.mktemp("streams") / "warehouse",
-                          env={"TRACKER_HISTORY": "20", "TRACKER_SUBSCRIBER_QUEUE": "8"}).start()
-    yield proc
-    proc.stop()
+pytestmark = pytest.mark.service(TRACKER_HISTORY="20", TRACKER_SUBSCRIBER_QUEUE="8")
 
 
 def local_tracker(body: dict[str, Any]) -> Tracker:
@@ -44,7 +35,7 @@ def advance(step: int) -> list[dict[str, Any]]:
 
 
 def as_changes(updates: list[dict[str, Any]], tracker: Tracker) -> set[tuple[Location, tuple[int, ...], int]]:
-    changes = tracker.apply([(Location(**u["location"]), tuple(u["time"]), u["delta"]) for u in updates])
+    changes = tracker.apply(as_updates(updates))
     return {(c.location, c.time, c.diff) for c in changes}
 
 
@@ -200,21 +191,21 @@ def test_websocket_auth_is_checked_at_the_handshake(service: ServiceProcess) -> 
         ws_connect(url, additional_headers={"Authorization": f"Bearer {other_token}"})
     assert foreign.value.response.status_code == 403
     with pytest.raises(InvalidStatus) as unknown:
-        ws_connect(f"{service.ws_url}/v1/dataflows/nope/ws?token={ADMIN}")
+        ws_connect(f"{service.ws_url}/v1/dataflows/nope/ws?token={ADMIN_TOKEN}")
     assert unknown.value.response.status_code == 404
     with pytest.raises(InvalidStatus) as long_foreign:  # any id, however long: tokens reveal nothing
         ws_connect(f"{service.ws_url}/v1/dataflows/{'x' * 100}/ws?token={other_token}")
     assert long_foreign.value.response.status_code == 403
     with pytest.raises(InvalidStatus) as bad_flag:  # a clear 422 with a body, not a bare 403
-        ws_connect(f"{url}?token={ADMIN}&subscribe=maybe")
+        ws_connect(f"{url}?token={ADMIN_TOKEN}&subscribe=maybe")
     assert bad_flag.value.response.status_code == 422
     assert json.loads(bad_flag.value.response.body)["error"] == "invalid_request"
     log = service.log_tail(400)  # each refusal logged once, at info, not as a server error
     assert '"websocket refused"' in log and "without completing handshake" not in log
-    with ws_connect(f"{url}?token={ADMIN}&subscribe=False") as quiet:  # acks only: no snapshot first
+    with ws_connect(f"{url}?token={ADMIN_TOKEN}&subscribe=False") as quiet:  # acks only: no snapshot first
         quiet.send(json.dumps({"worker": "q", "seq": 0, "updates": []}))
         assert json.loads(quiet.recv(timeout=5))["type"] == "ack"
-    with ws_connect(f"{url}?token={ADMIN}") as ws:
+    with ws_connect(f"{url}?token={ADMIN_TOKEN}") as ws:
         assert json.loads(ws.recv(timeout=5))["type"] == "snapshot"
         metrics = httpx.get(service.url + "/metrics").text
         [gauge] = [line for line in metrics.splitlines() if line.startswith('tracker_subscribers{transport="ws"}')]

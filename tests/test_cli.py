@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from spark_jobs.storage import Warehouse
-from tests.test_spark_jobs import chain
+from tests.helpers import chain
 from tracker.cli import main
 
 

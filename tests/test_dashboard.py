@@ -20,24 +20,16 @@ import httpx
 import pytest
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
-from tests.service_fixtures import ADMIN, ROOT, ServiceProcess, loop_graph, register, update
+from tests.helpers import ADMIN_TOKEN, ROOT, ServiceProcess, loop_graph, register, update
 
-pytestmark = pytest.mark.service
+# The service with fast Delta compaction, so the history route has rows to show.
+pytestmark = pytest.mark.service(TRACKER_FLUSH_SECONDS="0.2", TRACKER_COMPACT_SECONDS="0.3")
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 OUTPUT = ROOT / "test-output"
 WAIT_MS = 15_000  # every on-screen wait is bounded
-
-
-@pytest.fixture(scope="module")
-def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceProcess]:
-    """The service with fast Delta compaction, so the history route has rows to show."""
-    proc = ServiceProcess(tmp_path_factory.mktemp("dashboard") / "warehouse",
-                          env={"TRACKER_FLUSH_SECONDS": "0.2", "TRACKER_COMPACT_SECONDS": "0.3"}).start()
-    yield proc
-    proc.stop()
 
 
 @pytest.fixture(scope="module")
@@ -101,7 +93,7 @@ def test_token_is_asked_once_and_refused_tokens_are_reported(service: ServicePro
     page.fill("#token", "not-a-token")
     page.click("#save-token")
     expect(page.locator("#login-error")).to_contain_text("401", timeout=WAIT_MS)
-    page.fill("#token", ADMIN)
+    page.fill("#token", ADMIN_TOKEN)
     page.click("#save-token")
     expect(page.locator("#app")).to_be_visible(timeout=WAIT_MS)
     page.reload()  # kept in localStorage: no second prompt
@@ -122,7 +114,7 @@ def test_live_graph_frontiers_plots_and_screenshot(service: ServiceProcess, brow
     page.on("request", lambda request: requested.append(request.url))
 
     page.goto(service.url + "/dashboard")
-    page.fill("#token", ADMIN)
+    page.fill("#token", ADMIN_TOKEN)
     page.click("#save-token")
     page.locator(f'#dataflows li[data-id="{example.id}"]').click(timeout=WAIT_MS)
 
@@ -195,7 +187,7 @@ def test_a_running_worker_example_is_drawn_and_moves_on_screen(service: ServiceP
 
     with service.client() as client:
         before = {d["id"] for d in client.get("/v1/dataflows").json()}
-    env = {**os.environ, "TRACKER_ADMIN_TOKEN": ADMIN}
+    env = {**os.environ, "TRACKER_ADMIN_TOKEN": ADMIN_TOKEN}
     example = subprocess.Popen(
         [sys.executable, "-m", "tracker.cli", "example", "components", "--url", service.url, "--workers", "2",
          "--epochs", "5000", "--delay", "0.02", "--timeout", "120"],
@@ -213,7 +205,7 @@ def test_a_running_worker_example_is_drawn_and_moves_on_screen(service: ServiceP
         page = browser.new_page(viewport={"width": 1400, "height": 1250})
         page.goto(service.url + "/dashboard")
         if page.locator("#login").is_visible():
-            page.fill("#token", ADMIN)
+            page.fill("#token", ADMIN_TOKEN)
             page.click("#save-token")
         page.locator(f'#dataflows li[data-id="{dataflow_id}"]').click(timeout=WAIT_MS)
         page.wait_for_function("window.dashboard.cy && window.dashboard.cy.nodes('.operator').length === 4",
@@ -252,7 +244,7 @@ def test_api_docs_work_offline_and_authorize_with_a_token(service: ServiceProces
     page.goto(service.url + "/docs")
     expect(page.locator(".opblock").first).to_be_visible(timeout=WAIT_MS)
     page.click(".btn.authorize")
-    page.fill(".auth-container input", ADMIN)
+    page.fill(".auth-container input", ADMIN_TOKEN)
     page.click(".auth-btn-wrapper .authorize")
     page.click(".btn-done")
     listing = page.locator("#operations-default-list_dataflows_v1_dataflows_get")

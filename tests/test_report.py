@@ -21,7 +21,7 @@ import pytest
 
 from spark_jobs.report import build_report
 from spark_jobs.storage import Warehouse
-from tests.service_fixtures import ROOT, ServiceProcess, loop_graph, register, update
+from tests.helpers import ROOT, ServiceStarter, loop_graph, register, update
 from tracker.graph import Edge, Graph, Location, Node
 
 DF = "chain"
@@ -145,10 +145,9 @@ def test_docs_polars_examples_run(warehouse: Path) -> None:
 
 
 @pytest.mark.service
-def test_report_on_tables_the_service_wrote(tmp_path: Path) -> None:
+def test_report_on_tables_the_service_wrote(start_service: ServiceStarter) -> None:
     """Register and advance a loop through the real service, stop it, then report from Delta."""
-    service = ServiceProcess(tmp_path / "warehouse", env={"TRACKER_FLUSH_SECONDS": "0.2",
-                                                          "TRACKER_COMPACT_SECONDS": "0.2"}).start()
+    service = start_service(TRACKER_FLUSH_SECONDS="0.2", TRACKER_COMPACT_SECONDS="0.2")
     try:
         dataflow, _token = register(service, loop_graph(3, name="reported"))
         with service.client() as client:

@@ -10,7 +10,7 @@ import pytest
 
 from spark_jobs.ownership import WarehouseLock
 from spark_jobs.storage import Warehouse
-from tests.test_spark_jobs import chain
+from tests.helpers import chain
 from tracker import oracle
 from tracker.cli import main
 from tracker.graph import Edge, Graph, Location, Node

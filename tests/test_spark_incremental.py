@@ -13,6 +13,7 @@ from spark_jobs.frames import all_arity_one, decode_code, encode, locations_of, 
 from spark_jobs.incremental import FRONTIER_SCHEMA, POINTS_SCHEMA, SparkFrontierEngine, incremental, update_frontiers
 from spark_jobs.propagate import frontiers_for_graphs
 from spark_jobs.summaries import summarize
+from tests.helpers import chain
 from tests.strategies import acyclic_graphs, update_batches
 from tracker import oracle
 from tracker.graph import Graph, Location
@@ -66,8 +67,6 @@ def test_incremental_changes_equal_native_and_full_recompute(spark, cases: list[
 
 
 def test_engine_and_one_shot_entry_point(spark) -> None:
-    from tests.test_spark_jobs import chain
-
     graph = chain(3, arity=2)
     engine = SparkFrontierEngine(spark, graph)
     tracker = Tracker(graph)

@@ -12,6 +12,7 @@ from spark_jobs.cycles import find_cycles_for_graph, find_cycles_for_graphs
 from spark_jobs.frames import Progress
 from spark_jobs.propagate import frontiers_for, frontiers_for_graphs
 from spark_jobs.summaries import summaries_for_graph, summaries_for_graphs
+from tests.helpers import chain
 from tests.strategies import acyclic_graphs, raw_graphs, update_batches
 from tracker import oracle
 from tracker.graph import Connection, Edge, Graph, Location, Node
@@ -26,16 +27,6 @@ PER_EXAMPLE = 12
 
 def by_id(graphs: list[Graph]) -> dict[str, Graph]:
     return {f"g{i}": g for i, g in enumerate(graphs)}
-
-
-def chain(length: int, arity: int = 1) -> Graph:
-    """``length`` one-in one-out operators in a row, closed by a +1 feedback into operator 1."""
-    step = PathSummary((0,) * (arity - 1) + (1,))
-    nodes = [Node(0, 0, 1)] + [Node(i, 2 if i == 1 else 1, 1) for i in range(1, length)]
-    nodes.append(Node(length, 1, 1, "feedback", (Connection(0, 0, (step,)),)))
-    edges = [Edge(Location.source(i, 0), Location.target(i + 1, 0)) for i in range(length)]
-    edges.append(Edge(Location.source(length, 0), Location.target(1, 1)))
-    return Graph.build(arity, nodes, edges)
 
 
 @SPARK

@@ -8,7 +8,7 @@ import pytest
 from spark_jobs.cycles import find_cycles
 from spark_jobs.frames import transitions_of
 from spark_jobs.session import _has_class, get_spark, has_delta_jvm, has_graphframes_jvm, resolve_master
-from tests.test_spark_jobs import chain
+from tests.helpers import chain
 from tracker.graph import Edge, Graph, Location, Node
 
 pytestmark = pytest.mark.spark

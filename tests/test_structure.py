@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("tracker", "api", "spark_jobs", "bench", "examples")
+PACKAGES = ("tracker", "api", "spark_jobs", "bench", "examples", "tests")
 
 LAYERS: list[tuple[str, ...]] = [
     # The pure core: model, reference engine, oracle.
@@ -33,6 +33,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("api",),
     # Measurements.
     ("bench",),
+    # The tests, above everything they test: nothing else may import them.
+    ("tests",),
 ]
 """Layers, lowest first; a module belongs to the layer of its longest matching prefix."""
 

@@ -12,37 +12,18 @@ from __future__ import annotations
 import asyncio
 import json
 import random
-from collections import defaultdict
 from typing import Any
 
 import pytest
 
 from examples import components, wordcount
+from tests.helpers import violations
 from tracker.graph import Location
 from tracker.timestamp import less_equal
 from tracker.worker import Worker
 from tracker.worker.link import Link, LocalHub
 from tracker.worker.transport import Transport
 from tracker.worker.vertex import Dataflow, ProgressError, Vertex
-
-
-def violations(events: list[Any]) -> list[str]:
-    """Every message at a time ``<= t`` that reached a vertex after its ``on_notify(t)``.
-
-    ``events`` is a worker trace: ``["recv", stage, worker, port, time]`` and
-    ``["notify", stage, worker, time]`` in the order the callbacks ran (per vertex)."""
-    notified: dict[tuple[int, int], list[tuple[int, ...]]] = defaultdict(list)
-    found = []
-    for event in events:
-        key = (event[1], event[2])
-        if event[0] == "notify":
-            notified[key].append(tuple(event[3]))
-        else:
-            time = tuple(event[4])
-            early = [t for t in notified[key] if less_equal(time, t)]
-            if early:
-                found.append(f"stage {key[0]} worker {key[1]}: message at {time} after on_notify{early[0]}")
-    return found
 
 
 class RecordingLink(Link):

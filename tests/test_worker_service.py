@@ -18,28 +18,18 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.service_fixtures import ADMIN, ROOT, ServiceProcess, free_port
-from tests.test_worker_runtime import violations
+from tests.helpers import ADMIN_TOKEN, ROOT, ServiceProcess, free_port, violations
 from tracker.graph import Location
 from tracker.worker.cluster import launch, load_example, register
 from tracker.worker.link import LinkFailure, ServiceLink
 
-pytestmark = pytest.mark.service
-
-
-@pytest.fixture(scope="module")
-def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceProcess]:
-    # Delta flushing off: these tests are about workers, and the machine's 2 cores are shared.
-    process = ServiceProcess(tmp_path_factory.mktemp("workers") / "warehouse", env={"TRACKER_DELTA": "0"})
-    process.start()
-    yield process
-    process.stop()
+# Delta flushing off: these tests are about workers, and the machine's 2 cores are shared.
+pytestmark = pytest.mark.service(TRACKER_DELTA="0")
 
 
 def leftover_pointstamps(service: ServiceProcess, dataflow: str) -> list[Any]:
@@ -62,8 +52,8 @@ def test_examples_on_worker_processes_match_the_reference(service: ServiceProces
     example = load_example(name)
     config = {**example.DEFAULTS, "seed": 100 + run, "epochs": rng.randint(4, 6)}
     delay = rng.choice([0.001, 0.003, 0.006])  # random delay of every data message, up to this
-    result = launch(name, config, service.url, ADMIN, workers, delay=delay, progress_delay=rng.choice([0.0, 0.003]),
-                    seed=run, trace_dir=tmp_path, timeout=60, link=link)
+    result = launch(name, config, service.url, ADMIN_TOKEN, workers, delay=delay,
+                    progress_delay=rng.choice([0.0, 0.003]), seed=run, trace_dir=tmp_path, timeout=60, link=link)
     assert result["rows"] == example.reference(config)
     assert len(result["rows"]) == config["epochs"]
     traces = read_traces(tmp_path)
@@ -152,7 +142,7 @@ def test_cutting_a_workers_connection_mid_run_changes_no_result(service: Service
     proxy = Proxy(service.port)
     try:
         thread, outcome = launch_in_thread(
-            name="components", config=config, url=service.url, admin_token=ADMIN, workers=3, delay=0.01,
+            name="components", config=config, url=service.url, admin_token=ADMIN_TOKEN, workers=3, delay=0.01,
             seed=7, timeout=60, service_url=[service.url, proxy.url, service.url])
         deadline = time.monotonic() + 30
         while proxy.forwarded < 2000 and time.monotonic() < deadline and thread.is_alive():
@@ -176,7 +166,7 @@ def test_service_restart_mid_run_loses_and_duplicates_nothing(service: ServicePr
     config = {**example.DEFAULTS, "seed": 11, "epochs": 8, "pace": 0.25}  # >= 2 s of input
     with service.client() as client:
         before = {d["id"] for d in client.get("/v1/dataflows").json()}
-    thread, outcome = launch_in_thread(name="wordcount", config=config, url=service.url, admin_token=ADMIN,
+    thread, outcome = launch_in_thread(name="wordcount", config=config, url=service.url, admin_token=ADMIN_TOKEN,
                                        workers=2, delay=0.01, progress_delay=0.01, seed=3, timeout=60, link=link)
     deadline = time.monotonic() + 30
     version = 0
@@ -200,7 +190,7 @@ def test_example_command_prints_the_reference_rows(service: ServiceProcess) -> N
     command = [sys.executable, "-m", "tracker.cli", "example", "components", "--url", service.url, "--workers", "2",
                "--epochs", "3", "--check"]
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120,
-                          env={"TRACKER_ADMIN_TOKEN": ADMIN, "PATH": "/usr/bin:/bin"})
+                          env={"TRACKER_ADMIN_TOKEN": ADMIN_TOKEN, "PATH": "/usr/bin:/bin"})
     assert done.returncode == 0, done.stderr
     example = load_example("components")
     expected = example.render(example.reference({**example.DEFAULTS, "epochs": 3}))
@@ -209,7 +199,7 @@ def test_example_command_prints_the_reference_rows(service: ServiceProcess) -> N
 
 def test_link_resends_unacknowledged_batches_and_the_service_drops_duplicates(service: ServiceProcess) -> None:
     flow = load_example("wordcount").build({})
-    dataflow, token = register(service.url, ADMIN, flow.registration(1))
+    dataflow, token = register(service.url, ADMIN_TOKEN, flow.registration(1))
     source = Location.source(0, 0)
 
     async def scenario() -> tuple[ServiceLink, int]:
@@ -241,7 +231,7 @@ def test_link_resends_unacknowledged_batches_and_the_service_drops_duplicates(se
 
 def test_link_failures_surface_instead_of_retrying_forever(service: ServiceProcess) -> None:
     flow = load_example("wordcount").build({})
-    dataflow, token = register(service.url, ADMIN, flow.registration(1))
+    dataflow, token = register(service.url, ADMIN_TOKEN, flow.registration(1))
 
     async def bad_token() -> None:
         link = ServiceLink(service.url, dataflow, "not-a-token", "w0")

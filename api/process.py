@@ -1,7 +1,14 @@
-"""Start the real service (``tracker serve`` under uvicorn) as a subprocess on a loopback port.
+"""Run the real service in a subprocess: ``tracker serve`` under uvicorn on a free loopback port.
 
-Used by the ``tests/test_api_*.py`` modules and by ``bench/service.py``. Spark is off unless a
-test asks for it (``spark=True``), so tests never wait for a JVM they do not exercise.
+Used by the tests (through the ``start_service`` fixture of ``tests/conftest.py``) and by the
+benchmarks. :class:`ServiceProcess` starts ``python -m tracker.cli serve`` with a warehouse of
+the caller's choosing and the admin token :data:`ADMIN_TOKEN`, waits until ``/healthz``
+answers, and stops it gracefully (SIGTERM) or kills it (``kill -9``); ``restart`` starts it
+again on the same port and warehouse, as after a crash. Spark is off unless asked for
+(``spark=True``), so a caller never waits for a JVM it does not exercise.
+
+This module imports only the standard library and httpx: it runs the service as a user would,
+from the outside.
 """
 
 from __future__ import annotations
@@ -17,8 +24,11 @@ from typing import Any
 
 import httpx
 
-ROOT = Path(__file__).resolve().parent.parent
-ADMIN = "test-admin-token"
+SOURCE_ROOT = Path(__file__).resolve().parent.parent
+"""The directory holding the ``api`` package; the service runs there, so it imports this same source tree."""
+
+ADMIN_TOKEN = "test-admin-token"
+"""The admin token every :class:`ServiceProcess` is started with (unless its ``env`` says otherwise)."""
 
 
 def free_port() -> int:
@@ -29,7 +39,11 @@ def free_port() -> int:
 
 
 class ServiceProcess:
-    """One service process; ``restart`` reuses port and warehouse (as after a crash)."""
+    """One service process; ``restart`` reuses port and warehouse (as after a crash).
+
+    ``env`` is added to the child's environment last, so it may override ``TRACKER_ADMIN_TOKEN``
+    and ``TRACKER_SPARK``. The child's output goes to :attr:`log_path`, next to the warehouse.
+    """
 
     def __init__(self, warehouse: Path, *, spark: bool = False, env: dict[str, str] | None = None,
                  engine: str = "native") -> None:
@@ -47,18 +61,18 @@ class ServiceProcess:
     @property
     def admin_headers(self) -> dict[str, str]:
         """``Authorization`` for the admin token."""
-        return {"Authorization": f"Bearer {ADMIN}"}
+        return {"Authorization": f"Bearer {ADMIN_TOKEN}"}
 
     def start(self, timeout: float = 60.0) -> ServiceProcess:
         """Start and wait until ``/healthz`` answers."""
-        env = {**os.environ, "TRACKER_ADMIN_TOKEN": ADMIN, "TRACKER_SPARK": "1" if self.spark else "0",
+        env = {**os.environ, "TRACKER_ADMIN_TOKEN": ADMIN_TOKEN, "TRACKER_SPARK": "1" if self.spark else "0",
                "PYTHONUNBUFFERED": "1", **self.extra_env}
         self.starts += 1
         log = open(self.log_path, "ab")  # noqa: SIM115 - the child keeps writing to it
         self.process = subprocess.Popen(
             [sys.executable, "-m", "tracker.cli", "serve", "--host", "127.0.0.1", "--port", str(self.port),
              "--warehouse", str(self.warehouse), "--engine", self.engine],
-            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+            cwd=SOURCE_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
         )
         log.close()
         deadline = time.monotonic() + timeout
@@ -99,47 +113,7 @@ class ServiceProcess:
         except OSError:
             return "(no log)"
 
-    def client(self, token: str | None = ADMIN, **kwargs: Any) -> httpx.Client:
+    def client(self, token: str | None = ADMIN_TOKEN, **kwargs: Any) -> httpx.Client:
         """An ``httpx.Client`` on the service with a bearer token."""
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         return httpx.Client(base_url=self.url, headers=headers, timeout=kwargs.pop("timeout", 30.0), **kwargs)
-
-
-def loop_graph(operators: int = 3, arity: int = 1, name: str = "loop") -> dict[str, Any]:
-    """A registration body: an input operator feeding a ring of ``operators`` operators whose
-    last one increments the last coordinate (a feedback loop)."""
-    increment = [0] * (arity - 1) + [1]
-    nodes: list[dict[str, Any]] = [{"id": 0, "name": "input", "inputs": 0, "outputs": 1}]
-    for i in range(1, operators + 1):
-        node: dict[str, Any] = {"id": i, "name": f"op{i}", "inputs": 2 if i == 1 else 1, "outputs": 1}
-        if i == operators:
-            node["connections"] = [{"input": 0, "output": 0, "summaries": [increment]}]
-        nodes.append(node)
-    edges = [{"source": {"node": 0, "port": 0}, "target": {"node": 1, "port": 1}}]
-    for i in range(1, operators + 1):
-        nxt = 1 if i == operators else i + 1
-        edges.append({"source": {"node": i, "port": 0}, "target": {"node": nxt, "port": 0}})
-    return {"name": name, "timestamp_arity": arity, "nodes": nodes, "edges": edges}
-
-
-def core_graph(body: dict[str, Any]) -> tuple[Any, list[Any]]:
-    """The core ``Graph`` and initial pointstamps of a registration body, built exactly as the
-    service builds them (for local oracles and native baselines)."""
-    from api.models import RegisterRequest
-    from api.service import build_graph, registration_record
-
-    return build_graph(registration_record(RegisterRequest.model_validate(body)))
-
-
-def register(service: ServiceProcess, body: dict[str, Any]) -> tuple[str, str]:
-    """Register ``body``; returns ``(id, token)``."""
-    with service.client() as client:
-        answer = client.post("/v1/dataflows", json=body)
-    assert answer.status_code == 201, answer.text
-    data = answer.json()
-    return data["id"], data["token"]
-
-
-def update(node: int, port: int, kind: str, time_: list[int], delta: int) -> dict[str, Any]:
-    """One update's JSON."""
-    return {"location": {"node": node, "port": port, "kind": kind}, "time": time_, "delta": delta}

@@ -1,0 +1,110 @@
+"""What the test modules share besides fixtures: graphs, registration and update builders, and
+the conversions of the service's JSON that oracle comparisons need.
+
+Test modules import helpers from here (or from ``tests/strategies.py``), never from each other.
+The service launcher lives in :mod:`api.process` and the registration helpers in
+:mod:`bench.workloads`, since the benchmarks use them too; they are re-exported here so that a
+test module has one place to import from. Fixtures are in ``tests/conftest.py``.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from api.process import ADMIN_TOKEN, ServiceProcess, free_port
+from bench.workloads import core_graph, loop_graph, register, update
+from tracker.graph import Connection, Edge, Graph, Location, Node, Update
+from tracker.timestamp import PathSummary, less_equal
+
+__all__ = [
+    "ADMIN_TOKEN",
+    "ROOT",
+    "ServiceProcess",
+    "ServiceStarter",
+    "as_updates",
+    "chain",
+    "core_graph",
+    "counts_map",
+    "free_port",
+    "frontier_map",
+    "loop_graph",
+    "register",
+    "update",
+    "violations",
+]
+
+ROOT = Path(__file__).resolve().parent.parent
+"""The source tree's root (the working directory of the subprocesses the tests run)."""
+
+
+class ServiceStarter:
+    """Starts real services (:class:`ServiceProcess`) with warehouses under ``root``, and stops
+    every one it started at :meth:`stop_all`. The ``start_service`` and ``service`` fixtures
+    (``tests/conftest.py``) hand one out and call :meth:`stop_all` at their teardown."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.started: list[ServiceProcess] = []
+
+    def __call__(self, *, spark: bool = False, engine: str = "native", **env: str) -> ServiceProcess:
+        """Start a service on a fresh warehouse and wait until it answers ``/healthz``.
+
+        ``env`` is added to the service's environment (``TRACKER_FLUSH_SECONDS="0.2"``...);
+        ``spark=True`` lets it start its Spark session, ``engine="spark"`` keeps frontiers in
+        Spark. The first warehouse is ``root / "warehouse"``, any later one ``warehouse-2``...
+        A restart on the same warehouse, or ``kill -9``, are the process's own methods."""
+        name = "warehouse" if not self.started else f"warehouse-{len(self.started) + 1}"
+        service = ServiceProcess(self.root / name, spark=spark, engine=engine, env=env)
+        self.started.append(service)  # before start(): one that never got healthy is stopped too
+        return service.start()
+
+    def stop_all(self) -> None:
+        """Stop (gracefully, or by SIGKILL if it lingers) every service started here still running."""
+        for service in self.started:
+            service.stop()
+
+
+def chain(length: int, arity: int = 1) -> Graph:
+    """``length`` one-in one-out operators in a row, closed by a +1 feedback into operator 1."""
+    step = PathSummary((0,) * (arity - 1) + (1,))
+    nodes = [Node(0, 0, 1)] + [Node(i, 2 if i == 1 else 1, 1) for i in range(1, length)]
+    nodes.append(Node(length, 1, 1, "feedback", (Connection(0, 0, (step,)),)))
+    edges = [Edge(Location.source(i, 0), Location.target(i + 1, 0)) for i in range(length)]
+    edges.append(Edge(Location.source(length, 0), Location.target(1, 1)))
+    return Graph.build(arity, nodes, edges)
+
+
+def as_updates(batch: list[dict[str, Any]]) -> list[Update]:
+    """A batch of update JSON (as :func:`update` builds it) as core updates."""
+    return [(Location(**u["location"]), tuple(u["time"]), u["delta"]) for u in batch]
+
+
+def frontier_map(answer: dict[str, Any]) -> dict[Location, list[tuple[int, ...]]]:
+    """A ``/frontier`` answer as ``{location: frontier}``, comparable with ``oracle.frontiers``."""
+    return {Location(**row["location"]): [tuple(t) for t in row["frontier"]] for row in answer["locations"]}
+
+
+def counts_map(rows: list[dict[str, Any]]) -> dict[tuple[Location, tuple[int, ...]], int]:
+    """A ``/pointstamps`` answer as ``{(location, time): count}``, comparable with ``oracle.accumulate``."""
+    return {(Location(**r["location"]), tuple(r["time"])): r["count"] for r in rows}
+
+
+def violations(events: list[Any]) -> list[str]:
+    """Every message at a time ``<= t`` that reached a vertex after its ``on_notify(t)``.
+
+    ``events`` is a worker trace: ``["recv", stage, worker, port, time]`` and
+    ``["notify", stage, worker, time]`` in the order the callbacks ran (per vertex)."""
+    notified: dict[tuple[int, int], list[tuple[int, ...]]] = defaultdict(list)
+    found = []
+    for event in events:
+        key = (event[1], event[2])
+        if event[0] == "notify":
+            notified[key].append(tuple(event[3]))
+        else:
+            time = tuple(event[4])
+            early = [t for t in notified[key] if less_equal(time, t)]
+            if early:
+                found.append(f"stage {key[0]} worker {key[1]}: message at {time} after on_notify{early[0]}")
+    return found
