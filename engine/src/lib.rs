@@ -1,0 +1,10 @@
+pub mod antichain;
+pub mod batch;
+pub mod json;
+#[cfg(feature = "python")]
+mod python;
+pub mod selection;
+pub mod summary;
+pub mod time;
+pub mod topology;
+pub mod tracker;
