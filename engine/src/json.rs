@@ -2,7 +2,8 @@
 //!
 //! A change encodes as `{"location": FRAGMENT, "time": [c, ...], "diff": 1}`, where FRAGMENT is
 //! the caller's JSON text for the location, registered once. Two layouts: Python's
-//! `json.dumps` default separators (`", "` and `": "`), or the compact ones (`","`, `":"`).
+//! `json.dumps` default separators (`", "` and `": "`), with each fragment as given, or the
+//! compact ones (`","`, `":"`), with each fragment stripped of whitespace outside strings.
 
 use crate::batch::Changes;
 use crate::selection::Selection;
@@ -18,7 +19,8 @@ impl Fragments {
     /// Fragments for locations `0..fragments.len()`; each is the JSON of that location.
     pub fn new<S: AsRef<str>>(fragments: &[S]) -> Self {
         let spaced = fragments.iter().map(|f| format!("{{\"location\": {}, \"time\": [", f.as_ref()).into()).collect();
-        let compact = fragments.iter().map(|f| format!("{{\"location\":{},\"time\":[", f.as_ref()).into()).collect();
+        let compact =
+            fragments.iter().map(|f| format!("{{\"location\":{},\"time\":[", minify(f.as_ref())).into()).collect();
         Fragments { spaced, compact }
     }
 
@@ -65,6 +67,29 @@ impl Fragments {
     }
 }
 
+/// `json` without whitespace outside strings.
+fn minify(json: &str) -> String {
+    let mut out = String::with_capacity(json.len());
+    let (mut in_string, mut escaped) = (false, false);
+    for c in json.chars() {
+        if in_string {
+            if escaped {
+                escaped = false;
+            } else if c == '\\' {
+                escaped = true;
+            } else if c == '"' {
+                in_string = false;
+            }
+        } else if c == '"' {
+            in_string = true;
+        } else if c.is_ascii_whitespace() {
+            continue;
+        }
+        out.push(c);
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -85,7 +110,8 @@ mod tests {
         out.clear();
         let only = Selection::new(2, [0]).unwrap();
         fragments.encode(&changes, Some(&only), true, &mut out);
-        assert_eq!(out, "[{\"location\":{\"node\": 0},\"time\":[8,12],\"diff\":-1}]");
+        assert_eq!(out, "[{\"location\":{\"node\":0},\"time\":[8,12],\"diff\":-1}]");
+        assert_eq!(minify("{\"a b\": [1, \"x\\\" y\"]}"), "{\"a b\":[1,\"x\\\" y\"]}");
         out.clear();
         fragments.encode(&Changes::new(2), None, true, &mut out);
         assert_eq!(out, "[]");
