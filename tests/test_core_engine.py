@@ -174,6 +174,10 @@ def test_engine_without_labels_or_json() -> None:
         batch.to_json()
     with pytest.raises(ValueError, match="no labels"):
         batch.to_list(labels=True)
+    typed = batch.to_list(cls=FrontierChange)
+    assert [type(c) for c in typed] == [FrontierChange] * 3 and typed[2].time == (4, 1) and typed[2].location == 2
+    with pytest.raises(TypeError, match="subclass of tuple"):
+        batch.to_list(cls=list)
     with pytest.raises(ValueError, match="no labels"):
         engine.apply([(0, (1, 1), 1)])
     with pytest.raises(ValueError, match="non-incrementing cycle"):

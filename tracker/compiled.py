@@ -94,8 +94,7 @@ class CompiledTracker:
         caller already did. Changes are sorted by (time, location).
         """
         batch = updates if validated else self.graph.check_updates(updates)
-        new = tuple.__new__
-        return [new(FrontierChange, change) for change in self.engine.apply(batch).to_list(labels=True)]
+        return self.engine.apply(batch).to_list(labels=True, cls=FrontierChange)
 
     def frontier(self, location: Location) -> list[Timestamp]:
         """The minimal times that may still appear at ``location``, sorted."""

@@ -31,7 +31,7 @@ impl<T: Time> MutableAntichain<T> {
         if delta == 0 {
             return;
         }
-        let (old, new) = match self.counts.binary_search_by(|(t, _)| t.cmp(time)) {
+        let (old, new, index) = match self.counts.binary_search_by(|(t, _)| t.cmp(time)) {
             Ok(index) => {
                 let old = self.counts[index].1;
                 let new = old + delta;
@@ -40,11 +40,11 @@ impl<T: Time> MutableAntichain<T> {
                 } else {
                     self.counts[index].1 = new;
                 }
-                (old, new)
+                (old, new, index)
             }
             Err(index) => {
                 self.counts.insert(index, (time.clone(), delta));
-                (0, delta)
+                (0, delta, index)
             }
         };
         if (old > 0) == (new > 0) {
@@ -54,29 +54,46 @@ impl<T: Time> MutableAntichain<T> {
             if self.frontier.iter().any(|f| f.less_equal(time)) {
                 return;
             }
-            let mut index = 0;
-            while index < self.frontier.len() {
-                if time.less_equal(&self.frontier[index]) {
-                    changes.push((self.frontier.swap_remove(index), -1));
+            let mut position = 0;
+            while position < self.frontier.len() {
+                if time.less_equal(&self.frontier[position]) {
+                    changes.push((self.frontier.swap_remove(position), -1));
                 } else {
-                    index += 1;
+                    position += 1;
                 }
             }
             self.frontier.push(time.clone());
             changes.push((time.clone(), 1));
-        } else if let Some(index) = self.frontier.iter().position(|f| f == time) {
-            self.frontier.swap_remove(index);
+        } else if let Some(position) = self.frontier.iter().position(|f| f == time) {
+            self.frontier.swap_remove(position);
             changes.push((time.clone(), -1));
-            self.rebuild(changes);
+            self.rebuild(index, changes);
         }
     }
 
-    /// After a frontier element left: every remaining element stays minimal; add the positive
-    /// times no longer dominated. Counts are sorted, so no later time dominates an earlier one.
-    fn rebuild(&mut self, changes: &mut Vec<(T, i64)>) {
+    /// After frontier element `time` left (its count's slot was `from`): every remaining
+    /// element stays minimal; add the positive times no longer dominated.
+    ///
+    /// Only times lexicographically after `time` can have been dominated by it, so the scan
+    /// starts at `from`; counts are sorted, so no later time dominates an earlier one. It stops
+    /// once a frontier element `f` with all but its first coordinate zero has `f[0] <= x[0]`
+    /// for the scanned `x`: then `f` dominates `x` and everything after it (for one
+    /// coordinate, at the first positive time).
+    fn rebuild(&mut self, from: usize, changes: &mut Vec<(T, i64)>) {
         let kept = self.frontier.len();
-        for (time, count) in &self.counts {
+        let floor = |f: &T| {
+            let coords = f.coords();
+            coords[1..].iter().all(|&c| c == 0).then_some(coords[0])
+        };
+        let mut stop = self.frontier.iter().filter_map(floor).min().unwrap_or(u64::MAX);
+        for (time, count) in &self.counts[from..] {
+            if time.coords()[0] >= stop {
+                break;
+            }
             if *count > 0 && !self.frontier.iter().any(|f| f.less_equal(time)) {
+                if let Some(first) = floor(time) {
+                    stop = stop.min(first);
+                }
                 self.frontier.push(time.clone());
             }
         }
@@ -159,5 +176,15 @@ mod tests {
         assert!(m.less_equal(&[3, 4]) && !m.less_equal(&[1, 9]));
         assert_eq!(m.sorted_frontier(), vec![[2, 0]]);
         assert_eq!(apply(&mut m, [2u64, 0], -1), vec![([2, 0], -1), ([3, 3], 1)]);
+        // Rebuilding stops at a time with a zero tail, and skips what the others dominate.
+        for t in [[1u64, 4], [1, 2], [2, 0], [2, 1], [4, 0], [5, 5]] {
+            apply(&mut m, t, 1);
+        }
+        assert_eq!(m.sorted_frontier(), vec![[1, 2], [2, 0]]);
+        assert_eq!(apply(&mut m, [1u64, 2], -1), vec![([1, 2], -1), ([1, 4], 1)]);
+        assert_eq!(apply(&mut m, [2u64, 0], -1), vec![([2, 0], -1), ([2, 1], 1), ([4, 0], 1)]);
+        assert_eq!(apply(&mut m, [2u64, 1], -1), vec![([2, 1], -1), ([3, 3], 1)]);
+        assert_eq!(apply(&mut m, [1u64, 4], -1), vec![([1, 4], -1)]);
+        assert_eq!(m.sorted_frontier(), vec![[3, 3], [4, 0]]);
     }
 }

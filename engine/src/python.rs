@@ -7,9 +7,10 @@
 use std::sync::Arc;
 
 use pyo3::buffer::PyBuffer;
-use pyo3::exceptions::{PyIndexError, PyKeyError, PyValueError};
+use pyo3::exceptions::{PyIndexError, PyKeyError, PyTypeError, PyValueError};
+use pyo3::ffi;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
+use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple, PyType};
 
 use crate::batch::Changes;
 use crate::json::Fragments;
@@ -48,7 +49,28 @@ struct Shared {
 /// Integers from a list, a tuple, a buffer of 64-bit integers, or any iterable.
 fn read_ints(values: &Bound<'_, PyAny>) -> PyResult<Vec<i64>> {
     if let Ok(list) = values.cast::<PyList>() {
-        return list.iter().map(|x| x.extract::<i64>()).collect();
+        // The hot path (a batch parsed from JSON): borrowed items and no Bound per element.
+        let len = list.len();
+        let mut out = Vec::with_capacity(len);
+        for index in 0..len {
+            // SAFETY: `list` is a live list and the GIL is held; `PyList_GetItem` checks the
+            // index (the list could shrink if a non-int's `__index__` runs Python code) and
+            // returns a borrowed reference, used before any other Python code runs.
+            let value = unsafe {
+                let item = ffi::PyList_GetItem(list.as_ptr(), index as ffi::Py_ssize_t);
+                if item.is_null() {
+                    return Err(PyErr::fetch(values.py()));
+                }
+                ffi::PyLong_AsLongLong(item)
+            };
+            if value == -1 {
+                if let Some(error) = PyErr::take(values.py()) {
+                    return Err(error);
+                }
+            }
+            out.push(value);
+        }
+        return Ok(out);
     }
     if let Ok(tuple) = values.cast::<PyTuple>() {
         return tuple.iter().map(|x| x.extract::<i64>()).collect();
@@ -339,7 +361,30 @@ pub struct ChangeBatch {
 }
 
 impl ChangeBatch {
-    fn list<'py>(&self, py: Python<'py>, label: impl Fn(u32) -> Bound<'py, PyAny>) -> PyResult<Bound<'py, PyList>> {
+    /// Every change as a 3-tuple `(label(location), time, diff)`, or as an instance of the
+    /// tuple subclass `cls` built as `tuple.__new__(cls, ...)` would (without calling Python).
+    fn list<'py>(
+        &self,
+        py: Python<'py>,
+        cls: Option<&Bound<'py, PyType>>,
+        label: impl Fn(u32) -> Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyList>> {
+        let alloc: Option<(ffi::allocfunc, *mut ffi::PyTypeObject)> = match cls {
+            None => None,
+            Some(cls) => {
+                if !cls.is_subclass_of::<PyTuple>()? {
+                    return Err(PyTypeError::new_err("cls must be a subclass of tuple (a NamedTuple)"));
+                }
+                let type_ptr = cls.as_type_ptr();
+                // SAFETY: a type object's tp_alloc slot is an allocfunc (never null for a
+                // tuple subclass: it inherits one).
+                let slot = unsafe { ffi::PyType_GetSlot(type_ptr, ffi::Py_tp_alloc) };
+                if slot.is_null() {
+                    return Err(PyTypeError::new_err("cls has no allocator"));
+                }
+                Some((unsafe { std::mem::transmute::<*mut std::ffi::c_void, ffi::allocfunc>(slot) }, type_ptr))
+            }
+        };
         let mut items = Vec::with_capacity(self.changes.len());
         let mut last: Option<(&[u64], Bound<'py, PyTuple>)> = None;
         for (location, time, diff) in self.changes.iter() {
@@ -351,7 +396,27 @@ impl ChangeBatch {
                     tuple
                 }
             };
-            items.push(PyTuple::new(py, [label(location), tuple.into_any(), diff.into_pyobject(py)?.into_any()])?);
+            let fields = [label(location), tuple.into_any(), diff.into_pyobject(py)?.into_any()];
+            let item = match alloc {
+                None => PyTuple::new(py, fields)?.into_any(),
+                // SAFETY: what `tuple.__new__(cls, fields)` does: allocate a tuple of 3 slots of
+                // type `cls` (a tuple subclass) and fill each slot once; `PyTuple_SetItem`
+                // steals the reference and checks the object is a fresh tuple.
+                Some((alloc, type_ptr)) => unsafe {
+                    let object = alloc(type_ptr, 3);
+                    if object.is_null() {
+                        return Err(PyErr::fetch(py));
+                    }
+                    let object = Bound::from_owned_ptr(py, object);
+                    for (slot, field) in fields.into_iter().enumerate() {
+                        if ffi::PyTuple_SetItem(object.as_ptr(), slot as ffi::Py_ssize_t, field.into_ptr()) != 0 {
+                            return Err(PyErr::fetch(py));
+                        }
+                    }
+                    object
+                },
+            };
+            items.push(item);
         }
         PyList::new(py, items)
     }
@@ -374,15 +439,22 @@ impl ChangeBatch {
         self.changes.len()
     }
 
-    /// `[(location, time, diff), ...]`; with `labels=True` the location is its label.
-    #[pyo3(signature = (*, labels=false))]
-    fn to_list<'py>(&self, py: Python<'py>, labels: bool) -> PyResult<Bound<'py, PyList>> {
+    /// `[(location, time, diff), ...]`; with `labels=True` the location is its label, and
+    /// with `cls` (a tuple subclass of three fields, e.g. `FrontierChange`) each change is an
+    /// instance of it, as `tuple.__new__(cls, (location, time, diff))` would make it.
+    #[pyo3(signature = (*, labels=false, cls=None))]
+    fn to_list<'py>(
+        &self,
+        py: Python<'py>,
+        labels: bool,
+        cls: Option<&Bound<'py, PyType>>,
+    ) -> PyResult<Bound<'py, PyList>> {
         if labels {
             let names =
                 self.shared.labels.as_ref().ok_or_else(|| PyValueError::new_err("this engine has no labels"))?;
-            self.list(py, |location| names[location as usize].bind(py).clone())
+            self.list(py, cls, |location| names[location as usize].bind(py).clone())
         } else {
-            self.list(py, |location| location.into_pyobject(py).expect("infallible").into_any())
+            self.list(py, cls, |location| location.into_pyobject(py).expect("infallible").into_any())
         }
     }
 

@@ -5,6 +5,8 @@ use std::collections::BinaryHeap;
 
 use crate::antichain::MutableAntichain;
 use crate::batch::Changes;
+use crate::groups::TimeGroups;
+use crate::pending::Pending;
 use crate::time::Time;
 use crate::topology::{Topology, TopologyError, TransitionSpec};
 
@@ -50,9 +52,12 @@ pub struct Tracker<T: Time> {
     /// Per internal position: one count per frontier element of its own pointstamps and per
     /// frontier element of each predecessor moved along the connecting transition.
     implications: Vec<MutableAntichain<T>>,
+    /// Work at times after the one being settled.
     worklist: BinaryHeap<Work<T>>,
+    /// Work at the time being settled.
+    pending: Pending,
     scratch: Vec<(T, i64)>,
-    pushed: Vec<(T, u32, i64)>,
+    pushed: TimeGroups<T>,
 }
 
 impl<T: Time> Tracker<T> {
@@ -64,8 +69,9 @@ impl<T: Time> Tracker<T> {
             implications: (0..locations).map(|_| MutableAntichain::new()).collect(),
             topology,
             worklist: BinaryHeap::new(),
+            pending: Pending::new(locations),
             scratch: Vec::new(),
-            pushed: Vec::new(),
+            pushed: TimeGroups::new(),
         })
     }
 
@@ -106,52 +112,47 @@ impl<T: Time> Tracker<T> {
     ///
     /// Work is taken in (time, position) order. Positions follow the identity transitions, and
     /// every other transition strictly advances times, so every push goes to a later key: each
-    /// (time, location) is settled once, with every contribution to it already summed.
+    /// (time, location) is settled once, with every contribution to it already summed. Work at
+    /// the time being settled waits in [`Pending`] (positions only); later work in a heap.
     pub fn propagate(&mut self, changes: &mut Changes) {
-        let Tracker { topology, implications, worklist, scratch, pushed, .. } = self;
-        while let Some(mut work) = worklist.pop() {
+        let Tracker { topology, implications, worklist, pending, scratch, pushed, .. } = self;
+        while let Some(first) = worklist.pop() {
+            let now = first.time;
+            pending.add(first.position, first.diff);
             while let Some(next) = worklist.peek() {
-                if next.position != work.position || next.time != work.time {
+                if next.time != now {
                     break;
                 }
-                work.diff += next.diff;
+                pending.add(next.position, next.diff);
                 worklist.pop();
             }
-            if work.diff == 0 {
-                continue;
-            }
-            let position = work.position as usize;
-            scratch.clear();
-            implications[position].update(&work.time, work.diff, scratch);
-            if scratch.is_empty() {
-                continue;
-            }
-            let steps = topology.steps(position);
-            let external = topology.external(position);
-            for (time, diff) in scratch.drain(..) {
-                for step in steps {
-                    if let Some(moved) = step.advance(&time) {
-                        worklist.push(Work { time: moved, position: step.dst, diff });
-                    }
+            while let Some((position, diff)) = pending.pop() {
+                if diff == 0 {
+                    continue;
                 }
-                pushed.push((time, external, diff));
+                scratch.clear();
+                implications[position].update(&now, diff, scratch);
+                if scratch.is_empty() {
+                    continue;
+                }
+                let steps = topology.steps(position);
+                let external = topology.external(position);
+                for (time, diff) in scratch.drain(..) {
+                    for step in steps {
+                        if let Some(moved) = step.advance(&time) {
+                            if moved == now {
+                                debug_assert!(step.dst as usize > position);
+                                pending.add(step.dst, diff);
+                            } else {
+                                worklist.push(Work { time: moved, position: step.dst, diff });
+                            }
+                        }
+                    }
+                    pushed.push(time, external, diff);
+                }
             }
         }
-        pushed.sort_unstable_by(|a, b| a.0.cmp(&b.0).then(a.1.cmp(&b.1)));
-        let mut index = 0;
-        while index < pushed.len() {
-            let (time, location, mut diff) = (&pushed[index].0, pushed[index].1, pushed[index].2);
-            let mut next = index + 1;
-            while next < pushed.len() && pushed[next].1 == location && pushed[next].0 == *time {
-                diff += pushed[next].2;
-                next += 1;
-            }
-            if diff != 0 {
-                changes.push(location, time.coords(), diff);
-            }
-            index = next;
-        }
-        pushed.clear();
+        pushed.drain_into(changes);
     }
 
     /// The frontier of `location`, sorted.
