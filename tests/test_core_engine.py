@@ -159,6 +159,12 @@ def test_low_level_api_takes_buffers_and_moves_every_frontier_of_a_ring() -> Non
         assert batch.flat_times() == [t[0] for _, t, _ in batch.to_list()]
         assert batch.locations() == [i for i, _, _ in batch.to_list()]
     assert engine.frontier(source) == [(3,)]
+    # Labelled updates may be any 3-sequences, times tuples or lists.
+    moved = engine.apply([[Location.source(0, 0), [4], 1], (Location.source(0, 0), (3,), -1)])
+    assert len(moved) == 12
+    engine.apply([(Location.source(0, 0), [3], 1), [Location.source(0, 0), (4,), -1]])
+    with pytest.raises(ValueError, match="expected"):
+        engine.apply([[Location.source(0, 0), (4,)]])
     assert engine.pointstamps() == [(source, (3,), 1)]
     assert engine.index(Location.source(0, 0)) == source and len(engine) == 6 and engine.arity == 1
     selection = engine.selection([source])

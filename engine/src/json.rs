@@ -37,8 +37,11 @@ impl Fragments {
     /// Appends the JSON array of `changes` (only those whose location `selection` holds, if
     /// given) to `out`. Every location of `changes` must have a fragment.
     pub fn encode(&self, changes: &Changes, selection: Option<&Selection>, compact: bool, out: &mut String) {
-        let (prefixes, item_sep, coord_sep, tail) =
-            if compact { (&self.compact, ",", ",", "],\"diff\":") } else { (&self.spaced, ", ", ", ", "], \"diff\": ") };
+        let (prefixes, item_sep, coord_sep, tail) = if compact {
+            (&self.compact, ",", ",", "],\"diff\":")
+        } else {
+            (&self.spaced, ", ", ", ", "], \"diff\": ")
+        };
         let mut numbers = itoa::Buffer::new();
         out.push('[');
         let mut first = true;

@@ -256,7 +256,20 @@ impl Engine {
         let mut deltas = Vec::new();
         for (number, update) in updates.try_iter()?.enumerate() {
             let update = update?;
-            let (label, time, delta): (Bound<'_, PyAny>, Bound<'_, PyAny>, i64) = update.extract()?;
+            let (label, time, delta): (Bound<'_, PyAny>, Bound<'_, PyAny>, i64) = match update.cast::<PyTuple>() {
+                Ok(tuple) => tuple.extract()?,
+                Err(_) => {
+                    let fields = update.try_iter()?.collect::<PyResult<Vec<_>>>()?;
+                    match <[Bound<'_, PyAny>; 3]>::try_from(fields) {
+                        Ok([label, time, delta]) => (label, time, delta.extract()?),
+                        Err(_) => {
+                            return Err(PyValueError::new_err(format!(
+                                "update {number}: expected (location, time, delta)"
+                            )))
+                        }
+                    }
+                }
+            };
             let location = match index.get_item(&label)? {
                 Some(location) => location.extract::<i64>()?,
                 None => return Err(PyKeyError::new_err(format!("update {number}: unknown location {label}"))),

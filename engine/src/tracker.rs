@@ -207,8 +207,14 @@ mod tests {
     fn timely_worked_example() {
         let mut tracker = timely_example();
         let added = apply(&mut tracker, &[(1, [17], 1)]);
-        let expected: Vec<(u32, Vec<u64>, i64)> =
-            vec![(1, vec![17], 1), (2, vec![17], 1), (3, vec![17], 1), (4, vec![17], 1), (0, vec![18], 1), (5, vec![18], 1)];
+        let expected: Vec<(u32, Vec<u64>, i64)> = vec![
+            (1, vec![17], 1),
+            (2, vec![17], 1),
+            (3, vec![17], 1),
+            (4, vec![17], 1),
+            (0, vec![18], 1),
+            (5, vec![18], 1),
+        ];
         let mut sorted = expected.clone();
         sorted.sort_by(|a, b| a.1.cmp(&b.1).then(a.0.cmp(&b.0)));
         assert_eq!(added, sorted);
