@@ -3,8 +3,6 @@
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-Ints = Sequence[int] | Iterable[int]
-
 class Selection:
     def __len__(self) -> int: ...
     def __contains__(self, location: int) -> bool: ...
