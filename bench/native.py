@@ -1,6 +1,6 @@
-"""native: the incremental tracker against a from-scratch recompute, per batch, ~1,000 locations.
+"""native: the incremental tracker against a from-scratch recompute, and the compiled engine against it.
 
-For each workload (a chain, a PageRank-like loop, a random graph with feedback loops) a
+Part one: for each workload (a chain, a PageRank-like loop, a random graph with feedback loops) a
 protocol-following update sequence is applied to the native :class:`~tracker.reachability.Tracker`,
 and at sampled points the naive baseline recomputes every frontier from scratch
 (:func:`tracker.oracle.fixpoint_frontiers`, the frontier of ``docs/core.md`` without
@@ -10,19 +10,37 @@ ratio per batch, and the two answers are compared at every sample (a disagreemen
 >>> figures = _measure("chain", chain(20), batches=40, samples=4)
 >>> figures["locations"], figures["batches"], figures["speedup"] > 0
 (39, 40, True)
+
+Part two: the compiled engine (``progress_engine``, built from ``engine/``) side by side with
+the Python reference on the same batches, interleaved batch by batch, every batch's changes
+checked identical, each batch's least time of three passes kept: the reference
+``Tracker.apply``, ``CompiledTracker.apply`` (the same Python objects out), and the low-level
+``Engine.apply_indexed`` (flat integers in, a compiled ``ChangeBatch`` out; alone, and followed
+by ``ChangeBatch.to_json``). Workloads: a 100-operator
+ring with a feedback loop where each batch moves the input capability (all 404 frontier entries
+change); ~1,000 random locations of arity 2 with loops, an epoch advanced every 50 batches and
+the other batches reporting 16 messages processed each (oldest first); and a 500-wide fan-out
+whose input capability moves every batch (2,002 changes).
 """
 
 from __future__ import annotations
 
+import statistics
 import time
+from collections.abc import Callable
 from typing import Any
 
-from bench.workloads import Simulation, chain, loop, random_graph
+from bench.workloads import Simulation, chain, fanout, loop, random_graph, ring
 from tracker import oracle
+from tracker.compiled import CompiledTracker
 from tracker.graph import Graph, Update
 from tracker.reachability import Tracker
 
 TARGET_SPEEDUP = 50.0
+TARGET_ENGINE = 20.0
+"""The low-level compiled API's speedup over the reference per batch (mean), on ring and random."""
+ROUNDS = 3
+"""Passes over each engine workload; each batch keeps its least time per implementation."""
 
 
 class _EpochsOnly(Simulation):
@@ -74,8 +92,144 @@ def _measure(name: str, graph: Graph, batches: int, samples: int) -> dict[str, f
     }
 
 
+def _capability_moves(graph: Graph, batches: int) -> tuple[list[Update], list[list[Update]]]:
+    """The input's capability moved from ``e`` to ``e + 1`` in batch ``e``: every frontier moves."""
+    (source, start, _), = graph.default_initial()
+    moves = []
+    for epoch in range(batches):
+        old = (start[0] + epoch, *start[1:])
+        moves.append([(source, (old[0] + 1, *old[1:]), 1), (source, old, -1)])
+    return graph.default_initial(), moves
+
+
+def _simulated(graph: Graph, batches: int, epoch_every: int = 50, messages: int = 16
+               ) -> tuple[list[Update], list[list[Update]]]:
+    """Protocol-following batches: every ``epoch_every``-th batch advances the input's epoch,
+    every other one reports ``messages`` messages processed, oldest first (a worker's report of
+    its recent work)."""
+    simulation = Simulation(graph)
+    sequence = []
+    for number in range(batches):
+        if number % epoch_every == 0 or not simulation.messages:
+            sequence.append(simulation.advance_epoch())
+            continue
+        batch: list[Update] = []
+        for _ in range(messages):
+            if simulation.messages:
+                batch += simulation.process_message(oldest=True)
+        sequence.append(batch)
+    return simulation.initial(), sequence
+
+
+def _quantile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def _compare(name: str, graph: Graph, initial: list[Update], sequence: list[list[Update]],
+             rounds: int) -> dict[str, float]:
+    """Time the reference, CompiledTracker and the low-level API on ``sequence``, interleaved
+    batch by batch, in ``rounds`` passes over fresh trackers, keeping each batch's least time
+    per implementation (on a shared machine, preemption otherwise decides the means); raise if
+    any batch's changes differ."""
+    index = {loc: i for i, loc in enumerate(sorted(graph.locations()))}
+
+    def flat(batch: list[Update]) -> tuple[list[int], list[int], list[int]]:
+        return [index[loc] for loc, _, _ in batch], [c for _, t, _ in batch for c in t], [d for _, _, d in batch]
+
+    flats = [flat(batch) for batch in sequence]
+    clock = time.perf_counter
+    kinds = ("reference", "compiled", "lowlevel", "lowlevel_json")
+    seconds: dict[str, list[float]] = {k: [float("inf")] * len(sequence) for k in kinds}
+    sizes: list[int] = []
+    for _ in range(rounds):
+        reference = Tracker(graph)
+        compiled = CompiledTracker(graph)
+        engine = CompiledTracker(graph).engine
+        assert all(engine.index(loc) == i for loc, i in index.items())
+        reference.apply(initial, validated=True)
+        compiled.apply(initial, validated=True)
+        engine.apply_indexed(*flat(initial))
+        sizes = []
+        for number, batch in enumerate(sequence):
+            locations, times, deltas = flats[number]
+            started = clock()
+            expected = reference.apply(batch, validated=True)
+            middle = clock()
+            got = compiled.apply(batch, validated=True)
+            after = clock()
+            low = engine.apply_indexed(locations, times, deltas)
+            done = clock()
+            low.to_json()
+            encoded = clock()
+            for kind, spent in zip(kinds, (middle - started, after - middle, done - after, encoded - after),
+                                   strict=True):
+                seconds[kind][number] = min(seconds[kind][number], spent)
+            sizes.append(len(expected))
+            if got != expected or low.to_list(labels=True) != [tuple(c) for c in expected]:
+                raise AssertionError(f"{name}: the compiled engine and the reference disagree on batch {number}")
+        if compiled.frontiers() != reference.frontiers():
+            raise AssertionError(f"{name}: frontiers differ at the end")
+    figures: dict[str, float] = {
+        "locations": len(graph.locations()),
+        "batches": len(sequence),
+        "changes_per_batch": sum(sizes) / len(sizes),
+    }
+    busy = [i for i, size in enumerate(sizes) if size]
+    for kind in kinds:
+        per_batch = [s * 1e6 for s in seconds[kind]]
+        per_change = [per_batch[i] / sizes[i] for i in busy] or [0.0]
+        figures[f"{kind}_us_per_batch"] = statistics.fmean(per_batch)
+        figures[f"{kind}_p50_us"] = _quantile(per_batch, 0.5)
+        figures[f"{kind}_p99_us"] = _quantile(per_batch, 0.99)
+        figures[f"{kind}_ns_per_change"] = 1e3 * sum(per_batch) / max(1, sum(sizes))
+        figures[f"{kind}_p50_ns_per_change"] = 1e3 * _quantile(per_change, 0.5)
+        figures[f"{kind}_p99_ns_per_change"] = 1e3 * _quantile(per_change, 0.99)
+        if kind != "reference":
+            figures[f"{kind}_speedup"] = figures["reference_us_per_batch"] / figures[f"{kind}_us_per_batch"]
+            figures[f"{kind}_p50_speedup"] = figures["reference_p50_us"] / figures[f"{kind}_p50_us"]
+    return figures
+
+
+_ENGINE_WORKLOADS: dict[str, Callable[[int], tuple[Graph, list[Update], list[list[Update]]]]] = {
+    "ring": lambda n: (g := ring(100), *_capability_moves(g, n)),
+    "random2": lambda n: (g := random_graph(420, arity=2), *_simulated(g, n)),
+    "fanout": lambda n: (g := fanout(500), *_capability_moves(g, n)),
+}
+
+_LABELS = {"reference": "reference", "compiled": "CompiledTracker", "lowlevel": "apply_indexed",
+           "lowlevel_json": "+ to_json"}
+
+
+def run_engine(quick: bool = False) -> tuple[dict[str, dict[str, float]], bool]:
+    """Part two: the compiled engine against the reference; print a table; return the figures
+    and whether the target is met."""
+    batches = {"ring": 300, "random2": 500, "fanout": 100} if quick else {"ring": 4000, "random2": 4000, "fanout": 1000}
+    rounds = 2 if quick else ROUNDS
+    figures: dict[str, dict[str, float]] = {}
+    print()
+    print(f"compiled engine vs reference: each batch's least time of {rounds} passes, interleaved, outputs checked")
+    print(f"{'workload':9} {'locs':>5} {'chg/b':>6} {'implementation':16} {'us/batch':>9} {'p50 us':>8} {'p99 us':>8} "
+          f"{'ns/chg':>7} {'p50 ns/c':>8} {'p99 ns/c':>8} {'speedup':>8} {'p50 x':>6}")
+    for name, build in _ENGINE_WORKLOADS.items():
+        graph, initial, sequence = build(batches[name])
+        f = _compare(name, graph, initial, sequence, rounds)
+        figures[name] = f
+        for kind, label in _LABELS.items():
+            speed = f.get(f"{kind}_speedup", 1.0)
+            p50 = f.get(f"{kind}_p50_speedup", 1.0)
+            print(f"{name:9} {f['locations']:5.0f} {f['changes_per_batch']:6.0f} {label:16} "
+                  f"{f[f'{kind}_us_per_batch']:9.1f} {f[f'{kind}_p50_us']:8.1f} {f[f'{kind}_p99_us']:8.1f} "
+                  f"{f[f'{kind}_ns_per_change']:7.0f} {f[f'{kind}_p50_ns_per_change']:8.0f} "
+                  f"{f[f'{kind}_p99_ns_per_change']:8.0f} {speed:7.1f}x {p50:5.1f}x")
+    met = all(figures[w]["lowlevel_speedup"] >= TARGET_ENGINE for w in ("ring", "random2"))
+    print(f"compiled low-level API: {figures['ring']['lowlevel_speedup']:.1f}x the reference on the ring, "
+          f"{figures['random2']['lowlevel_speedup']:.1f}x on random (target >= {TARGET_ENGINE:.0f}x on both)")
+    return figures, met
+
+
 def run(quick: bool = False) -> dict[str, Any]:
-    """Run the three workloads; print a table; return the figures and targets."""
+    """Run both parts; print the tables; return the figures and targets."""
     size = 150 if quick else 500
     batches = 500 if quick else 4000
     workloads = {
@@ -96,8 +250,15 @@ def run(quick: bool = False) -> dict[str, Any]:
     speedup = figures["random"]["speedup"]
     print(f"random graph: incremental is {speedup:.0f}x the from-scratch recompute per batch "
           f"(target >= {TARGET_SPEEDUP:.0f}x)")
+    engine, engine_met = run_engine(quick)
+    figures.update({f"engine.{w}": fs for w, fs in engine.items()})
     return {
         "name": "native",
         "figures": {f"{w}.{k}": round(v, 3) for w, fs in figures.items() for k, v in fs.items()},
-        "targets": {"random.speedup": f">= {TARGET_SPEEDUP}", "met": speedup >= TARGET_SPEEDUP},
+        "targets": {
+            "random.speedup": f">= {TARGET_SPEEDUP}",
+            "engine.ring.lowlevel_speedup": f">= {TARGET_ENGINE}",
+            "engine.random2.lowlevel_speedup": f">= {TARGET_ENGINE}",
+            "met": speedup >= TARGET_SPEEDUP and engine_met,
+        },
     }

@@ -1,4 +1,4 @@
-"""Dataflow shapes shared by the benchmarks: chains, PageRank-like loops, random graphs.
+"""Dataflow shapes shared by the benchmarks: chains, PageRank-like loops, rings, fan-outs, random graphs.
 
 Each builder returns a validated :class:`~tracker.graph.Graph`; node 0 is always an input
 (no inputs, one output) so the default initial pointstamps hold one capability there, and every
@@ -55,15 +55,40 @@ def loop(operators: int) -> Graph:
     return Graph.build(2, nodes, edges)
 
 
-def random_graph(operators: int, seed: int = 1, feedback_every: int = 10) -> Graph:
-    """A random layered DAG of one- and two-input operators, with a feedback operator (+1)
-    closing a loop back to an earlier operator every ``feedback_every`` operators. Arity 1."""
+def ring(operators: int = 100, arity: int = 1) -> Graph:
+    """An input feeding a ring of ``operators`` one-output operators (the first has two inputs:
+    the input's edge and the ring's back edge); the last one adds one to the last coordinate.
+    ``2 * operators + 2`` locations; moving the input's capability moves every frontier."""
+    step = PathSummary((0,) * (arity - 1) + (1,))
+    nodes = [Node(0, 0, 1, "input")]
+    for i in range(1, operators + 1):
+        connections = (Connection(0, 0, (step,)),) if i == operators else None
+        nodes.append(Node(i, 2 if i == 1 else 1, 1, f"op{i}", connections))
+    edges = [Edge(Location.source(0, 0), Location.target(1, 1))]
+    edges += [Edge(Location.source(i, 0), Location.target(1 if i == operators else i + 1, 0))
+              for i in range(1, operators + 1)]
+    return Graph.build(arity, nodes, edges)
+
+
+def fanout(width: int, arity: int = 1) -> Graph:
+    """An input whose one output feeds ``width`` one-in-one-out operators: ``2 * width + 1``
+    locations, and one location with ``width`` outgoing edges."""
+    nodes = [Node(0, 0, 1, "input")] + [Node(i, 1, 1, f"op{i}") for i in range(1, width + 1)]
+    edges = [Edge(Location.source(0, 0), Location.target(i, 0)) for i in range(1, width + 1)]
+    return Graph.build(arity, nodes, edges)
+
+
+def random_graph(operators: int, seed: int = 1, feedback_every: int = 10, arity: int = 1) -> Graph:
+    """A random layered DAG of one- and two-input operators, with a feedback operator (+1 on
+    the last coordinate) closing a loop back to an earlier operator every ``feedback_every``
+    operators."""
     rng = random.Random(seed)
+    step = PathSummary((0,) * (arity - 1) + (1,))
     nodes: list[Node] = [Node(0, 0, 1, "input")]
     edges: list[Edge] = []
     for i in range(1, operators):
         if i % feedback_every == 0 and i > 2:
-            nodes.append(Node(i, 1, 1, f"feedback{i}", (Connection(0, 0, (PathSummary((1,)),)),)))
+            nodes.append(Node(i, 1, 1, f"feedback{i}", (Connection(0, 0, (step,)),)))
         else:
             nodes.append(Node(i, 2 if rng.random() < 0.3 else 1, 1, f"op{i}"))
     for node in nodes[1:]:
@@ -79,7 +104,7 @@ def random_graph(operators: int, seed: int = 1, feedback_every: int = 10) -> Gra
             old = extended[back]
             extended[back] = Node(old.id, old.inputs + 1, old.outputs, old.name)
             edges.append(Edge(Location.source(node.id, 0), Location.target(back, old.inputs)))
-    return Graph.build(1, [extended[i] for i in sorted(extended)], edges)
+    return Graph.build(arity, [extended[i] for i in sorted(extended)], edges)
 
 
 class Simulation:
@@ -90,7 +115,8 @@ class Simulation:
     for the old epoch on each outgoing edge) or processes one message: ``-1`` where it was,
     ``+1`` for each message it produces downstream (times advanced by the connection's summary;
     a message crossing a feedback stops after ``max_rounds`` iterations so loops end). Deterministic
-    for a seed.
+    for a seed. :meth:`advance_epoch` and :meth:`process_message` make the two kinds of batch
+    on demand, for workloads that schedule them themselves.
     """
 
     def __init__(self, graph: Graph, seed: int = 7, max_rounds: int = 3) -> None:
@@ -112,18 +138,31 @@ class Simulation:
     def step(self) -> list[Update]:
         """One atomic batch of updates."""
         if not self.messages or self.rng.random() < 0.05:
-            source = self.rng.choice(self.inputs)
-            old = self.epoch[source]
-            new = (old[0] + 1, *old[1:])
-            self.epoch[source] = new
-            batch = [(source, new, 1), (source, old, -1)]
-            for target in self.downstream.get(source, []):
-                self.messages.append((target, old))
-                batch.append((target, old, 1))
-            return batch
-        index = self.rng.randrange(len(self.messages))
-        self.messages[index], self.messages[-1] = self.messages[-1], self.messages[index]
-        target, time = self.messages.pop()
+            return self.advance_epoch()
+        return self.process_message()
+
+    def advance_epoch(self) -> list[tuple[Location, tuple[int, ...], int]]:
+        """An input's epoch advances: ``+1`` at the new epoch, ``-1`` at the old, and a message
+        for the old epoch on each outgoing edge."""
+        source = self.rng.choice(self.inputs)
+        old = self.epoch[source]
+        new = (old[0] + 1, *old[1:])
+        self.epoch[source] = new
+        batch = [(source, new, 1), (source, old, -1)]
+        for target in self.downstream.get(source, []):
+            self.messages.append((target, old))
+            batch.append((target, old, 1))
+        return batch
+
+    def process_message(self, oldest: bool = False) -> list[tuple[Location, tuple[int, ...], int]]:
+        """A message in flight (a random one, or with ``oldest`` the oldest) is processed:
+        ``-1`` where it was and ``+1`` for each message it produces downstream. Needs one."""
+        if oldest:
+            target, time = self.messages.pop(0)
+        else:
+            index = self.rng.randrange(len(self.messages))
+            self.messages[index], self.messages[-1] = self.messages[-1], self.messages[index]
+            target, time = self.messages.pop()
         batch = [(target, time, -1)]
         node = self.nodes[target.node]
         for conn in self.graph.connections(node):

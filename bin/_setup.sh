@@ -1,4 +1,5 @@
-# Shared by bin/serve and bin/test: make sure Java and the project's virtualenv are there.
+# Shared by bin/serve and bin/test: make sure Java, the project's virtualenv and the compiled
+# engine are there.
 # Idempotent and quiet when nothing is missing. Sourced, not run.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -33,5 +34,20 @@ if [ ! -f "$WANT" ] && { [ -n "${SETUP_EXTRAS:-}" ] || [ ! -f "$VENV/.installed-
   fi
   find "$VENV" -maxdepth 1 -name ".installed-*" ! -name ".installed-$HASH-*" -delete
   touch "$WANT"
+fi
+
+# The compiled engine (engine/: a Rust crate that maturin builds into the extension module
+# progress_engine): rebuilt and reinstalled only when its sources changed since the last install.
+ENGINE_HASH="$(cd "$ROOT/engine" && find Cargo.toml Cargo.lock pyproject.toml progress_engine.pyi src -type f | sort \
+  | xargs sha1sum | sha1sum | cut -c1-12)"
+if [ ! -f "$VENV/.engine-$ENGINE_HASH" ]; then
+  if ! command -v cargo >/dev/null; then
+    echo "[setup] the compiled engine needs a Rust toolchain (cargo, rustc >= 1.74); please install one" >&2
+    return 1
+  fi
+  echo "[setup] building the compiled engine (engine/, release build: a minute or two the first time)" >&2
+  "$VENV/bin/pip" install -q "$ROOT/engine"
+  find "$VENV" -maxdepth 1 -name ".engine-*" ! -name ".engine-$ENGINE_HASH" -delete
+  touch "$VENV/.engine-$ENGINE_HASH"
 fi
 export PATH="$VENV/bin:$PATH"

@@ -1,0 +1,50 @@
+//! `progress_engine`: the compiled incremental progress tracker of the timely progress service.
+//!
+//! It maintains, for one dataflow graph, the occurrence count of every pointstamp
+//! `(location, time)` and every location's frontier (the minimal times that positive-count
+//! pointstamps could-result-in there), and turns each atomic batch of count changes into the
+//! exact, consolidated frontier changes it causes, sorted by (time, location), exactly as the
+//! Python reference `tracker.reachability.Tracker` does.
+//!
+//! Design. The graph arrives as plain integers (locations `0..n`, transitions
+//! `(src, dst, summary)`), already checked for non-incrementing cycles by the caller
+//! ([`topology`] refuses identity cycles too). Locations are renumbered in a topological order
+//! of the identity transitions, and each keeps two [`antichain::MutableAntichain`]s: its
+//! pointstamps, and its implications (one count per frontier element of its own pointstamps and
+//! of each predecessor's implications moved along the connecting transition), as in timely's
+//! `reachability::Tracker`. A batch updates pointstamps first; their frontier changes become
+//! work at `(time, location)`. [`tracker::Tracker::propagate`] settles work in increasing
+//! lexicographic time (a linear extension of the product order), and within a time in
+//! topological position ([`pending::Pending`]): identity transitions lead to later positions and
+//! every other transition strictly advances the time, so each `(time, location)` is settled
+//! exactly once with all its contributions summed, and transient support around loops cancels.
+//! Frontier changes are collected per time ([`groups::TimeGroups`]) and drained consolidated
+//! into flat storage ([`batch::Changes`]), from which the Python layer encodes lists or the JSON
+//! payload ([`json::Fragments`]) for all locations or a [`selection::Selection`]. Times are
+//! [`time::Time`]s: `[u64; N]` for arities 1 to 4 (no allocation), [`time::DynTime`] beyond.
+//!
+//! Scopes (later). Every move of a time along a transition goes through
+//! [`topology::Step::advance`] and [`summary::Summary::results_in`]; the tracker is generic over
+//! the time type. Nested scopes can then be per-scope trackers wired like timely's subgraphs
+//! (each with its own time type, the parent seeing a scope's summaries), or one flattened
+//! tracker whose ingress and egress steps extend and truncate times inside `advance`, given a
+//! time type of variable arity (as [`time::DynTime`]) and an order that still puts every
+//! non-identity step strictly later.
+//!
+//! The Python module (feature `python`, built by maturin) exposes `Engine` (construction from
+//! integers, `apply_indexed` over flat integer sequences or buffers, `apply` over labelled
+//! updates, frontier queries), `ChangeBatch` and `Selection`; `tracker/compiled.py` wraps it
+//! with the reference tracker's interface.
+
+pub mod antichain;
+pub mod batch;
+pub mod groups;
+pub mod json;
+pub mod pending;
+#[cfg(feature = "python")]
+mod python;
+pub mod selection;
+pub mod summary;
+pub mod time;
+pub mod topology;
+pub mod tracker;

@@ -1,0 +1,530 @@
+//! The Python module `progress_engine`: `Engine`, `ChangeBatch`, `Selection`.
+//!
+//! Nothing here builds a Python object per update: batches come in as three flat integer
+//! sequences (lists or buffers such as `array('q')`), and changes go out as a compiled
+//! `ChangeBatch` that encodes its JSON payload in one pass, for all locations or a selection.
+
+use std::sync::Arc;
+
+use pyo3::buffer::PyBuffer;
+use pyo3::exceptions::{PyIndexError, PyKeyError, PyTypeError, PyValueError};
+use pyo3::ffi;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple, PyType};
+
+use crate::batch::Changes;
+use crate::json::Fragments;
+use crate::selection::Selection;
+use crate::time::{DynTime, Time};
+use crate::topology::TransitionSpec;
+use crate::tracker::Tracker;
+
+/// A tracker of one arity; the common arities get fixed-size times.
+enum Inner {
+    A1(Tracker<[u64; 1]>),
+    A2(Tracker<[u64; 2]>),
+    A3(Tracker<[u64; 3]>),
+    A4(Tracker<[u64; 4]>),
+    Dyn(Tracker<DynTime>),
+}
+
+macro_rules! dispatch {
+    ($inner:expr, $tracker:ident => $body:expr) => {
+        match $inner {
+            Inner::A1($tracker) => $body,
+            Inner::A2($tracker) => $body,
+            Inner::A3($tracker) => $body,
+            Inner::A4($tracker) => $body,
+            Inner::Dyn($tracker) => $body,
+        }
+    };
+}
+
+/// What the batches of one engine share: the labels and JSON fragments of its locations.
+struct Shared {
+    labels: Option<Vec<Py<PyAny>>>,
+    fragments: Option<Fragments>,
+}
+
+/// Integers from a list, a tuple, a buffer of 64-bit integers, or any iterable.
+fn read_ints(values: &Bound<'_, PyAny>) -> PyResult<Vec<i64>> {
+    if let Ok(list) = values.cast::<PyList>() {
+        // The hot path (a batch parsed from JSON): borrowed items and no Bound per element.
+        let len = list.len();
+        let mut out = Vec::with_capacity(len);
+        for index in 0..len {
+            // SAFETY: `list` is a live list and the GIL is held; `PyList_GetItem` checks the
+            // index (the list could shrink if a non-int's `__index__` runs Python code) and
+            // returns a borrowed reference, used before any other Python code runs.
+            let value = unsafe {
+                let item = ffi::PyList_GetItem(list.as_ptr(), index as ffi::Py_ssize_t);
+                if item.is_null() {
+                    return Err(PyErr::fetch(values.py()));
+                }
+                ffi::PyLong_AsLongLong(item)
+            };
+            if value == -1 {
+                if let Some(error) = PyErr::take(values.py()) {
+                    return Err(error);
+                }
+            }
+            out.push(value);
+        }
+        return Ok(out);
+    }
+    if let Ok(tuple) = values.cast::<PyTuple>() {
+        return tuple.iter().map(|x| x.extract::<i64>()).collect();
+    }
+    if let Ok(buffer) = PyBuffer::<i64>::get(values) {
+        return buffer.to_vec(values.py());
+    }
+    values.try_iter()?.map(|x| x?.extract::<i64>()).collect()
+}
+
+/// One time's coordinates appended to `out`, checked against `arity`; `Err` says why not.
+fn read_time(time: &Bound<'_, PyAny>, arity: usize, out: &mut Vec<u64>) -> Result<(), String> {
+    let start = out.len();
+    let mut push = |x: Bound<'_, PyAny>| -> Result<(), String> {
+        match x.extract::<i64>() {
+            Ok(c) if c >= 0 => {
+                out.push(c as u64);
+                Ok(())
+            }
+            _ => Err(format!("time coordinates must be non-negative integers, got {x}")),
+        }
+    };
+    if let Ok(tuple) = time.cast::<PyTuple>() {
+        tuple.iter().try_for_each(&mut push)?;
+    } else if let Ok(list) = time.cast::<PyList>() {
+        list.iter().try_for_each(&mut push)?;
+    } else {
+        return Err(format!("a time must be a tuple or list of {arity} integers, got {time}"));
+    }
+    let got = out.len() - start;
+    if got != arity {
+        return Err(format!("time has {got} coordinates, the arity is {arity}"));
+    }
+    Ok(())
+}
+
+fn time_tuple<'py>(py: Python<'py>, coords: &[u64]) -> PyResult<Bound<'py, PyTuple>> {
+    PyTuple::new(py, coords)
+}
+
+/// The incremental progress tracker of one dataflow graph.
+///
+/// `Engine(arity, locations, transitions, *, labels=None, json=None)`: locations are the
+/// indices `0..locations`; `transitions` is a sequence of `(src, dst, summary)` with `summary`
+/// a sequence of `arity` non-negative increments, or `None` for zero (an edge). The graph must
+/// have no cycle of zero summaries (checked: `ValueError`). `labels` (one Python object per
+/// location, e.g. `Location` tuples) lets `apply` take labelled updates and `to_list`
+/// return labels; `json` (one JSON text per location) lets batches encode their payload.
+#[pyclass(module = "progress_engine", name = "Engine")]
+pub struct Engine {
+    inner: Inner,
+    arity: usize,
+    locations: usize,
+    shared: Arc<Shared>,
+    index: Option<Py<PyDict>>,
+}
+
+impl Engine {
+    /// Applies validated flat updates and returns their changes.
+    fn run(&mut self, locations: &[i64], times: &[u64], deltas: &[i64]) -> ChangeBatch {
+        let arity = self.arity;
+        let mut changes = Changes::new(arity);
+        dispatch!(&mut self.inner, tracker => {
+            for (index, (&location, &delta)) in locations.iter().zip(deltas).enumerate() {
+                tracker.update_coords(location as usize, &times[index * arity..(index + 1) * arity], delta);
+            }
+            tracker.propagate(&mut changes);
+        });
+        ChangeBatch { changes, shared: self.shared.clone() }
+    }
+
+    fn check_location(&self, location: i64) -> PyResult<usize> {
+        if location < 0 || location as usize >= self.locations {
+            return Err(PyIndexError::new_err(format!("location {location} out of range 0..{}", self.locations)));
+        }
+        Ok(location as usize)
+    }
+}
+
+#[pymethods]
+impl Engine {
+    #[new]
+    #[pyo3(signature = (arity, locations, transitions, *, labels=None, json=None))]
+    fn new(
+        py: Python<'_>,
+        arity: usize,
+        locations: usize,
+        transitions: Vec<(usize, usize, Option<Vec<u64>>)>,
+        labels: Option<Vec<Py<PyAny>>>,
+        json: Option<Vec<String>>,
+    ) -> PyResult<Self> {
+        let specs: Vec<TransitionSpec> =
+            transitions.into_iter().map(|(src, dst, summary)| TransitionSpec { src, dst, summary }).collect();
+        let built = match arity {
+            1 => Tracker::new(arity, locations, &specs).map(Inner::A1),
+            2 => Tracker::new(arity, locations, &specs).map(Inner::A2),
+            3 => Tracker::new(arity, locations, &specs).map(Inner::A3),
+            4 => Tracker::new(arity, locations, &specs).map(Inner::A4),
+            _ => Tracker::new(arity, locations, &specs).map(Inner::Dyn),
+        };
+        let inner = built.map_err(|e| PyValueError::new_err(e.to_string()))?;
+        for (what, len) in [("labels", labels.as_ref().map(Vec::len)), ("json", json.as_ref().map(Vec::len))] {
+            if let Some(len) = len.filter(|&len| len != locations) {
+                return Err(PyValueError::new_err(format!("{what} has {len} entries for {locations} locations")));
+            }
+        }
+        let index = match &labels {
+            None => None,
+            Some(labels) => {
+                let dict = PyDict::new(py);
+                for (position, label) in labels.iter().enumerate() {
+                    dict.set_item(label.bind(py), position)?;
+                }
+                if dict.len() != locations {
+                    return Err(PyValueError::new_err("labels must be distinct"));
+                }
+                Some(dict.unbind())
+            }
+        };
+        let fragments = json.map(|fragments| Fragments::new(&fragments));
+        Ok(Engine { inner, arity, locations, shared: Arc::new(Shared { labels, fragments }), index })
+    }
+
+    /// The number of coordinates of every time.
+    #[getter]
+    fn arity(&self) -> usize {
+        self.arity
+    }
+
+    /// The number of locations.
+    fn __len__(&self) -> usize {
+        self.locations
+    }
+
+    /// Applies one atomic batch given as flat integers: `locations[i]`, the time
+    /// `times[i * arity:(i + 1) * arity]`, `deltas[i]`. Each argument is a list, a tuple, a
+    /// buffer of 64-bit integers (`array('q')`) or an iterable. Validated first: a bad batch
+    /// raises `ValueError` (`IndexError` for an unknown location) and changes nothing.
+    fn apply_indexed(
+        &mut self,
+        locations: &Bound<'_, PyAny>,
+        times: &Bound<'_, PyAny>,
+        deltas: &Bound<'_, PyAny>,
+    ) -> PyResult<ChangeBatch> {
+        let locations = read_ints(locations)?;
+        let times = read_ints(times)?;
+        let deltas = read_ints(deltas)?;
+        if deltas.len() != locations.len() || times.len() != locations.len() * self.arity {
+            return Err(PyValueError::new_err(format!(
+                "{} locations need {} deltas and {} time coordinates (arity {}), got {} and {}",
+                locations.len(),
+                locations.len(),
+                locations.len() * self.arity,
+                self.arity,
+                deltas.len(),
+                times.len()
+            )));
+        }
+        for &location in &locations {
+            self.check_location(location)?;
+        }
+        if let Some(position) = times.iter().position(|&c| c < 0) {
+            return Err(PyValueError::new_err(format!(
+                "update {}: time coordinates must be non-negative, got {}",
+                position / self.arity,
+                times[position]
+            )));
+        }
+        // Non-negative i64 and u64 share their representation.
+        let times: Vec<u64> = times.into_iter().map(|c| c as u64).collect();
+        Ok(self.run(&locations, &times, &deltas))
+    }
+
+    /// Applies one atomic batch of `(label, time, delta)` (labels as given at construction,
+    /// times as tuples or lists). Validated first; a bad batch changes nothing.
+    fn apply(&mut self, py: Python<'_>, updates: &Bound<'_, PyAny>) -> PyResult<ChangeBatch> {
+        let index = match &self.index {
+            Some(index) => index.bind(py),
+            None => return Err(PyValueError::new_err("this engine has no labels: use apply_indexed")),
+        };
+        let mut locations = Vec::new();
+        let mut times = Vec::new();
+        let mut deltas = Vec::new();
+        for (number, update) in updates.try_iter()?.enumerate() {
+            let update = update?;
+            let (label, time, delta): (Bound<'_, PyAny>, Bound<'_, PyAny>, i64) = match update.cast::<PyTuple>() {
+                Ok(tuple) => tuple.extract()?,
+                Err(_) => {
+                    let fields = update.try_iter()?.collect::<PyResult<Vec<_>>>()?;
+                    match <[Bound<'_, PyAny>; 3]>::try_from(fields) {
+                        Ok([label, time, delta]) => (label, time, delta.extract()?),
+                        Err(_) => {
+                            return Err(PyValueError::new_err(format!(
+                                "update {number}: expected (location, time, delta)"
+                            )))
+                        }
+                    }
+                }
+            };
+            let location = match index.get_item(&label)? {
+                Some(location) => location.extract::<i64>()?,
+                None => return Err(PyKeyError::new_err(format!("update {number}: unknown location {label}"))),
+            };
+            read_time(&time, self.arity, &mut times)
+                .map_err(|message| PyValueError::new_err(format!("update {number}: {message}")))?;
+            locations.push(location);
+            deltas.push(delta);
+        }
+        Ok(self.run(&locations, &times, &deltas))
+    }
+
+    /// The frontier of `location`: its minimal times, sorted.
+    fn frontier<'py>(&self, py: Python<'py>, location: i64) -> PyResult<Bound<'py, PyList>> {
+        let location = self.check_location(location)?;
+        dispatch!(&self.inner, tracker => {
+            let times = tracker.frontier(location);
+            PyList::new(py, times.iter().map(|t| time_tuple(py, t.coords())).collect::<PyResult<Vec<_>>>()?)
+        })
+    }
+
+    /// Every location's frontier, by index.
+    fn frontiers<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let out = PyList::empty(py);
+        for location in 0..self.locations {
+            out.append(self.frontier(py, location as i64)?)?;
+        }
+        Ok(out)
+    }
+
+    /// Every non-zero occurrence count as `(location, time, count)`.
+    fn pointstamps<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let out = PyList::empty(py);
+        dispatch!(&self.inner, tracker => {
+            for location in 0..self.locations {
+                for (time, count) in tracker.counts(location) {
+                    out.append((location, time_tuple(py, time.coords())?, *count))?;
+                }
+            }
+        });
+        Ok(out)
+    }
+
+    /// True iff a notification for `time` at `location` is safe: no frontier element is
+    /// `<= time`.
+    fn can_notify(&self, location: i64, time: &Bound<'_, PyAny>) -> PyResult<bool> {
+        let location = self.check_location(location)?;
+        let mut coords = Vec::with_capacity(self.arity);
+        read_time(time, self.arity, &mut coords).map_err(PyValueError::new_err)?;
+        Ok(dispatch!(&self.inner, tracker => !tracker.less_equal(location, &Time::from_coords(&coords))))
+    }
+
+    /// A selection of these location indices, for `ChangeBatch.to_json` and `select`.
+    fn selection(&self, locations: &Bound<'_, PyAny>) -> PyResult<PySelection> {
+        let members = read_ints(locations)?;
+        for &location in &members {
+            self.check_location(location)?;
+        }
+        let selection = Selection::new(self.locations, members.into_iter().map(|l| l as usize))
+            .map_err(|l| PyIndexError::new_err(format!("location {l} out of range")))?;
+        Ok(PySelection { selection })
+    }
+
+    /// The index of a label given at construction.
+    fn index(&self, py: Python<'_>, label: &Bound<'_, PyAny>) -> PyResult<usize> {
+        let index = self.index.as_ref().ok_or_else(|| PyValueError::new_err("this engine has no labels"))?;
+        match index.bind(py).get_item(label)? {
+            Some(location) => location.extract(),
+            None => Err(PyKeyError::new_err(format!("unknown location {label}"))),
+        }
+    }
+}
+
+/// A set of location indices: a subscriber's interest.
+#[pyclass(module = "progress_engine", name = "Selection", frozen)]
+pub struct PySelection {
+    selection: Selection,
+}
+
+#[pymethods]
+impl PySelection {
+    fn __len__(&self) -> usize {
+        self.selection.members().len()
+    }
+
+    fn __contains__(&self, location: i64) -> bool {
+        location >= 0 && location <= u32::MAX as i64 && self.selection.contains(location as u32)
+    }
+
+    /// The selected location indices, ascending.
+    fn members(&self) -> Vec<usize> {
+        self.selection.members()
+    }
+}
+
+/// The consolidated frontier changes of one batch, sorted by (time, location index); each diff
+/// is `+1` (the time entered the location's frontier) or `-1` (it left).
+#[pyclass(module = "progress_engine", name = "ChangeBatch", frozen)]
+pub struct ChangeBatch {
+    changes: Changes,
+    shared: Arc<Shared>,
+}
+
+impl ChangeBatch {
+    /// Every change as a 3-tuple `(label(location), time, diff)`, or as an instance of the
+    /// tuple subclass `cls` built as `tuple.__new__(cls, ...)` would (without calling Python).
+    fn list<'py>(
+        &self,
+        py: Python<'py>,
+        cls: Option<&Bound<'py, PyType>>,
+        label: impl Fn(u32) -> Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyList>> {
+        let alloc: Option<(ffi::allocfunc, *mut ffi::PyTypeObject)> = match cls {
+            None => None,
+            Some(cls) => {
+                if !cls.is_subclass_of::<PyTuple>()? {
+                    return Err(PyTypeError::new_err("cls must be a subclass of tuple (a NamedTuple)"));
+                }
+                let type_ptr = cls.as_type_ptr();
+                // SAFETY: a type object's tp_alloc slot is an allocfunc (never null for a
+                // tuple subclass: it inherits one).
+                let slot = unsafe { ffi::PyType_GetSlot(type_ptr, ffi::Py_tp_alloc) };
+                if slot.is_null() {
+                    return Err(PyTypeError::new_err("cls has no allocator"));
+                }
+                Some((unsafe { std::mem::transmute::<*mut std::ffi::c_void, ffi::allocfunc>(slot) }, type_ptr))
+            }
+        };
+        let mut items = Vec::with_capacity(self.changes.len());
+        let mut last: Option<(&[u64], Bound<'py, PyTuple>)> = None;
+        for (location, time, diff) in self.changes.iter() {
+            let tuple = match &last {
+                Some((coords, tuple)) if *coords == time => tuple.clone(),
+                _ => {
+                    let tuple = time_tuple(py, time)?;
+                    last = Some((time, tuple.clone()));
+                    tuple
+                }
+            };
+            let fields = [label(location), tuple.into_any(), diff.into_pyobject(py)?.into_any()];
+            let item = match alloc {
+                None => PyTuple::new(py, fields)?.into_any(),
+                // SAFETY: what `tuple.__new__(cls, fields)` does: allocate a tuple of 3 slots of
+                // type `cls` (a tuple subclass) and fill each slot once; `PyTuple_SetItem`
+                // steals the reference and checks the object is a fresh tuple.
+                Some((alloc, type_ptr)) => unsafe {
+                    let object = alloc(type_ptr, 3);
+                    if object.is_null() {
+                        return Err(PyErr::fetch(py));
+                    }
+                    let object = Bound::from_owned_ptr(py, object);
+                    for (slot, field) in fields.into_iter().enumerate() {
+                        if ffi::PyTuple_SetItem(object.as_ptr(), slot as ffi::Py_ssize_t, field.into_ptr()) != 0 {
+                            return Err(PyErr::fetch(py));
+                        }
+                    }
+                    object
+                },
+            };
+            items.push(item);
+        }
+        PyList::new(py, items)
+    }
+
+    fn encode(&self, selection: Option<&PySelection>, compact: bool) -> PyResult<String> {
+        let fragments = self
+            .shared
+            .fragments
+            .as_ref()
+            .ok_or_else(|| PyValueError::new_err("this engine has no JSON fragments (pass json= to Engine)"))?;
+        let mut out = String::with_capacity(16 + self.changes.len() * 64);
+        fragments.encode(&self.changes, selection.map(|s| &s.selection), compact, &mut out);
+        Ok(out)
+    }
+}
+
+#[pymethods]
+impl ChangeBatch {
+    fn __len__(&self) -> usize {
+        self.changes.len()
+    }
+
+    /// `[(location, time, diff), ...]`; with `labels=True` the location is its label, and
+    /// with `cls` (a tuple subclass of three fields, e.g. `FrontierChange`) each change is an
+    /// instance of it, as `tuple.__new__(cls, (location, time, diff))` would make it.
+    #[pyo3(signature = (*, labels=false, cls=None))]
+    fn to_list<'py>(
+        &self,
+        py: Python<'py>,
+        labels: bool,
+        cls: Option<&Bound<'py, PyType>>,
+    ) -> PyResult<Bound<'py, PyList>> {
+        if labels {
+            let names =
+                self.shared.labels.as_ref().ok_or_else(|| PyValueError::new_err("this engine has no labels"))?;
+            self.list(py, cls, |location| names[location as usize].bind(py).clone())
+        } else {
+            self.list(py, cls, |location| location.into_pyobject(py).expect("infallible").into_any())
+        }
+    }
+
+    /// The location index of every change.
+    fn locations(&self) -> Vec<u32> {
+        self.changes.locations().to_vec()
+    }
+
+    /// Every change's time coordinates, concatenated (`arity` per change).
+    fn flat_times(&self) -> Vec<u64> {
+        self.changes.flat_times().to_vec()
+    }
+
+    /// The diff of every change.
+    fn diffs(&self) -> Vec<i64> {
+        self.changes.diffs().to_vec()
+    }
+
+    /// How many changes fall in `selection`.
+    fn count(&self, selection: &PySelection) -> usize {
+        self.changes.locations().iter().filter(|&&l| selection.selection.contains(l)).count()
+    }
+
+    /// The changes at the selected locations only.
+    fn select(&self, selection: &PySelection) -> ChangeBatch {
+        ChangeBatch { changes: self.changes.filter(|l| selection.selection.contains(l)), shared: self.shared.clone() }
+    }
+
+    /// The JSON array `[{"location": FRAGMENT, "time": [...], "diff": 1}, ...]`, equal to
+    /// `json.dumps` of the same list (or with `separators=(",", ":")` when `compact`), of all
+    /// changes or only those in `selection`.
+    #[pyo3(signature = (selection=None, *, compact=false))]
+    fn to_json<'py>(
+        &self,
+        py: Python<'py>,
+        selection: Option<PyRef<'_, PySelection>>,
+        compact: bool,
+    ) -> PyResult<Bound<'py, PyString>> {
+        Ok(PyString::new(py, &self.encode(selection.as_deref(), compact)?))
+    }
+
+    /// `to_json` as UTF-8 bytes.
+    #[pyo3(signature = (selection=None, *, compact=false))]
+    fn to_json_bytes<'py>(
+        &self,
+        py: Python<'py>,
+        selection: Option<PyRef<'_, PySelection>>,
+        compact: bool,
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        Ok(PyBytes::new(py, self.encode(selection.as_deref(), compact)?.as_bytes()))
+    }
+}
+
+#[pymodule]
+fn progress_engine(module: &Bound<'_, PyModule>) -> PyResult<()> {
+    module.add_class::<Engine>()?;
+    module.add_class::<ChangeBatch>()?;
+    module.add_class::<PySelection>()?;
+    Ok(())
+}

@@ -1,0 +1,193 @@
+"""The compiled engine against the Python reference tracker and the brute-force oracle.
+
+Differential: on hypothesis-generated graphs (loops, arity 1-3, a few of higher arity) and
+batch sequences with transiently negative counts, the compiled engine (through
+:class:`~tracker.compiled.CompiledTracker` and through its low-level flat API), the reference
+:class:`~tracker.reachability.Tracker` and the oracle agree on every change of every batch and
+on every frontier; the low-level API's JSON equals ``json.dumps`` of the reference's changes.
+"""
+
+from __future__ import annotations
+
+import json
+from array import array
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from progress_engine import Engine
+
+from tests.strategies import acyclic_graphs, raw_graphs, update_batches
+from tracker import oracle
+from tracker.compiled import CompiledTracker, engine_for, location_json
+from tracker.graph import Connection, Edge, Graph, GraphError, Location, Node, Update
+from tracker.reachability import FrontierChange, Tracker
+from tracker.structure import find_cycles
+from tracker.timestamp import PathSummary
+
+SETTINGS = settings(max_examples=150, deadline=None)
+
+
+def _payload(changes: list[FrontierChange]) -> list[dict]:
+    return [{"location": c.location._asdict(), "time": list(c.time), "diff": c.diff} for c in changes]
+
+
+def _flat(batch: list[Update], index: dict[Location, int]) -> tuple[list[int], list[int], list[int]]:
+    return [index[loc] for loc, _, _ in batch], [c for _, t, _ in batch for c in t], [d for _, _, d in batch]
+
+
+@pytest.mark.parametrize("loops", [False, True], ids=["dag", "loops"])
+@pytest.mark.parametrize("arity", [1, 2, 3])
+def test_engine_reference_and_oracle_agree_on_every_batch(arity: int, loops: bool) -> None:
+    @SETTINGS
+    @given(data=st.data())
+    def check(data: st.DataObject) -> None:
+        graph = data.draw(acyclic_graphs(arity=arity, loops=loops))
+        batches = data.draw(update_batches(graph))
+        reference = Tracker(graph)
+        compiled = CompiledTracker(graph)
+        engine, order = engine_for(graph)
+        index = {loc: i for i, loc in enumerate(order)}
+        wanted = data.draw(st.sets(st.sampled_from(order)))
+        selection = engine.selection([index[loc] for loc in wanted])
+        psi = oracle.path_summaries(graph)
+        for number, batch in enumerate(batches):
+            expected = reference.apply(batch)
+            assert compiled.apply(batch) == expected
+            assert all(type(c) is FrontierChange and type(c.location) is Location for c in compiled.apply([]))
+            low = engine.apply_indexed(*_flat(batch, index))
+            assert len(low) == len(expected)
+            assert [(order[i], t, d) for i, t, d in low.to_list()] == [tuple(c) for c in expected]
+            assert low.to_list(labels=True) == [tuple(c) for c in expected]
+            assert low.to_json() == json.dumps(_payload(expected))
+            assert low.to_json(compact=True) == json.dumps(_payload(expected), separators=(",", ":"))
+            assert low.to_json_bytes() == json.dumps(_payload(expected)).encode()
+            mine = [c for c in expected if c.location in wanted]
+            assert low.to_json(selection) == json.dumps(_payload(mine))
+            assert low.count(selection) == len(mine) == len(low.select(selection))
+            assert low.select(selection).to_list(labels=True) == [tuple(c) for c in mine]
+            truth = oracle.frontiers(graph, oracle.accumulate(batches[: number + 1]), psi)
+            assert compiled.frontiers() == reference.frontiers() == truth
+            assert engine.frontiers() == [truth[loc] for loc in order]
+        assert compiled.pointstamps() == reference.pointstamps() == oracle.accumulate(batches)
+        times = st.tuples(*[st.integers(0, 4)] * arity)
+        for loc, time in data.draw(st.lists(st.tuples(st.sampled_from(order), times), max_size=10)):
+            assert compiled.can_notify(loc, time) == reference.can_notify(loc, time)
+            assert compiled.frontier(loc) == reference.frontier(loc)
+
+    check()
+
+
+@settings(max_examples=40, deadline=None)
+@given(data=st.data())
+def test_engine_equals_reference_on_larger_graphs(data: st.DataObject) -> None:
+    """Graphs too large for path enumeration: every change against the reference, every
+    frontier against the from-scratch fixed point."""
+    graph = data.draw(acyclic_graphs(arity=data.draw(st.sampled_from([1, 2, 3])), max_nodes=25))
+    batches = data.draw(update_batches(graph, max_batches=15))
+    reference, compiled = Tracker(graph), CompiledTracker(graph)
+    for number, batch in enumerate(batches):
+        assert compiled.apply(batch) == reference.apply(batch)
+        assert compiled.frontiers() == oracle.fixpoint_frontiers(graph, oracle.accumulate(batches[: number + 1]))
+
+
+@settings(max_examples=30, deadline=None)
+@given(data=st.data())
+def test_engine_any_arity(data: st.DataObject) -> None:
+    """Arities without a fixed-size specialisation (5) and the largest one that has it (4)."""
+    graph = data.draw(acyclic_graphs(arity=data.draw(st.sampled_from([4, 5])), max_nodes=4))
+    batches = data.draw(update_batches(graph, max_batches=5))
+    reference, compiled = Tracker(graph), CompiledTracker(graph)
+    for batch in batches:
+        assert compiled.apply(batch) == reference.apply(batch)
+        assert compiled.frontiers() == reference.frontiers()
+    assert compiled.pointstamps() == reference.pointstamps()
+
+
+@settings(max_examples=100, deadline=None)
+@given(graph=raw_graphs())
+def test_cycle_check_as_the_reference(graph: Graph) -> None:
+    if find_cycles(graph):
+        with pytest.raises(ValueError, match="non-incrementing"):
+            CompiledTracker(graph)
+        # The engine refuses identity cycles on its own too, even when told they were checked.
+        with pytest.raises(ValueError, match="non-incrementing cycle"):
+            CompiledTracker(graph, cycles_checked=True)
+    else:
+        CompiledTracker(graph)
+
+
+def _timely_example() -> Graph:
+    nodes = [Node(0, 1, 1), Node(1, 1, 1), Node(2, 1, 1, connections=(Connection(0, 0, (PathSummary((1,)),)),))]
+    edges = [Edge(Location.source(a, 0), Location.target(b, 0)) for a, b in [(0, 1), (1, 2), (2, 0)]]
+    return Graph.build(1, nodes, edges)
+
+
+def test_bad_batches_change_nothing() -> None:
+    tracker = CompiledTracker(_timely_example())
+    tracker.apply([(Location.source(0, 0), (1,), 1)])
+    before = (tracker.frontiers(), tracker.pointstamps())
+    with pytest.raises(GraphError, match="update 1: unknown location"):
+        tracker.apply([(Location.source(1, 0), (1,), 1), (Location.source(9, 0), (1,), 1)])
+    with pytest.raises(GraphError, match="arity is 1"):
+        tracker.apply([(Location.source(1, 0), (1, 2), 1)])
+    with pytest.raises(GraphError, match="delta must be an integer"):
+        tracker.apply([(Location.source(1, 0), (1,), 1.5)])
+    engine = tracker.engine
+    with pytest.raises(IndexError):
+        engine.apply_indexed([0, 6], [1, 1], [1, 1])
+    with pytest.raises(ValueError, match="non-negative"):
+        engine.apply_indexed([0, 1], [1, -1], [1, 1])
+    with pytest.raises(ValueError, match="deltas"):
+        engine.apply_indexed([0, 1], [1, 1], [1])
+    with pytest.raises(KeyError, match="unknown location"):
+        engine.apply([(Location.source(1, 0), (1,), 1), (Location.source(7, 0), (1,), 1)])
+    with pytest.raises(ValueError, match="update 0: time has 2 coordinates"):
+        engine.apply([(Location.source(1, 0), (1, 2), 1)])
+    assert (tracker.frontiers(), tracker.pointstamps()) == before
+
+
+def test_low_level_api_takes_buffers_and_moves_every_frontier_of_a_ring() -> None:
+    graph = _timely_example()
+    engine, order = engine_for(graph)
+    source = order.index(Location.source(0, 0))
+    first = engine.apply_indexed(array("q", [source]), array("q", [0]), array("q", [1]))
+    assert len(first) == 6
+    for epoch in range(3):
+        batch = engine.apply_indexed(array("q", [source, source]), array("q", [epoch + 1, epoch]), (1, -1))
+        assert len(batch) == 12 and batch.diffs().count(1) == 6
+        assert batch.flat_times() == [t[0] for _, t, _ in batch.to_list()]
+        assert batch.locations() == [i for i, _, _ in batch.to_list()]
+    assert engine.frontier(source) == [(3,)]
+    # Labelled updates may be any 3-sequences, times tuples or lists.
+    moved = engine.apply([[Location.source(0, 0), [4], 1], (Location.source(0, 0), (3,), -1)])
+    assert len(moved) == 12
+    engine.apply([(Location.source(0, 0), [3], 1), [Location.source(0, 0), (4,), -1]])
+    with pytest.raises(ValueError, match="expected"):
+        engine.apply([[Location.source(0, 0), (4,)]])
+    assert engine.pointstamps() == [(source, (3,), 1)]
+    assert engine.index(Location.source(0, 0)) == source and len(engine) == 6 and engine.arity == 1
+    selection = engine.selection([source])
+    assert len(selection) == 1 and source in selection and selection.members() == [source]
+    assert location_json(order[0]) == json.dumps(order[0]._asdict())
+
+
+def test_engine_without_labels_or_json() -> None:
+    engine = Engine(2, 3, [(0, 1, None), (1, 2, [0, 1])])
+    batch = engine.apply_indexed([0], [4, 0], [1])
+    assert batch.to_list() == [(0, (4, 0), 1), (1, (4, 0), 1), (2, (4, 1), 1)]
+    with pytest.raises(ValueError, match="no JSON"):
+        batch.to_json()
+    with pytest.raises(ValueError, match="no labels"):
+        batch.to_list(labels=True)
+    typed = batch.to_list(cls=FrontierChange)
+    assert [type(c) for c in typed] == [FrontierChange] * 3 and typed[2].time == (4, 1) and typed[2].location == 2
+    with pytest.raises(TypeError, match="subclass of tuple"):
+        batch.to_list(cls=list)
+    with pytest.raises(ValueError, match="no labels"):
+        engine.apply([(0, (1, 1), 1)])
+    with pytest.raises(ValueError, match="non-incrementing cycle"):
+        Engine(1, 2, [(0, 1, None), (1, 0, [0])])
+    with pytest.raises(ValueError, match="summary has 1 coordinates"):
+        Engine(2, 2, [(0, 1, [1])])
+    assert engine.can_notify(2, (4, 0)) and not engine.can_notify(2, (4, 1))

@@ -1,0 +1,117 @@
+"""The compiled tracker: :class:`~tracker.reachability.Tracker`'s interface on the Rust engine.
+
+:class:`CompiledTracker` is a drop-in replacement for :class:`tracker.reachability.Tracker`:
+same constructor, same methods, same results. For every graph and every sequence of batches
+(counts may go transiently negative) it returns, batch by batch, exactly the reference's
+frontier changes — consolidated, one ``+1`` or ``-1`` per (location, time) whose frontier
+membership changed, as :class:`~tracker.reachability.FrontierChange` tuples sorted by
+(time, location) — and the same ``frontier``, ``frontiers``, ``pointstamps`` and
+``can_notify`` answers. Bad batches raise the same :class:`~tracker.graph.GraphError` and change
+nothing; graphs with non-incrementing cycles raise the same ``ValueError``.
+
+The work is done by the compiled module ``progress_engine`` (built from ``engine/``), whose
+low-level API (:attr:`CompiledTracker.engine`: flat integer batches in, a compiled
+``ChangeBatch`` out that encodes its JSON payload itself) avoids Python objects per update and
+per change; this class builds them, for callers that want the reference's types.
+
+>>> from tracker.graph import Connection, Edge, Node
+>>> from tracker.timestamp import PathSummary
+>>> g = Graph.build(1, [Node(0, 1, 1), Node(1, 1, 1), Node(2, 1, 1,
+...     connections=(Connection(0, 0, (PathSummary((1,)),)),))],
+...     [Edge(Location.source(a, 0), Location.target(b, 0)) for a, b in [(0, 1), (1, 2), (2, 0)]])
+>>> tracker = CompiledTracker(g)
+>>> changes = tracker.apply([(Location.source(0, 0), (17,), 1)])
+>>> len(changes), changes[0]
+(6, FrontierChange(location=Location(node=0, port=0, kind='source'), time=(17,), diff=1))
+>>> from tracker.reachability import Tracker
+>>> changes == Tracker(g).apply([(Location.source(0, 0), (17,), 1)])
+True
+>>> tracker.frontier(Location.target(0, 0)), tracker.can_notify(Location.target(1, 0), (16,))
+([(18,)], True)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from progress_engine import Engine
+
+from tracker.graph import Graph, Location, Update
+from tracker.reachability import FrontierChange
+from tracker.structure import find_cycles
+from tracker.timestamp import Timestamp
+
+__all__ = ["CompiledTracker", "FrontierChange", "engine_for"]
+
+
+def location_json(location: Location) -> str:
+    """The JSON text of a location as the service's payloads spell it (``json.dumps`` layout).
+
+    >>> location_json(Location.target(3, 0))
+    '{"node": 3, "port": 0, "kind": "target"}'
+    """
+    return f'{{"node": {location.node}, "port": {location.port}, "kind": "{location.kind}"}}'
+
+
+def engine_for(graph: Graph, locations: list[Location] | None = None) -> tuple[Engine, list[Location]]:
+    """A fresh engine for ``graph`` (assumed free of non-incrementing cycles) and its location
+    order: index ``i`` of the engine is ``locations[i]``.
+
+    ``locations`` defaults to the locations sorted as tuples, ``(node, port, kind)``, so that
+    the engine's (time, index) order of changes is the reference's (time, location) order. The
+    engine carries the locations as labels and their :func:`location_json` fragments.
+    """
+    order = sorted(graph.locations()) if locations is None else list(locations)
+    index = {loc: i for i, loc in enumerate(order)}
+    transitions = [
+        (index[step.src], index[step.dst], None if step.summary.is_zero() else tuple(step.summary))
+        for step in graph.transitions()
+    ]
+    engine = Engine(graph.arity, len(order), transitions, labels=order, json=[location_json(loc) for loc in order])
+    return engine, order
+
+
+class CompiledTracker:
+    """Occurrence counts and exact, incrementally maintained frontiers of one dataflow,
+    computed by the compiled engine; interchangeable with :class:`tracker.reachability.Tracker`.
+    """
+
+    def __init__(self, graph: Graph, *, cycles_checked: bool = False) -> None:
+        """``cycles_checked=True`` skips the cycle check when the caller has just run
+        :func:`~tracker.structure.find_cycles` on this very graph and found none."""
+        cycles = [] if cycles_checked else find_cycles(graph)
+        if cycles:
+            raise ValueError("graph has non-incrementing cycles: " + ", ".join(map(str, cycles)))
+        self.graph = graph
+        self.engine, self._locations = engine_for(graph)
+        self._index = {loc: i for i, loc in enumerate(self._locations)}
+
+    def apply(self, updates: Iterable[Update], *, validated: bool = False) -> list[FrontierChange]:
+        """Apply one atomic batch and return the frontier changes it causes, consolidated.
+
+        The batch is validated first (unknown locations, wrong arity, non-integer deltas raise
+        :class:`~tracker.graph.GraphError` and change nothing) unless ``validated`` says the
+        caller already did. Changes are sorted by (time, location).
+        """
+        batch = updates if validated else self.graph.check_updates(updates)
+        return self.engine.apply(batch).to_list(labels=True, cls=FrontierChange)
+
+    def frontier(self, location: Location) -> list[Timestamp]:
+        """The minimal times that may still appear at ``location``, sorted."""
+        return self.engine.frontier(self._index[location])
+
+    def frontiers(self) -> dict[Location, list[Timestamp]]:
+        """Every location's frontier (empty list where nothing can arrive any more)."""
+        every = self.engine.frontiers()
+        index = self._index
+        return {loc: every[index[loc]] for loc in self.graph.locations()}
+
+    def pointstamps(self) -> dict[tuple[Location, Timestamp], int]:
+        """Every non-zero occurrence count, keyed by ``(location, time)``."""
+        locations = self._locations
+        return {(locations[i], time): count for i, time, count in self.engine.pointstamps()}
+
+    def can_notify(self, location: Location, time: Timestamp) -> bool:
+        """True iff a notification for ``time`` at ``location`` is safe: no frontier element
+        is ``<= time``."""
+        return self.engine.can_notify(self._index[location], time)
