@@ -9,5 +9,5 @@ figures). Importing a module here starts nothing heavy; ``run`` does.
 >>> sorted(available())
 ['native', 'recovery', 'scopes', 'service', 'spark', 'tenants', 'workers']
 >>> available()["native"]
-'native: the incremental tracker against a from-scratch recompute, per batch, ~1,000 locations.'
+'native: the incremental tracker against a from-scratch recompute, and the compiled engine against it.'
 """
