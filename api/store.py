@@ -1,5 +1,10 @@
 """The service's view of the Delta warehouse (``spark_jobs.storage.Warehouse``, delta-rs writes).
 
+Guarantees: each write is one Delta commit (so a reader sees all of it or none of it), and the
+``progress`` rows are exactly the updates the tracker applied: a request body Arrow reads
+differently from :func:`api.parsing.parse_progress` is decoded by that parser instead (the
+progress body is also the log's batch format, and that parser is its one decoder).
+
 Everything here is blocking and runs on the service's single ``delta`` thread, never on the
 event loop; one thread also serialises the commits of one table.
 """
@@ -25,7 +30,7 @@ log = logging.getLogger("tracker.store")
 
 
 class Store:
-    """Reads and writes of the tables the service owns (DESIGN.md section 4)."""
+    """Reads and writes of the tables the service owns (``spark_jobs.tables.TABLES``)."""
 
     def __init__(self, root: Path) -> None:
         from spark_jobs.storage import Warehouse

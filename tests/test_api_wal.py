@@ -82,7 +82,7 @@ def test_records_are_durable_in_order_and_recovered(tmp_path: Path) -> None:
 def test_a_torn_tail_is_cut_off_and_the_log_continues_after_it(tmp_path: Path) -> None:
     first = [REGISTER, Batch(df="d1", v=1, at=1.0, body=b"{}")]
     _write_and_close(tmp_path, first)
-    [(number, path)] = segments(tmp_path)
+    [(_, path)] = segments(tmp_path)
     intact = path.stat().st_size
     with open(path, "ab") as handle:  # a record the crash interrupted
         handle.write(frame(encode(Batch(df="d1", v=2, at=2.0, body=b"{}")))[:-3])
