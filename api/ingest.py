@@ -10,6 +10,24 @@ single-threaded event loop a batch is atomic and the batches of one dataflow are
 ordered without a lock; a duplicate is acknowledged once everything before it is durable, so
 its acknowledgement also means durable; a refused batch changes nothing and raises
 :class:`Refused` with the HTTP status and JSON body both transports answer.
+
+>>> import asyncio, tempfile
+>>> from pathlib import Path
+>>> from api.config import Settings
+>>> from api.models import RegisterRequest
+>>> from api.service import Service
+>>> graph = {"name": "pair", "nodes": [{"id": 0, "inputs": 0, "outputs": 1}, {"id": 1, "inputs": 1, "outputs": 0}],
+...          "edges": [{"source": {"node": 0, "port": 0}, "target": {"node": 1, "port": 0}}]}
+>>> body = b'{"worker":"w","seq":0,"updates":[{"location":{"node":0,"port":0,"kind":"source"},"time":[0],"delta":-1}]}'
+>>> async def main() -> tuple[Ack, int]:
+...     service = Service(Settings(warehouse=Path(tempfile.mkdtemp()), delta=False, spark=False), "admin")
+...     service.recover()  # nothing to recover; opens the log
+...     tenant, _token = await service.register(RegisterRequest.model_validate(graph))
+...     ack = await submit(tenant, body, service.wal, service.metrics)
+...     service.wal.close()
+...     return ack, sum(len(times) for times in tenant.publication.published.values())
+>>> asyncio.run(main())  # the input retired its only pointstamp: every frontier is empty
+(Ack(applied=True, duplicate=False, version=1, worker='w', seq=0), 0)
 """
 
 from __future__ import annotations
