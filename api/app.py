@@ -1,5 +1,9 @@
 """The FastAPI application: lifespan (recovery, background tasks), error handling, body limit.
 
+Guarantees: requests are served only after recovery; on shutdown the Delta sync finishes its
+commit in progress and flushes the rest before the log closes (the log still holds everything
+if that fails).
+
 >>> import tempfile
 >>> from pathlib import Path
 >>> app = create_app(Settings(warehouse=Path(tempfile.mkdtemp()), delta=False, spark=False), "admin")

@@ -1,6 +1,7 @@
 """The write-ahead log's on-disk form: record framing and segment file names, in one place.
 
-A segment is a file ``wal-<number, six digits>.log`` holding framed records back to back:
+Guarantees: every reader and writer of segments (the log, its sync process) names and frames
+them through this module. A segment is a file ``wal-<number, six digits>.log`` holding framed records back to back:
 ``<u32 length><u32 crc32><payload>``, little endian. A frame that is cut short, longer than
 :data:`MAX_RECORD` or whose CRC does not match ends the intact prefix: nothing after it was
 ever acknowledged, because a record is acknowledged only after the ``fdatasync`` covering it.
