@@ -1,7 +1,9 @@
 """The write-ahead log's records, typed: what is logged, and its one encoding.
 
 Guarantees: :func:`decode` inverts :func:`encode` for every record; anything else raises
-``ValueError`` (recovery then treats it as the end of the log). Three kinds, told apart by their ``"t"`` field: a :class:`Register` (a dataflow's registration,
+``ValueError`` (recovery then treats it as the end of the log).
+
+Three kinds, told apart by their ``"t"`` field: a :class:`Register` (a dataflow's registration,
 also the first records of every new segment), a :class:`Batch` (an acknowledged progress batch)
 and a :class:`Check` (the concluded Spark check of a registration). A record's payload is its
 compact JSON; a batch's is followed by a newline and the request body exactly as received
