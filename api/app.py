@@ -1,5 +1,15 @@
 """The FastAPI application: lifespan (recovery, background tasks), error handling, body limit.
 
+Guarantees: requests are served only after recovery; on shutdown the Delta sync finishes its
+commit in progress and flushes the rest before the log closes (the log still holds everything
+if that fails).
+
+>>> import tempfile
+>>> from pathlib import Path
+>>> app = create_app(Settings(warehouse=Path(tempfile.mkdtemp()), delta=False, spark=False), "admin")
+>>> [path for path in app.openapi()["paths"] if path.startswith("/v1/dataflows/{id}/frontier")]
+['/v1/dataflows/{id}/frontier', '/v1/dataflows/{id}/frontier/explain', '/v1/dataflows/{id}/frontier/stream']
+
 Every client mistake is a 4xx with a JSON body ``{"error": ..., "detail": ...}``: malformed JSON
 400, oversized body 413, a body that does not fit the schema 422 (naming the field), a graph or
 update the tracker refuses 422 (naming the culprit). Only a bug in the service answers 500.
@@ -22,9 +32,16 @@ from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from api import background
+from api import dashboard
+from api.audit import audit_loop
 from api.config import Settings
+from api.ingest import Refused
+from api.microbatch import microbatch_loop
+from api.models import ErrorBody, ProgressRequest, RegisterRequest
+from api.routes import router as rest
 from api.service import RegistrationError, Service
+from api.store import Store
+from api.ws import router as sockets
 
 log = logging.getLogger("tracker.app")
 _DOCUMENTED_ERRORS = {"400": "malformed JSON", "401": "missing or unknown token",
@@ -110,8 +127,6 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
     if app.openapi_schema is None:
         from fastapi.openapi.utils import get_openapi
 
-        from api.models import ErrorBody, ProgressRequest, RegisterRequest
-
         schema = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
         components = schema.setdefault("components", {}).setdefault("schemas", {})
         for model in (ProgressRequest, RegisterRequest):
@@ -157,17 +172,16 @@ behind. A refused handshake answers the same 401/403/404 as the REST routes."""
 
 def create_app(settings: Settings, admin_token: str) -> FastAPI:
     """The application for ``settings`` (``uvicorn`` serves it; tests start it the same way)."""
-    service = Service(settings, admin_token)
+    store = None
+    if settings.delta:
+        try:
+            store = Store(settings.warehouse)
+        except Exception:
+            log.exception("Delta storage unavailable; running on the write-ahead log alone")
+    service = Service(settings, admin_token, store)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        if settings.delta:
-            try:
-                from api.store import Store
-
-                service.store = Store(settings.warehouse)
-            except Exception:
-                log.exception("Delta storage unavailable; running on the write-ahead log alone")
         started = time.perf_counter()
         service.loop = asyncio.get_running_loop()
         await asyncio.to_thread(service.recover)
@@ -178,18 +192,20 @@ def create_app(settings: Settings, admin_token: str) -> FastAPI:
         log.info("recovered", extra={"dataflows": len(service.dataflows),
                                      "seconds": round(time.perf_counter() - started, 3)})
         loop = asyncio.get_running_loop()
+        spark = service.spark
         if settings.spark:
-            loop.run_in_executor(service.spark_pool, background.start_spark, service)
+            loop.run_in_executor(spark.pool, spark.start)
         service.after_recovery()
         stop = asyncio.Event()
-        flusher = asyncio.create_task(background.flush_loop(service, stop))
+        flusher = asyncio.create_task(service.syncer.run(
+            stop, flush_seconds=settings.flush_seconds, compact_seconds=settings.compact_seconds,
+            tidy_seconds=settings.tidy_seconds))
         tasks = []
         if settings.spark and settings.audit_seconds > 0:
-            tasks.append(asyncio.create_task(background.audit_loop(service)))
+            tasks.append(asyncio.create_task(audit_loop(spark, service.metrics, service.dataflows,
+                                                        settings.audit_seconds)))
         if settings.engine == "spark":
-            from api.engine import engine_loop
-
-            tasks.append(asyncio.create_task(engine_loop(service)))
+            tasks.append(asyncio.create_task(microbatch_loop(spark, service.metrics, service.dataflows)))
         yield
         for task in tasks:
             task.cancel()
@@ -200,7 +216,7 @@ def create_app(settings: Settings, admin_token: str) -> FastAPI:
             log.exception("final Delta flush failed; the log still holds every batch")
         service.wal.close()
         service.delta_pool.shutdown(wait=False, cancel_futures=True)
-        service.spark_pool.shutdown(wait=False, cancel_futures=True)
+        spark.pool.shutdown(wait=False, cancel_futures=True)
 
     app = FastAPI(
         title="Timely progress tracker",
@@ -228,6 +244,10 @@ def create_app(settings: Settings, admin_token: str) -> FastAPI:
             body = {"error": "malformed_json", "detail": "the body is not valid JSON in UTF-8"}
         return JSONResponse(body, status_code=error.status_code, headers=getattr(error, "headers", None))
 
+    @app.exception_handler(Refused)
+    async def refused_body(request: Request, error: Refused) -> JSONResponse:
+        return JSONResponse(error.body, status_code=error.status)
+
     @app.exception_handler(RegistrationError)
     async def refused(request: Request, error: RegistrationError) -> JSONResponse:
         return JSONResponse(error.body, status_code=422)
@@ -244,8 +264,7 @@ def create_app(settings: Settings, admin_token: str) -> FastAPI:
             return JSONResponse({"status": "failed", "detail": "the write-ahead log failed; restart"},
                                 status_code=503)
         return {"status": "ok", "dataflows": len(service.dataflows), "engine": settings.engine,
-                "spark": "ready" if service.spark is not None else (service.spark_error or
-                                                                     ("starting" if settings.spark else "disabled")),
+                "spark": service.spark.health(),
                 "delta": service.store is not None, "uptime_seconds": round(time.time() - service.started, 1)}
 
     @app.get("/metrics", summary="Prometheus metrics", response_class=Response,
@@ -261,13 +280,9 @@ def create_app(settings: Settings, admin_token: str) -> FastAPI:
                                    swagger_js_url="/static/vendor/swagger-ui-bundle.js",
                                    swagger_css_url="/static/vendor/swagger-ui.css", swagger_favicon_url="data:,")
 
-    from api import dashboard
-    from api.routes import router as rest
-    from api.ws import router as sockets
-
     app.include_router(rest)
     app.include_router(sockets)
     app.include_router(dashboard.router)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
-    app.add_middleware(BodyLimit, limit=settings.max_body)  # type: ignore[arg-type]
+    app.add_middleware(BodyLimit, limit=settings.max_body)
     return app

@@ -1,4 +1,10 @@
-"""Bearer tokens: the admin token and one token per dataflow (DESIGN.md section 3).
+"""Bearer tokens: the admin token, which may do everything, and one token per dataflow, which
+may read and write only that dataflow.
+
+>>> Principal(admin=False, dataflow_id="d1").may_access("d2")
+False
+>>> matches(token_hash("secret"), token_hash("secret"))
+True
 
 Tokens are ``secrets.token_urlsafe(32)``; only their SHA-256 is kept (in memory and in the
 write-ahead log), and a presented token is compared by hashing it and using

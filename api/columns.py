@@ -40,10 +40,11 @@ _CHANGES = pa.schema([("changes", pa.list_(_CHANGE))])
 
 
 class RawBatch(NamedTuple):
-    """A non-empty progress body as received, and how many updates the tracker applied from it."""
+    """A non-empty progress body as received, and how many updates (``progress`` rows) the
+    tracker applied from it."""
 
     body: bytes
-    count: int
+    rows: int
 
 
 ProgressItem = tuple[str, int, str, int, RawBatch, float]
@@ -59,7 +60,7 @@ def progress_table(items: Sequence[ProgressItem]) -> pa.Table | None:
         updates = _read(lines, _BODY).column("updates").combine_chunks()
     except pa.ArrowInvalid:
         return None
-    expected = pa.array([item[4].count for item in items], type=pa.int32())
+    expected = pa.array([item[4].rows for item in items], type=pa.int32())
     if not pc.all(pc.equal(pc.list_value_length(updates), expected)).as_py():
         return None
     flat = pc.list_flatten(updates)
@@ -69,7 +70,8 @@ def progress_table(items: Sequence[ProgressItem]) -> pa.Table | None:
     if any(column.null_count for column in rows.values()):
         return None
     parents = pc.list_parent_indices(updates)
-    per_batch = {"dataflow_id": [i[0] for i in items], "version": [i[1] for i in items],
+    per_batch: dict[str, list[object]] = {
+                 "dataflow_id": [i[0] for i in items], "version": [i[1] for i in items],
                  "worker": [i[2] for i in items], "seq": [i[3] for i in items],
                  "received_at": [datetime.fromtimestamp(i[5], UTC) for i in items]}
     return _assemble("progress", rows, per_batch, parents)
@@ -83,7 +85,8 @@ def changes_table(items: Sequence[ChangeItem]) -> pa.Table:
     location = flat.field("location")
     rows = {"node": location.field("node"), "port": location.field("port"), "kind": location.field("kind"),
             "time": flat.field("time"), "diff": flat.field("diff")}
-    per_batch = {"dataflow_id": [i[0] for i in items], "version": [i[1] for i in items],
+    per_batch: dict[str, list[object]] = {
+                 "dataflow_id": [i[0] for i in items], "version": [i[1] for i in items],
                  "at": [datetime.fromtimestamp(i[3], UTC) for i in items]}
     return _assemble("frontier_changes", rows, per_batch, pc.list_parent_indices(changes))
 

@@ -5,7 +5,7 @@ It asks for a token once, keeps it in the browser's ``localStorage`` and calls t
 with ``Authorization: Bearer``; the live frontier comes from the SSE stream read with
 ``fetch()`` (``EventSource`` cannot send that header). The front-end libraries (Cytoscape.js
 for the graph, uPlot for the plots) are vendored under ``api/static/vendor`` with their
-licences, so the page works offline. See docs/dashboard.md.
+licences, so the page works offline (docs/dashboard.md describes the page).
 
 The history route returns what happened before the page was opened, from the Delta tables:
 ``frontier_changes`` for the frontier plot and ``progress`` for the throughput plot. It uses

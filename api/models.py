@@ -1,4 +1,5 @@
-"""Pydantic models for every JSON body of the v1 surface (DESIGN.md section 3).
+"""Pydantic models for every JSON body of the v1 surface: the documented schemas of the
+OpenAPI document (the hot path parses progress bodies with :mod:`api.parsing`, to the same shape).
 
 Integers are strict (``true``, ``1.5`` and ``"3"`` are refused, not coerced) because a silently
 coerced time or delta would corrupt occurrence counts; the shapes that depend on the dataflow
@@ -38,10 +39,6 @@ class LocationModel(_Model):
     node: NodeId
     port: StrictInt = Field(ge=0)
     kind: Kind
-
-    def to_location(self) -> Location:
-        """As the core's :class:`~tracker.graph.Location`."""
-        return Location(self.node, self.port, self.kind)
 
 
 class PortRef(_Model):
@@ -150,14 +147,6 @@ class SummaryRow(BaseModel):
     from_: LocationModel = Field(alias="from")
     to: LocationModel
     summaries: list[list[int]]
-
-
-class FrontierChangeModel(BaseModel):
-    """A time entering (+1) or leaving (-1) a location's frontier."""
-
-    location: LocationModel
-    time: list[int]
-    diff: int
 
 
 class DataflowStatus(BaseModel):

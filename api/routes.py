@@ -1,10 +1,14 @@
-"""The v1 REST routes (DESIGN.md section 3). Thin: each calls into the service or the dataflow."""
+"""The v1 REST routes: register a dataflow graph, report progress batches, query and stream
+frontiers, explain a frontier.
+
+Guarantees: every route is thin (it calls the service, :mod:`api.ingest` or the dataflow's
+:class:`~api.publish.Publication`), reads only published (durable) state, and answers every
+client mistake with a 4xx and a JSON body ``{"error", "detail"}``."""
 
 from __future__ import annotations
 
 import asyncio
 import json
-import time
 from collections.abc import AsyncIterator
 from typing import Annotated, Any, Literal
 
@@ -13,9 +17,9 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from sse_starlette import EventSourceResponse
 
 from api import streams
-from api.dataflows import Dataflow, SequenceGap
 from api.deps import DataflowDep, PrincipalDep, ServiceDep, admin, require_json
 from api.explain import explain
+from api.ingest import bad_body, submit
 from api.models import (
     DataflowDetail,
     DataflowSummary,
@@ -28,10 +32,8 @@ from api.models import (
     SummaryRow,
     location_json,
 )
-from api.parsing import InvalidRequest, MalformedJSON, parse_progress, parse_registration
-from api.service import Service
-from api.wal import LogFailed
-from tracker.graph import GraphError, Location
+from api.parsing import InvalidRequest, MalformedJSON, parse_registration
+from tracker.graph import Graph, Location
 from tracker.structure import summaries_by_origin
 from tracker.timestamp import MAX_TIME
 
@@ -48,57 +50,6 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
 PSI_LOCATIONS = 2_000  # the whole of Psi is quadratic (streamed): beyond this, ask for one origin at a time
 NodeQ = Annotated[int | None, Query(ge=0, le=2**31 - 1)]
 KindQ = Annotated[Literal["source", "target"] | None, Query()]
-
-
-def _summary(d: Dataflow) -> dict[str, Any]:
-    return {"id": d.id, "name": d.name, "timestamp_arity": d.graph.arity, "version": d.durable_version,
-            "created_at": d.created_at}
-
-
-async def submit(service: Service, dataflow: Dataflow, data: bytes) -> dict[str, Any]:
-    """Parse, apply and wait for the durability of one batch (the body of ``POST .../progress``
-    or of a WebSocket message); raises HTTPException for 400, 409, 422 and 503 (the log failed)."""
-    started = time.perf_counter()
-    metrics = service.metrics
-    try:
-        worker, seq, updates = parse_progress(data, dataflow.graph)
-        outcome = dataflow.submit(worker, seq, updates, service.wal, data)
-    except (MalformedJSON, InvalidRequest) as error:
-        metrics.rejected.inc()
-        raise _bad_body(error) from None
-    except GraphError as error:
-        metrics.rejected.inc()
-        raise HTTPException(422, {"error": "invalid_update", "detail": str(error)}) from None
-    except SequenceGap as gap:
-        metrics.gaps.inc()
-        raise HTTPException(409, {"error": "sequence_gap", "expected": gap.expected, "worker": worker, "seq": seq,
-                                  "detail": f"worker {worker!r} sent seq {seq}; expected {gap.expected}"}) from None
-    except LogFailed as error:
-        raise _log_failed(error) from None
-    try:
-        await outcome.durable
-    except LogFailed as error:
-        raise _log_failed(error) from None
-    if outcome.applied:
-        metrics.applied.inc()
-        metrics.updates.inc(outcome.updates)
-        metrics.apply_latency.observe(time.perf_counter() - started)
-    else:
-        metrics.duplicates.inc()
-    return {"applied": outcome.applied, "duplicate": outcome.duplicate, "version": outcome.version,
-            "worker": worker, "seq": seq}
-
-
-def _bad_body(error: MalformedJSON | InvalidRequest) -> HTTPException:
-    """400 for a body that is not one JSON document, 422 for one without the documented shape."""
-    if isinstance(error, MalformedJSON):
-        return HTTPException(400, {"error": "malformed_json", "detail": str(error)})
-    return HTTPException(422, {"error": "invalid_request", "detail": error.detail()})
-
-
-def _log_failed(error: LogFailed) -> HTTPException:
-    """503: the batch was not acknowledged (and is not durable); the service must restart."""
-    return HTTPException(503, {"error": "log_failed", "detail": str(error)})
 
 
 @router.post("/dataflows", status_code=201, response_model=RegisterResponse,
@@ -118,7 +69,7 @@ async def register(request: Request, service: ServiceDep) -> JSONResponse:
     try:
         body = parse_registration(await request.body())
     except (MalformedJSON, InvalidRequest) as error:
-        raise _bad_body(error) from None
+        raise bad_body(error) from None
     dataflow, token = await service.register(body)
     return JSONResponse({"id": dataflow.id, "token": token}, status_code=201)
 
@@ -126,14 +77,15 @@ async def register(request: Request, service: ServiceDep) -> JSONResponse:
 @router.get("/dataflows", response_model=list[DataflowSummary], responses=_ERRORS, summary="List dataflows")
 async def list_dataflows(service: ServiceDep, caller: PrincipalDep) -> list[dict[str, Any]]:
     """Every dataflow the token may see (the admin: all; a dataflow token: its own)."""
-    return [_summary(d) for d in service.dataflows.values() if d.ready and caller.may_access(d.id)]
+    return [d.summary() for d in service.dataflows.values() if d.ready and caller.may_access(d.id)]
 
 
 @router.get("/dataflows/{id}", response_model=DataflowDetail, responses=_ERRORS, summary="A dataflow")
 async def get_dataflow(dataflow: DataflowDep) -> dict[str, Any]:
     """The graph, arity, version and status (Spark check, last audit, Delta lag, workers)."""
-    reg = dataflow.registration
-    return {**_summary(dataflow), "nodes": reg["nodes"], "edges": reg["edges"], "status": dataflow.status()}
+    registration = dataflow.registration
+    return {**dataflow.summary(), "nodes": registration.nodes, "edges": registration.edges,
+            "status": dataflow.status()}
 
 
 @router.post("/dataflows/{id}/progress", response_model=ProgressResponse, summary="Report a progress batch",
@@ -148,8 +100,8 @@ async def progress(request: Request, dataflow: DataflowDep, service: ServiceDep)
     The body (schema ``ProgressRequest``) is parsed by :mod:`api.parsing`, which checks the
     same schema and the graph in one cheap pass."""
     require_json(request.headers.get("content-type"))
-    result = await submit(service, dataflow, await request.body())
-    return JSONResponse({k: result[k] for k in ("applied", "duplicate", "version")})
+    ack = await submit(dataflow, await request.body(), service.wal, service.metrics)  # Refused: see api.app
+    return JSONResponse({"applied": ack.applied, "duplicate": ack.duplicate, "version": ack.version})
 
 
 @router.get("/dataflows/{id}/frontier", response_model=FrontierResponse, responses=_ERRORS,
@@ -158,19 +110,19 @@ async def frontier(dataflow: DataflowDep, node: NodeQ = None, port: NodeQ = None
                    version: Annotated[int | None, Query(ge=0)] = None) -> JSONResponse:
     """Every location's frontier (optionally filtered), as of ``version`` if given."""
     try:
-        at, view = dataflow.frontier_at(version)
+        at, view = dataflow.publication.frontier_at(version)
     except LookupError as error:
         raise HTTPException(404, {"error": "unknown_version", "detail": str(error)}) from None
 
-    return JSONResponse({"version": at, "locations": dataflow.frontier_rows(
+    return JSONResponse({"version": at, "locations": dataflow.publication.frontier_rows(
         view, lambda loc: _matches(loc, node, port, kind))})
 
 
 @router.get("/dataflows/{id}/pointstamps", responses=_ERRORS, summary="Non-zero occurrence counts",
             response_model=list[PointstampRow])
-async def pointstamps(dataflow: DataflowDep, service: ServiceDep) -> JSONResponse:
+async def pointstamps(dataflow: DataflowDep) -> JSONResponse:
     """``[{"location", "time", "count"}]`` as of the durable version."""
-    counts = service.snapshot_counts(dataflow)
+    counts = dataflow.counts()
     rows = sorted(counts.items(), key=lambda kv: (kv[0][0].node, kv[0][0].kind, kv[0][0].port, kv[0][1]))
     return JSONResponse([{"location": location_json(loc), "time": list(t), "count": c} for (loc, t), c in rows])
 
@@ -205,7 +157,7 @@ def _location_order(loc: Location) -> tuple[int, str, int]:
     return loc.node, loc.kind, loc.port
 
 
-async def _psi_json(graph: Any, origins: list[Location], dest: tuple[Any, Any, Any]) -> AsyncIterator[bytes]:
+async def _psi_json(graph: Graph, origins: list[Location], dest: tuple[Any, Any, Any]) -> AsyncIterator[bytes]:
     """The ``summaries`` answer, streamed: searched, sorted and encoded a few origins at a time
     in a worker thread. The whole of ``Psi`` is quadratic (a million rows for 1,000 locations),
     and done at once its sort and encoding were single C calls holding the GIL for seconds,
@@ -238,7 +190,7 @@ async def _psi_json(graph: Any, origins: list[Location], dest: tuple[Any, Any, A
 @router.get("/dataflows/{id}/frontier/explain", response_model=ExplainResponse, responses=_ERRORS,
             summary="Why a notification is (not) safe yet")
 async def frontier_explain(
-    dataflow: DataflowDep, service: ServiceDep,
+    dataflow: DataflowDep,
     node: Annotated[int, Query(ge=0, le=2**31 - 1)], port: Annotated[int, Query(ge=0, le=2**31 - 1)],
     kind: Annotated[Literal["source", "target"], Query()],
     time: Annotated[str, Query(max_length=1000, description="comma-separated coordinates, e.g. 2,7")],
@@ -257,8 +209,8 @@ async def frontier_explain(
     if len(parts) != dataflow.graph.arity or max(parts) > MAX_TIME:
         raise HTTPException(422, {"error": "invalid_time", "detail": f"time must have {dataflow.graph.arity} "
                                   f"coordinates, each from 0 to {MAX_TIME}"})
-    version, view = dataflow.frontier_at()
-    counts = service.snapshot_counts(dataflow)
+    version, view = dataflow.publication.frontier_at()
+    counts = dataflow.counts()
     # A search per blocking origin: off the loop, on a consistent copy of the state.
     frontier = sorted(view.get(location, ()))
     return JSONResponse(await asyncio.to_thread(explain, dataflow.graph, counts, frontier, version, location,
@@ -280,7 +232,7 @@ async def frontier_stream(
     """SSE stream; ``id`` = version; send ``Last-Event-ID`` to resume without gap or duplicate."""
     metrics = service.metrics
     gauge = metrics.subscribers.labels("sse")
-    events = streams.sse_events(dataflow, last_event_id, service.settings.subscriber_queue,
+    events = streams.sse_events(dataflow.publication, last_event_id, service.settings.subscriber_queue,
                                 metrics.resyncs.inc, gauge.inc)
     return EventSourceResponse(events, ping=15,
                                headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})

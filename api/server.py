@@ -1,4 +1,8 @@
-"""``tracker serve``: structured logging, the admin token, and uvicorn running the app."""
+"""``tracker serve``: structured logging, the admin token, and uvicorn running the app.
+
+Guarantees: one process at a time serves a warehouse (a lock held for the app's lifetime); a
+warehouse that cannot be used stops the start with a clear message, not a traceback.
+"""
 
 from __future__ import annotations
 

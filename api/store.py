@@ -1,5 +1,10 @@
 """The service's view of the Delta warehouse (``spark_jobs.storage.Warehouse``, delta-rs writes).
 
+Guarantees: each write is one Delta commit (so a reader sees all of it or none of it), and the
+``progress`` rows are exactly the updates the tracker applied: a request body Arrow reads
+differently from :func:`api.parsing.parse_progress` is decoded by that parser instead (the
+progress body is also the log's batch format, and that parser is its one decoder).
+
 Everything here is blocking and runs on the service's single ``delta`` thread, never on the
 event loop; one thread also serialises the commits of one table.
 """
@@ -7,7 +12,7 @@ event loop; one thread also serialises the commits of one table.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -25,7 +30,7 @@ log = logging.getLogger("tracker.store")
 
 
 class Store:
-    """Reads and writes of the tables the service owns (DESIGN.md section 4)."""
+    """Reads and writes of the tables the service owns (``spark_jobs.tables.TABLES``)."""
 
     def __init__(self, root: Path) -> None:
         from spark_jobs.storage import Warehouse
@@ -102,15 +107,15 @@ class Store:
         if decoded is None:  # Arrow in doubt (or nothing raw): every body through the parser
             batches = [(d, g, v, w, s, parse_progress(u.body, g)[2] if isinstance(u, RawBatch) else u, at)
                        for d, g, v, w, s, u, at in batches]
-        rest = [b for b in batches if not isinstance(b[5], RawBatch)]
+        rest = [(d, g, v, w, s, u, at) for d, g, v, w, s, u, at in batches if not isinstance(u, RawBatch)]
         if rest:
             tables.append(_progress_rows(rest))
         if not tables:
             return -1
         return self.warehouse.append("progress", pa.concat_tables(tables) if len(tables) > 1 else tables[0])
 
-    def write_states(self, states: dict[str, tuple[int, dict[tuple[Location, Timestamp], int],
-                                                  dict[Location, Iterable[Timestamp]]]]) -> None:
+    def write_states(self, states: Mapping[str, tuple[int, Mapping[tuple[Location, Timestamp], int],
+                                                     Mapping[Location, Iterable[Timestamp]]]]) -> None:
         """Replace the ``pointstamps`` and ``frontiers`` partitions of many dataflows, each
         ``dataflow_id -> (version, counts, frontiers)`` as of its ``version`` (recorded with the
         pointstamps, so recovery and the incremental Spark job resume there). Two commits in all,

@@ -1,5 +1,9 @@
 """Frontier subscribers: bounded queues, resynchronisation of the slow, and the SSE stream.
 
+Guarantees: a subscriber receives every published version after its starting point exactly
+once, in order, or (if it fell behind) a ``resync`` marker followed by a fresh snapshot; a
+slow subscriber never slows down publishing.
+
 Publishing never waits for a subscriber: :meth:`Subscriber.offer` is ``put_nowait`` on a bounded
 queue. A subscriber whose queue is full is marked *lagged*: its queue is emptied and replaced
 by one ``resync`` marker, so the stream tells it so and then sends a fresh ``snapshot`` (taken
@@ -12,16 +16,22 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from api.dataflows import Dataflow
+from api.publish import Publication
 
 RESYNC = (-1, "")
 
 
 class Subscriber:
-    """One stream's bounded queue of ``(version, encoded changes)``."""
+    """One stream's bounded queue of ``(version, encoded changes)`` (a
+    :class:`~api.publish.Listener`).
+
+    >>> subscriber = Subscriber(1)
+    >>> subscriber.offer(1, "[]"); subscriber.offer(2, "[]")
+    >>> subscriber.lagged, subscriber.queue.get_nowait() == RESYNC
+    (True, True)
+    """
 
     def __init__(self, maxsize: int, on_lag: Callable[[], None] | None = None) -> None:
         self.queue: asyncio.Queue[tuple[int, str]] = asyncio.Queue(maxsize)
@@ -44,7 +54,7 @@ class Subscriber:
                 self._on_lag()
 
 
-def attach(dataflow: Dataflow, last_event_id: str | None, maxsize: int,
+def attach(publication: Publication, last_event_id: str | None, maxsize: int,
            on_lag: Callable[[], None] | None = None) -> tuple[Subscriber, list[tuple[str, int, str]]]:
     """Subscribe and compute what to send first: a snapshot, or the missed changes.
 
@@ -53,14 +63,14 @@ def attach(dataflow: Dataflow, last_event_id: str | None, maxsize: int,
     Returns the subscriber and ``(event, version, data)`` items to send before the queue.
     """
     subscriber = Subscriber(maxsize, on_lag)
-    dataflow.subscribers.add(subscriber)
+    publication.subscribers.add(subscriber)
     resume = _parse_event_id(last_event_id)
-    backlog = dataflow.changes_since(resume) if resume is not None else None
+    backlog = publication.changes_since(resume) if resume is not None else None
     if backlog is None:
-        version, data = dataflow.snapshot_json()
+        version, data = publication.snapshot_json()
         subscriber.after = version
         return subscriber, [("snapshot", version, data)]
-    subscriber.after = dataflow.frontier_version
+    subscriber.after = publication.frontier_version
     return subscriber, [("changes", v, change_event(v, encoded)) for v, encoded in backlog]
 
 
@@ -79,13 +89,13 @@ def _parse_event_id(value: str | None) -> int | None:
     return parsed if parsed >= 0 else None
 
 
-async def next_events(dataflow: Dataflow, subscriber: Subscriber) -> list[tuple[str, int, str]]:
+async def next_events(publication: Publication, subscriber: Subscriber) -> list[tuple[str, int, str]]:
     """Wait for the subscriber's next item(s); a resync becomes ``resync`` + ``snapshot``."""
     version, encoded = await subscriber.queue.get()
     if (version, encoded) == RESYNC:
         # Re-arm before taking the snapshot: both happen without an await, so nothing is lost.
         subscriber.lagged = False
-        snap_version, data = dataflow.snapshot_json()
+        snap_version, data = publication.snapshot_json()
         subscriber.after = snap_version
         reason = json.dumps({"reason": "subscriber fell behind; a fresh snapshot follows", "version": snap_version})
         return [("resync", snap_version, reason), ("snapshot", snap_version, data)]
@@ -95,7 +105,7 @@ async def next_events(dataflow: Dataflow, subscriber: Subscriber) -> list[tuple[
     return [("changes", version, change_event(version, encoded))]
 
 
-async def sse_events(dataflow: Dataflow, last_event_id: str | None, maxsize: int,
+async def sse_events(publication: Publication, last_event_id: str | None, maxsize: int,
                      on_lag: Callable[[], None] | None = None,
                      on_change: Callable[[int], None] | None = None) -> AsyncIterator[dict[str, Any]]:
     """The SSE event source: ``snapshot`` or the missed ``changes``, then live ``changes``.
@@ -103,16 +113,16 @@ async def sse_events(dataflow: Dataflow, last_event_id: str | None, maxsize: int
     Subscribes when the response starts streaming and unsubscribes in ``finally``, so a client
     that goes away at any point leaves nothing behind; ``on_change(+1/-1)`` counts subscribers.
     """
-    subscriber, first = attach(dataflow, last_event_id, maxsize, on_lag)
+    subscriber, first = attach(publication, last_event_id, maxsize, on_lag)
     if on_change is not None:
         on_change(1)
     try:
         for event, version, data in first:
             yield {"event": event, "id": str(version), "data": data}
         while True:
-            for event, version, data in await next_events(dataflow, subscriber):
+            for event, version, data in await next_events(publication, subscriber):
                 yield {"event": event, "id": str(version), "data": data}
     finally:
-        dataflow.subscribers.discard(subscriber)
+        publication.subscribers.discard(subscriber)
         if on_change is not None:
             on_change(-1)

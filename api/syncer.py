@@ -1,5 +1,8 @@
 """The write-ahead log's sync process: ``fdatasync`` on request, outside the service's GIL.
 
+Guarantee: an answer of 0 for a segment means every byte written to it before the request is
+durable.
+
 Why a process and not a thread: a Python thread needs the GIL to start each sync and again to
 report it, so under the event loop's load it waited for the loop to let go (the switch
 interval) and the loop then waited to get the GIL back, a few hundred microseconds per
@@ -16,6 +19,8 @@ from __future__ import annotations
 import os
 import struct
 import sys
+
+from api.segments import segment_name
 
 REQUEST = struct.Struct("<I")
 
@@ -43,7 +48,7 @@ def serve(directory: str, requests: int = 0, answers: int = 1) -> None:
             if fd is None:
                 for old in [s for s in fds if s < segment]:  # the service has moved on
                     os.close(fds.pop(old))
-                fd = fds[segment] = os.open(os.path.join(directory, f"wal-{segment:06d}.log"), os.O_WRONLY)
+                fd = fds[segment] = os.open(os.path.join(directory, segment_name(segment)), os.O_WRONLY)
             os.fdatasync(fd)
             errno = 0
         except OSError as error:

@@ -1,8 +1,9 @@
 """The write-ahead log: what makes an acknowledgement durable, with group commit.
 
-Records are length-prefixed JSON with a CRC32: ``<u32 length><u32 crc32><payload>``. A torn or
-corrupt record ends the log (everything after it was never acknowledged, because a record is
-acknowledged only after the ``fdatasync`` that covers it returned), so recovery truncates there.
+Guarantees: a record's future resolves only after the ``fdatasync`` covering it returned, and
+its ``on_durable`` callback runs before that, in log order; after a failed write or sync,
+nothing more is acknowledged (:class:`LogFailed`) until the service restarts and recovers.
+Records are typed (:mod:`api.records`) and framed into numbered segments (:mod:`api.segments`).
 
 Group commit: :meth:`WriteAheadLog.enqueue` appends a record to an in-memory group and returns
 a future. If no sync is running, the group is written at once with a single ``write`` (into the
@@ -14,77 +15,58 @@ the syncer answers (the event loop watches its pipe), the loop runs each record'
 ``fdatasync`` form the next group, so under load the cost of one sync is shared by every batch
 that arrived meanwhile, and with no load a batch waits for exactly one sync.
 
-The log is split into numbered segments (``wal-000001.log``, ...). :meth:`rotate` starts a new
-segment whose first records are supplied by the caller (the registrations of live dataflows),
-so that older segments can be deleted once the Delta ``progress`` table holds their batches.
+:meth:`WriteAheadLog.rotate` starts a new segment whose first records are supplied by the
+caller (the registrations of live dataflows), so that older segments can be deleted once the
+Delta ``progress`` table holds their batches. A torn tail of the newest segment is cut off by
+:meth:`WriteAheadLog.recover`.
+
+>>> import asyncio, tempfile
+>>> from api.records import Check
+>>> async def main(directory: Path) -> list[Record]:
+...     wal = WriteAheadLog(directory)
+...     wal.open()
+...     await wal.enqueue(Check(df="d1", result="agreed", detail=None))
+...     wal.close()
+...     return [record for _, record in WriteAheadLog(directory).recover()]
+>>> with tempfile.TemporaryDirectory() as directory:
+...     asyncio.run(main(Path(directory)))
+[Check(df='d1', result='agreed', detail=None)]
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 import struct
 import subprocess
 import sys
 import time
-import zlib
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+
+from api.records import Record, decode, encode
+from api.segments import HEADER_SIZE, frame, segment_name, segments, unframe
 
 log = logging.getLogger("tracker.wal")
 
-_HEADER = struct.Struct("<II")
 _SYNC = struct.Struct("<I")  # a segment number to the syncer, an errno back
-_MAX_RECORD = 256 * 1024 * 1024
 
 
-def encode(record: dict[str, Any], raw: bytes | None = None) -> bytes:
-    """One framed record: its JSON, then (optionally) a newline and ``raw`` bytes verbatim.
-
-    Compact JSON never contains a raw newline, so the first one separates the two; logging the
-    request body as received avoids re-encoding every update on the hot path.
-    """
-    return frame(_payload(record, raw))
-
-
-def _payload(record: dict[str, Any], raw: bytes | None) -> bytes:
-    payload = json.dumps(record, separators=(",", ":")).encode()
-    return payload + b"\n" + raw if raw is not None else payload
-
-
-def frame(payload: bytes) -> bytes:
-    """Length and CRC32 in front of ``payload``."""
-    return _HEADER.pack(len(payload), zlib.crc32(payload)) + payload
-
-
-def read_segment(path: Path) -> tuple[list[dict[str, Any]], int]:
-    """Every intact record of a segment, and the byte offset where the intact prefix ends."""
-    data = path.read_bytes()
-    records: list[dict[str, Any]] = []
+def read_segment(path: Path) -> tuple[list[Record], int]:
+    """Every intact record of a segment, and the byte offset where the intact prefix ends
+    (a payload that is not a record ends it too)."""
+    payloads, end = unframe(path.read_bytes())
+    records: list[Record] = []
     offset = 0
-    while offset + _HEADER.size <= len(data):
-        length, crc = _HEADER.unpack_from(data, offset)
-        start = offset + _HEADER.size
-        end = start + length
-        if length > _MAX_RECORD or end > len(data):
-            break
-        payload = data[start:end]
-        if zlib.crc32(payload) != crc:
-            break
-        head, newline, raw = payload.partition(b"\n")
+    for payload in payloads:
         try:
-            record = json.loads(head)
+            records.append(decode(payload))
         except ValueError:
-            break
-        if newline:
-            record["_raw"] = raw
-        records.append(record)
-        offset = end
-    return records, offset
+            return records, offset
+        offset += HEADER_SIZE + len(payload)
+    return records, end
 
 
 class LogFailed(RuntimeError):
@@ -100,16 +82,6 @@ class _Entry:
     data: bytes
     future: asyncio.Future[None] | None
     on_durable: Callable[[], None] | None
-
-
-@dataclass
-class SyncStats:
-    """Counters the metrics module exposes."""
-
-    syncs: int = 0
-    records: int = 0
-    last_group: int = 0
-    seconds: list[float] = field(default_factory=list)
 
 
 class WriteAheadLog:
@@ -133,15 +105,13 @@ class WriteAheadLog:
 
     def segments(self) -> list[tuple[int, Path]]:
         """Existing segments, oldest first."""
-        found = []
-        for path in self.directory.glob("wal-*.log"):
-            try:
-                found.append((int(path.stem.split("-")[1]), path))
-            except (IndexError, ValueError):
-                continue
-        return sorted(found)
+        return segments(self.directory)
 
-    def recover(self) -> Iterator[tuple[int, dict[str, Any]]]:
+    def path(self, number: int) -> Path:
+        """Where segment ``number`` lives."""
+        return self.directory / segment_name(number)
+
+    def recover(self) -> Iterator[tuple[int, Record]]:
         """Yield ``(segment, record)`` for every intact record, oldest first, and cut a torn
         tail off the newest segment so new records follow intact ones."""
         segments = self.segments()
@@ -174,8 +144,7 @@ class WriteAheadLog:
             raise OSError(f"the write-ahead log's sync process failed to start or sync (answer {answer!r})")
 
     def _open_segment(self, number: int) -> int:
-        path = self.directory / f"wal-{number:06d}.log"
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        fd = os.open(self.path(number), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         self._sync_directory()
         return fd
 
@@ -205,14 +174,20 @@ class WriteAheadLog:
 
     # -- appending ------------------------------------------------------------------------
 
-    def enqueue(self, record: dict[str, Any], on_durable: Callable[[], None] | None = None,
-                raw: bytes | None = None) -> asyncio.Future[None]:
-        """Add ``record`` (and ``raw`` bytes, see :func:`encode`) to the next group; the future
-        resolves once it is on disk, after ``on_durable`` ran (callbacks run in log order)."""
+    def enqueue(self, record: Record, on_durable: Callable[[], None] | None = None) -> asyncio.Future[None]:
+        """Add ``record`` to the next group.
+
+        Returns:
+            A future that resolves once the record is on disk, after ``on_durable`` ran
+            (callbacks run in log order).
+
+        Raises:
+            LogFailed: the log failed earlier; nothing more is accepted.
+        """
         if self.failed is not None:
             raise LogFailed() from self.failed
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._group.append(_Entry(_payload(record, raw), future, on_durable))
+        self._group.append(_Entry(encode(record), future, on_durable))
         self._kick()
         return future
 
@@ -226,16 +201,12 @@ class WriteAheadLog:
         self._kick()
         return future
 
-    async def append(self, record: dict[str, Any]) -> None:
-        """Enqueue and wait until durable."""
-        await self.enqueue(record)
-
-    def rotate(self, header: list[dict[str, Any]]) -> asyncio.Future[int]:
+    def rotate(self, header: list[Record]) -> asyncio.Future[int]:
         """Start a new segment beginning with ``header``; resolves to the new segment number
         once the header is durable. Records enqueued later go to the new segment."""
         rotated: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         self._rotated = rotated
-        self._rotate_to = [encode(r) for r in header]
+        self._rotate_to = [frame(encode(r)) for r in header]
         self._kick()
         return rotated
 

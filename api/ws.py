@@ -8,13 +8,19 @@ UTF-8 JSON). Messages to the client (JSON text):
 "detail", ...}`` for a refused batch, and ``{"type": "resync", ...}`` + a snapshot if the client
 fell behind. Batches are pipelined: the next one is read while earlier ones wait for their
 group commit, and acks still go out in order.
+
+Guarantees: a batch sent here goes through exactly the use case of ``POST .../progress``
+(:func:`api.ingest.submit`), so it is answered the same, acks in the order sent; a client that
+pipelines without reading its acks is slowed down, not buffered without bound.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from fastapi import APIRouter, HTTPException, WebSocket, WebSocketDisconnect
@@ -23,8 +29,9 @@ from fastapi.responses import JSONResponse
 from api import streams
 from api.auth import bearer
 from api.deps import lookup
-from api.routes import submit
+from api.ingest import Refused, submit
 from api.service import Service
+from api.tenant import Tenant
 
 router = APIRouter(prefix="/v1")
 log = logging.getLogger("tracker.ws")
@@ -59,7 +66,8 @@ async def worker_socket(websocket: WebSocket, id: str) -> None:
         dataflow = lookup(service, caller, id)
         subscribe = _flag(websocket.query_params.get("subscribe", "true"), "subscribe")
     except HTTPException as error:
-        await _deny(websocket, error.status_code, error.detail)
+        detail: Any = error.detail  # the JSON body: every HTTPException raised above carries a dict
+        await _deny(websocket, error.status_code, detail)
         return
     await websocket.accept()
     send_lock = asyncio.Lock()
@@ -74,7 +82,8 @@ async def worker_socket(websocket: WebSocket, id: str) -> None:
     subscriber = None
     metrics = service.metrics
     if subscribe:
-        subscriber, first = streams.attach(dataflow, None, service.settings.subscriber_queue, metrics.resyncs.inc)
+        subscriber, first = streams.attach(dataflow.publication, None, service.settings.subscriber_queue,
+                                           metrics.resyncs.inc)
         metrics.subscribers.labels("ws").inc()
         for event, _version, data in first:
             await send(_typed(event, data))
@@ -93,7 +102,7 @@ async def worker_socket(websocket: WebSocket, id: str) -> None:
         for task in tasks:
             task.cancel()
         if subscriber is not None:
-            dataflow.subscribers.discard(subscriber)
+            dataflow.publication.subscribers.discard(subscriber)
             metrics.subscribers.labels("ws").dec()
 
 
@@ -107,19 +116,19 @@ def _flag(value: str, name: str) -> bool:
     raise HTTPException(422, {"error": "invalid_request", "detail": f"{name} must be true or false, got {value!r}"})
 
 
-async def _handle(service: Service, dataflow: Any, body: bytes) -> str:
+async def _handle(service: Service, dataflow: Tenant, body: bytes) -> str:
     """One message: the ack or the error to send back (in order, by :func:`_send_acks`)."""
     try:
-        result = await submit(service, dataflow, body)
-    except HTTPException as error:
-        return json.dumps({"type": "error", "status": error.status_code, **error.detail})
+        ack = await submit(dataflow, body, service.wal, service.metrics)
+    except Refused as refused:
+        return json.dumps({"type": "error", "status": refused.status, **refused.body})
     except Exception:  # a service failure (e.g. the log): say so instead of going silent
         log.exception("websocket batch failed")
         return json.dumps({"type": "error", "status": 500, "error": "internal_error", "detail": "see the service log"})
-    return json.dumps({"type": "ack", **result})
+    return json.dumps({"type": "ack", **dataclasses.asdict(ack)})
 
 
-async def _send_acks(acks: asyncio.Queue[asyncio.Future[str] | None], send: Any) -> None:
+async def _send_acks(acks: asyncio.Queue[asyncio.Future[str] | None], send: Callable[[str], Awaitable[None]]) -> None:
     while True:
         pending = await acks.get()
         if pending is None:
@@ -127,10 +136,11 @@ async def _send_acks(acks: asyncio.Queue[asyncio.Future[str] | None], send: Any)
         await send(await pending)
 
 
-async def _send_changes(dataflow: Any, subscriber: streams.Subscriber, send: Any) -> None:
+async def _send_changes(dataflow: Tenant, subscriber: streams.Subscriber, send: Callable[[str], Awaitable[None]]
+                        ) -> None:
     try:
         while True:
-            for event, version, data in await streams.next_events(dataflow, subscriber):
+            for event, version, data in await streams.next_events(dataflow.publication, subscriber):
                 if event == "resync":
                     await send(json.dumps({"type": "resync", "version": version, **json.loads(data)}))
                 else:

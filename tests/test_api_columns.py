@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from api.columns import RawBatch, changes_table, progress_table
-from api.dataflows import changes_json
 from api.parsing import parse_progress
+from api.publish import changes_json
 from api.store import Store, _progress_rows
 from tests.helpers import core_graph, loop_graph
 from tracker.reachability import FrontierChange

@@ -270,7 +270,7 @@ def test_assets_are_shipped_with_their_licences() -> None:
 
 def test_history_keeps_the_last_versions_of_its_own_dataflow(tmp_path: Path) -> None:
     from api.dashboard import _history
-    from api.dataflows import changes_json
+    from api.publish import changes_json
     from api.store import Store
     from tracker.graph import Location
     from tracker.reachability import FrontierChange

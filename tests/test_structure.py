@@ -29,8 +29,27 @@ LAYERS: list[tuple[str, ...]] = [
      "tracker.cli"),
     # Roles built on the core, independent of each other.
     ("tracker.worker", "spark_jobs", "examples"),
-    # The service, which keeps its state in the Delta tables and runs Spark jobs.
-    ("api",),
+    # The service, which keeps its state in the Delta tables and runs Spark jobs. A progress
+    # batch flows up these layers: parsed, ordered and applied (live state), logged
+    # (durability), published, synced to Delta, handed to Spark; a lower layer tells a higher
+    # one through a Protocol or a callback it defines itself.
+    # Parse and models: request bodies, registration checks, settings, metrics.
+    ("api.config", "api.models", "api.parsing", "api.registration", "api.auth", "api.metrics", "api.columns",
+     "api.explain"),
+    # Live state: the frontier engine, versions, workers.
+    ("api.live", "api.counts"),
+    # Durability: typed log records, framing and segment names, the group-committed log.
+    ("api.records", "api.segments", "api.syncer", "api.wal"),
+    # Publication: the published frontier, its history, its subscribers.
+    ("api.publish", "api.streams"),
+    # Delta sync: tables, flush, compaction, log retirement, tidying, graph tables.
+    ("api.store", "api.tidy", "api.sync", "api.graphs"),
+    # Spark tasks: the session, registration checks, audits, micro-batches.
+    ("api.spark", "api.checks", "api.audit", "api.microbatch"),
+    # The service and its use cases.
+    ("api.tenant", "api.ingest", "api.service"),
+    # HTTP: dependencies, routes, the app, the command.
+    ("api.deps", "api.routes", "api.ws", "api.dashboard", "api.app", "api.server", "api.commands", "api"),
     # Measurements.
     ("bench",),
     # The tests, above everything they test: nothing else may import them.

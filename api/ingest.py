@@ -1,0 +1,161 @@
+"""Ingest of one progress batch: the use case behind ``POST .../progress`` and the WebSocket.
+
+The path of a batch: parse (:mod:`api.parsing`) -> order and apply (:mod:`api.live`) -> log
+(:mod:`api.wal`) -> once durable, publish (:mod:`api.publish`) and queue for Delta
+(:mod:`api.sync`) or for Spark (:mod:`api.microbatch`).
+
+Guarantees: a batch is answered only once it is durable, and only a durable batch is
+published; ordering, logging and applying happen with no ``await`` in between, so on the
+single-threaded event loop a batch is atomic and the batches of one dataflow are totally
+ordered without a lock; a duplicate is acknowledged once everything before it is durable, so
+its acknowledgement also means durable; a refused batch changes nothing and raises
+:class:`Refused` with the HTTP status and JSON body both transports answer.
+
+>>> import asyncio, tempfile
+>>> from pathlib import Path
+>>> from api.config import Settings
+>>> from api.models import RegisterRequest
+>>> from api.service import Service
+>>> graph = {"name": "pair", "nodes": [{"id": 0, "inputs": 0, "outputs": 1}, {"id": 1, "inputs": 1, "outputs": 0}],
+...          "edges": [{"source": {"node": 0, "port": 0}, "target": {"node": 1, "port": 0}}]}
+>>> body = b'{"worker":"w","seq":0,"updates":[{"location":{"node":0,"port":0,"kind":"source"},"time":[0],"delta":-1}]}'
+>>> async def main() -> tuple[Ack, int]:
+...     service = Service(Settings(warehouse=Path(tempfile.mkdtemp()), delta=False, spark=False), "admin")
+...     service.recover()  # nothing to recover; opens the log
+...     tenant, _token = await service.register(RegisterRequest.model_validate(graph))
+...     ack = await submit(tenant, body, service.wal, service.metrics)
+...     service.wal.close()
+...     return ack, sum(len(times) for times in tenant.publication.published.values())
+>>> asyncio.run(main())  # the input retired its only pointstamp: every frontier is empty
+(Ack(applied=True, duplicate=False, version=1, worker='w', seq=0), 0)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from api.columns import RawBatch
+from api.live import Pending, SequenceGap
+from api.metrics import Metrics
+from api.parsing import InvalidRequest, MalformedJSON, parse_progress
+from api.records import Batch
+from api.tenant import Tenant
+from api.wal import LogFailed, WriteAheadLog
+from tracker.graph import GraphError, Update
+from tracker.reachability import FrontierChange
+
+
+class Refused(Exception):
+    """A batch that was not acknowledged: ``status`` and ``body`` are the answer."""
+
+    def __init__(self, status: int, body: dict[str, Any]) -> None:
+        super().__init__(body.get("detail") or body.get("error"))
+        self.status = status
+        self.body = body
+
+
+@dataclass(frozen=True)
+class Ack:
+    """A durable acknowledgement."""
+
+    applied: bool
+    duplicate: bool
+    version: int
+    worker: str
+    seq: int
+
+
+def bad_body(error: MalformedJSON | InvalidRequest) -> Refused:
+    """400 for a body that is not one JSON document, 422 for one without the documented shape."""
+    if isinstance(error, MalformedJSON):
+        return Refused(400, {"error": "malformed_json", "detail": str(error)})
+    return Refused(422, {"error": "invalid_request", "detail": error.detail()})
+
+
+def _log_failed(error: LogFailed) -> Refused:
+    """503: the batch was not acknowledged (and is not durable); the service must restart."""
+    return Refused(503, {"error": "log_failed", "detail": str(error)})
+
+
+async def submit(tenant: Tenant, data: bytes, wal: WriteAheadLog, metrics: Metrics) -> Ack:
+    """Parse, apply and wait for the durability of one batch.
+
+    Args:
+        tenant: the dataflow addressed.
+        data: the request body (or WebSocket message) as received.
+        wal: the service's write-ahead log.
+        metrics: counted into.
+
+    Returns:
+        The acknowledgement, once the batch (or, for a duplicate, everything before it) is durable.
+
+    Raises:
+        Refused: 400 or 422 for a bad body or update, 409 for a sequence gap, 503 when the log
+            failed.
+    """
+    started = time.perf_counter()
+    try:
+        worker, seq, updates = parse_progress(data, tenant.graph)
+        version, applied, durable = _order(tenant, worker, seq, updates, wal, metrics, data)
+    except (MalformedJSON, InvalidRequest) as error:
+        metrics.rejected.inc()
+        raise bad_body(error) from None
+    except GraphError as error:
+        metrics.rejected.inc()
+        raise Refused(422, {"error": "invalid_update", "detail": str(error)}) from None
+    except SequenceGap as gap:
+        metrics.gaps.inc()
+        raise Refused(409, {"error": "sequence_gap", "expected": gap.expected, "worker": worker, "seq": seq,
+                            "detail": f"worker {worker!r} sent seq {seq}; expected {gap.expected}"}) from None
+    except LogFailed as error:
+        raise _log_failed(error) from None
+    try:
+        await durable
+    except LogFailed as error:
+        raise _log_failed(error) from None
+    if applied:
+        metrics.applied.inc()
+        metrics.updates.inc(len(updates))
+        metrics.apply_latency.observe(time.perf_counter() - started)
+    else:
+        metrics.duplicates.inc()
+    return Ack(applied, not applied, version, worker, seq)
+
+
+def _order(tenant: Tenant, worker: str, seq: int, updates: list[Update], wal: WriteAheadLog, metrics: Metrics,
+           raw: bytes) -> tuple[int, bool, asyncio.Future[None]]:
+    """The synchronous hot path: order, log, apply; ``(version, applied, durable future)``."""
+    if wal.failed is not None:  # refuse before touching any state
+        raise LogFailed()
+    live = tenant.live
+    version = live.admit(worker, seq)
+    if version is None:
+        return live.duplicate_version(worker, seq), False, wal.barrier()
+    pending = Pending(version, worker, seq, updates, time.time())
+    # Log first, apply second: the sync process syncs while this thread applies (the batch is
+    # validated, so applying cannot fail); the publish callback runs after both.
+    box: list[list[FrontierChange]] = []
+    durable = wal.enqueue(Batch(tenant.id, version, pending.received, raw),
+                          lambda: made_durable(tenant, pending, box[0], raw, metrics))
+    box.append(live.apply(pending))
+    return version, True, durable
+
+
+def made_durable(tenant: Tenant, pending: Pending, changes: list[FrontierChange], raw: bytes,
+                 metrics: Metrics | None) -> None:
+    """A batch's log record is durable: advance the durable version, queue the batch for
+    Delta and publish its changes (or, with the Spark engine, queue it for Spark)."""
+    tenant.live.made_durable(pending.version)
+    updates = pending.updates
+    # The body as received: the Delta flush has Arrow decode it (see api.columns).
+    tenant.lag.batch_durable(pending.version, pending.worker, pending.seq,
+                             RawBatch(raw, len(updates)) if updates else updates, pending.received)
+    if tenant.engine_mode == "spark":
+        tenant.spark.queue.append((pending.version, updates))
+        return
+    tenant.publication.publish(pending.version, changes)
+    if metrics is not None:
+        metrics.frontier_changes.inc(len(changes))

@@ -1,0 +1,147 @@
+"""Registration of a dataflow graph: the normalised request, and the checks it must pass.
+
+Guarantees: :func:`build_graph` accepts exactly the graphs the tracker can serve: well formed
+(:meth:`tracker.graph.Graph.build`), with at least one port, no cycle of edges and zero-summary
+connections (every cycle must strictly advance timestamps, as progress tracking in timely
+dataflow requires), and summary antichains narrow enough that one pointstamp cannot stall the
+service; anything else raises :class:`RegistrationError` carrying the exact 422 body.
+
+>>> from api.models import RegisterRequest
+>>> request = RegisterRequest.model_validate({"name": "loop", "nodes": [
+...     {"id": 0, "inputs": 1, "outputs": 1}], "edges": [
+...     {"source": {"node": 0, "port": 0}, "target": {"node": 0, "port": 0}}]})
+>>> try:
+...     build_graph(registration_record(request))
+... except RegistrationError as error:
+...     print(error.body["error"], error.body["cycle"][0]["summary"])
+non_incrementing_cycle [0]
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import msgspec
+
+from api.models import RegisterRequest, location_json
+from tracker.graph import Connection, Edge, Graph, GraphError, Location, Node, Update
+from tracker.structure import find_cycles, summary_search_pairs, widest_summaries
+from tracker.timestamp import PathSummary
+
+InitialRow = tuple[int, int, Literal["source", "target"], tuple[int, ...], int]
+"""An initial pointstamp as logged: ``(node, port, kind, time, delta)``."""
+MAX_SUMMARY_ANTICHAIN = 64
+"""At most this many incomparable minimal summaries between two locations (only arity 2 and
+more can have several): each is one more frontier element per pointstamp, and graphs whose
+antichains grow combinatorially would stall the event loop on a single small batch. Wide
+antichains along many locations are refused earlier, by their cost
+(:func:`tracker.structure.widest_summaries`)."""
+SUMMARY_CHECK_BUDGET = 1_000_000
+"""The antichain check searches from each branching location (two or more outgoing transitions)
+to everything it reaches, about 2.3 us per (origin, location) pair in the worst case (a braid of
+diamonds): graphs with up to this many ``branching x locations`` pairs are checked (at most
+~2.5 s, off the event loop). Chains, trees and graphs whose summaries all point one way (loops
+counting iterations) cost next to nothing, whatever their size; only a larger graph that is
+both densely branching and mixes summary directions goes unchecked."""
+
+
+class RegistrationError(Exception):
+    """A graph the service refuses; ``body`` is the 422 answer."""
+
+    def __init__(self, body: dict[str, Any]) -> None:
+        super().__init__(body.get("detail") or body.get("error"))
+        self.body = body
+
+
+class Spec(msgspec.Struct, frozen=True):
+    """A registration, normalised: the form that is logged (:class:`api.records.Register`
+    extends it) and that :func:`build_graph` checks.
+
+    ``nodes`` and ``edges`` keep the JSON shape of the request (they are served back as
+    registered); ``initial`` is ``None`` when the request named none.
+    """
+
+    name: str
+    arity: int
+    nodes: list[dict[str, Any]]
+    edges: list[dict[str, Any]]
+    initial: list[InitialRow] | None
+
+
+def registration_record(req: RegisterRequest) -> Spec:
+    """The normalised form of a validated request body."""
+    return Spec(
+        name=req.name,
+        arity=req.timestamp_arity,
+        nodes=[n.model_dump(exclude_none=True) for n in req.nodes],
+        edges=[e.model_dump() for e in req.edges],
+        initial=None if not req.initial else [
+            (u.location.node, u.location.port, u.location.kind, tuple(u.time), u.delta) for u in req.initial
+        ],
+    )
+
+
+def build_graph(record: Spec, *, new: bool = True) -> tuple[Graph, list[Update]]:
+    """Validate a registration: the graph, its cycles, its initial pointstamps.
+
+    Pure CPU: run it off the event loop.
+
+    Args:
+        record: the normalised registration.
+        new: ``False`` (recovery) skips the summary-antichain check, so that a dataflow
+            accepted before the check existed stays registered.
+
+    Returns:
+        The graph and its initial pointstamps (Naiad's input-vertex rule if none were named).
+
+    Raises:
+        RegistrationError: with the exact 422 body.
+    """
+    arity = record.arity
+    nodes = [
+        Node(n["id"], n["inputs"], n["outputs"], n.get("name", ""),
+             None if n.get("connections") is None else tuple(
+                 Connection(c["input"], c["output"], tuple(PathSummary(tuple(s)) for s in c["summaries"]))
+                 for c in n["connections"]))
+        for n in record.nodes
+    ]
+    edges = [Edge(Location.source(e["source"]["node"], e["source"]["port"]),
+                  Location.target(e["target"]["node"], e["target"]["port"])) for e in record.edges]
+    try:
+        graph = Graph.build(arity, nodes, edges)
+    except GraphError as error:
+        raise RegistrationError({"error": "invalid_graph", "detail": str(error)}) from None
+    if not graph.locations():
+        raise RegistrationError({"error": "invalid_graph", "detail": "the graph has no operator ports"})
+    cycles = find_cycles(graph)
+    if cycles:
+        raise RegistrationError({
+            "error": "non_incrementing_cycle",
+            "detail": "every cycle must strictly advance timestamps; these transitions lie on a cycle of edges "
+                      "and zero-summary connections: " + ", ".join(map(str, cycles)),
+            "cycle": [{"from": location_json(t.src), "to": location_json(t.dst), "summary": list(t.summary)}
+                      for t in cycles],
+        })
+    if new and summary_search_pairs(graph) <= SUMMARY_CHECK_BUDGET:
+        overflow = widest_summaries(graph, MAX_SUMMARY_ANTICHAIN)
+        if overflow is not None and overflow.size > MAX_SUMMARY_ANTICHAIN:
+            raise RegistrationError({"error": "invalid_graph", "detail": (
+                f"more than {MAX_SUMMARY_ANTICHAIN} incomparable minimal path summaries lead from {overflow.origin} "
+                f"to {overflow.dest}: one time at {overflow.origin} would put that many times in the frontier "
+                f"at {overflow.dest}, and tracking it would stall the service; merge the parallel summaries "
+                "(connections with several summaries, or paths with different ones) into fewer")})
+        if overflow is not None:
+            raise RegistrationError({"error": "invalid_graph", "detail": (
+                f"too many incomparable minimal path summaries fan out from {overflow.origin} (already "
+                f"{overflow.size} to {overflow.dest}): the antichains multiply along the way, and one time at "
+                f"{overflow.origin} would cost the tracker about {overflow.cost // 2000} ms or more per batch, "
+                "stalling the service; merge the parallel summaries (connections with several summaries, or "
+                "paths with different ones) into fewer")})
+    if record.initial:
+        try:
+            initial = graph.check_updates((Location(n, p, k), t, d) for n, p, k, t, d in record.initial)
+        except GraphError as error:
+            raise RegistrationError({"error": "invalid_graph", "detail": f"initial pointstamps: {error}"}) from None
+    else:
+        initial = graph.default_initial()
+    return graph, initial

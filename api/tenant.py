@@ -1,0 +1,95 @@
+"""One registered dataflow as the service hosts it: its registration and the small objects
+that own each part of its state.
+
+Guarantees: each part has one owner that changes it: :class:`~api.live.LiveState` (tracker,
+versions, workers) is changed by the ingest path and recovery, :class:`~api.publish.Publication`
+(published frontier, history, subscribers) by the publish step, :class:`~api.sync.DeltaLag`
+by the Delta sync, :class:`~api.spark.SparkState` by the Spark tasks. A tenant satisfies the
+small protocols the lower layers read it through (:class:`api.sync.Synced`,
+:class:`api.spark.Hosted`, :class:`api.graphs.Described`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from api.live import Counts, LiveState
+from api.publish import Publication
+from api.records import Register
+from api.spark import SparkState
+from api.sync import DeltaLag
+from tracker.graph import Graph
+
+
+@dataclass(eq=False)
+class Tenant:
+    """A registered dataflow and everything the service keeps about it in memory."""
+
+    registration: Register
+    graph: Graph
+    live: LiveState
+    publication: Publication
+    lag: DeltaLag = field(default_factory=DeltaLag)
+    spark: SparkState = field(default_factory=SparkState)
+    engine_mode: str = "native"
+    """``spark``: frontiers come from Spark micro-batches (:mod:`api.microbatch`)."""
+    ready: bool = False
+    """Registered durably (or recovered): visible to requests."""
+
+    @property
+    def id(self) -> str:
+        """The dataflow id."""
+        return self.registration.df
+
+    @property
+    def name(self) -> str:
+        """The name it was registered with."""
+        return self.registration.name
+
+    @property
+    def token_hash(self) -> str:
+        """The SHA-256 of its token."""
+        return self.registration.token
+
+    @property
+    def created_at(self) -> str:
+        """When it was registered (ISO 8601)."""
+        return self.registration.created_at
+
+    def counts(self) -> Counts:
+        """Occurrence counts as of the published frontier's version: in-flight batches (not
+        durable yet) and, with the Spark engine, batches Spark has not folded in yet, undone."""
+        return self.live.counts(updates for _, updates in self.spark.queue)
+
+    def reset_published(self) -> None:
+        """Publish the tracker's frontier as of the current version (after registration or
+        recovery); with the Spark engine, queue the current counts as Spark's first
+        micro-batch instead."""
+        live = self.live
+        live.durable_version = live.version
+        if self.engine_mode == "spark":
+            self.publication.reset({loc: () for loc in self.graph.locations()}, -1, floor=live.version)
+            self.spark.queue = [(live.version, [(loc, t, c) for (loc, t), c in live.tracker.pointstamps().items()])]
+            return
+        self.publication.reset(live.tracker.frontiers(), live.version)
+
+    def status(self) -> dict[str, Any]:
+        """The ``status`` object of ``GET /v1/dataflows/{id}``."""
+        return {
+            "state": "active" if self.ready else "registering",
+            "spark_check": self.spark.check,
+            "spark_detail": self.spark.detail,
+            "audit": self.spark.audit,
+            "durable_version": self.live.durable_version,
+            "frontier_version": self.publication.frontier_version,
+            "engine": self.engine_mode,
+            "graph_stored": self.lag.graph_stored,
+            "delta_version": self.lag.delta_version,
+            "workers": {w: s for w, (s, _) in sorted(self.live.workers.items())},
+        }
+
+    def summary(self) -> dict[str, Any]:
+        """The listing entry of ``GET /v1/dataflows``."""
+        return {"id": self.id, "name": self.name, "timestamp_arity": self.graph.arity,
+                "version": self.live.durable_version, "created_at": self.created_at}

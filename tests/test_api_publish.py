@@ -1,0 +1,109 @@
+"""Publication in process: the published frontier, its history, subscribers and version order."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from api.publish import Publication, changes_json
+from api.streams import RESYNC, Subscriber, attach, next_events
+from tracker.graph import Edge, Graph, Location, Node
+from tracker.reachability import FrontierChange, Tracker
+
+GRAPH = Graph.build(1, [Node(0, 0, 1), Node(1, 1, 0)], [Edge(Location.source(0, 0), Location.target(1, 0))])
+SOURCE, TARGET = Location.source(0, 0), Location.target(1, 0)
+
+
+def _advance(tracker: Tracker, time: int) -> list[FrontierChange]:
+    """Move the single pointstamp at the source from ``time - 1`` to ``time``."""
+    return tracker.apply([(SOURCE, (time - 1,), -1), (SOURCE, (time,), 1)])
+
+
+def _published(history_limit: int = 100, versions: int = 5) -> tuple[Publication, list[tuple[int, str, float]]]:
+    seen: list[tuple[int, str, float]] = []
+    tracker = Tracker(GRAPH)
+    tracker.apply([(SOURCE, (0,), 1)])
+    publication = Publication(GRAPH, history_limit, lambda v, encoded, at: seen.append((v, encoded, at)))
+    publication.reset(tracker.frontiers(), 0)
+    for version in range(1, versions + 1):
+        publication.publish(version, _advance(tracker, version), notify=False, at=float(version))
+    return publication, seen
+
+
+def test_the_frontier_as_of_every_retained_version() -> None:
+    publication, seen = _published()
+    assert publication.frontier_version == 5
+    for version in range(6):
+        at, view = publication.frontier_at(version)
+        assert at == version and view[TARGET] == {(version,)} and view[SOURCE] == {(version,)}
+    with pytest.raises(LookupError):
+        publication.frontier_at(6)
+    # Every version's changes went to the Delta side once, with the time they were applied at.
+    assert [(v, at) for v, _, at in seen] == [(v, float(v)) for v in range(1, 6)]
+    assert json.loads(seen[0][1]) == json.loads(changes_json(_advance(_fresh_tracker_at(0), 1)))
+
+
+def _fresh_tracker_at(time: int) -> Tracker:
+    tracker = Tracker(GRAPH)
+    tracker.apply([(SOURCE, (time,), 1)])
+    return tracker
+
+
+def test_the_history_is_bounded_and_says_how_far_back_it_reaches() -> None:
+    publication, _ = _published(history_limit=3, versions=6)
+    assert [v for v, _, _ in publication.history] == [4, 5, 6]
+    assert publication.history_floor == 3
+    assert publication.frontier_at(3)[1][TARGET] == {(3,)}
+    with pytest.raises(LookupError):
+        publication.frontier_at(2)
+    assert publication.changes_since(2) is None
+    assert [v for v, _ in publication.changes_since(4) or []] == [5, 6]
+
+
+def test_subscribers_get_every_version_once_in_order_after_their_snapshot() -> None:
+    async def main() -> list[tuple[str, int]]:
+        tracker = _fresh_tracker_at(0)
+        publication = Publication(GRAPH)
+        publication.reset(tracker.frontiers(), 0)
+        publication.publish(1, _advance(tracker, 1))
+        subscriber, first = attach(publication, None, maxsize=100)
+        for version in range(2, 6):
+            publication.publish(version, _advance(tracker, version))
+        publication.publish(6, [])  # a version without changes sends nothing
+        got = [(event, version) for event, version, _ in first]
+        while not subscriber.queue.empty():
+            got += [(event, version) for event, version, _ in await next_events(publication, subscriber)]
+        return got
+
+    assert asyncio.run(main()) == [("snapshot", 1), ("changes", 2), ("changes", 3), ("changes", 4), ("changes", 5)]
+
+
+def test_a_subscriber_resuming_from_a_version_gets_exactly_the_missed_changes() -> None:
+    async def main() -> list[int]:
+        publication, _ = _published(versions=5)
+        _, first = attach(publication, "2", maxsize=100)
+        return [version for event, version, data in first if event == "changes"
+                and json.loads(data)["version"] == version]
+
+    assert asyncio.run(main()) == [3, 4, 5]
+
+
+def test_a_slow_subscriber_is_resynchronised_without_slowing_the_publisher() -> None:
+    async def main() -> list[str]:
+        tracker = _fresh_tracker_at(0)
+        publication = Publication(GRAPH)
+        publication.reset(tracker.frontiers(), 0)
+        lags: list[int] = []
+        subscriber = Subscriber(2, on_lag=lambda: lags.append(1))
+        publication.subscribers.add(subscriber)
+        for version in range(1, 6):
+            publication.publish(version, _advance(tracker, version))
+        assert lags == [1] and subscriber.queue.qsize() == 1 and subscriber.queue.get_nowait() == RESYNC
+        subscriber.queue.put_nowait(RESYNC)
+        events = await next_events(publication, subscriber)
+        assert json.loads(events[1][2])["version"] == 5
+        return [event for event, _, _ in events]
+
+    assert asyncio.run(main()) == ["resync", "snapshot"]

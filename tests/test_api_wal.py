@@ -1,0 +1,128 @@
+"""The write-ahead log in process: framing, typed records, segment names, torn tails, group commit."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from api.records import Batch, Check, Register, decode, encode
+from api.segments import frame, segment_name, segment_number, segments, unframe
+from api.wal import LogFailed, WriteAheadLog, read_segment
+
+REGISTER = Register(name="r", arity=2, nodes=[{"id": 0, "inputs": 0, "outputs": 1, "name": "in"}], edges=[],
+                    initial=[(0, 0, "source", (1, 2), 3)], df="d1", token="ab" * 32,
+                    created_at="2026-01-01T00:00:00+00:00")
+
+
+def test_every_record_kind_round_trips_through_its_payload() -> None:
+    body = b'{"worker": "w",\n "seq": 4, "updates": []}'  # a body may hold newlines (whitespace)
+    for record in (REGISTER, Batch(df="d1", v=7, at=1.25, body=body), Batch(df="d1", v=8, at=2.0, body=b""),
+                   Check(df="d1", result="disagreed", detail="Psi differs")):
+        assert decode(encode(record)) == record
+    assert encode(Check(df="d", result="agreed", detail=None)).startswith(b'{"t":"check"')
+
+
+def test_a_registration_logged_as_json_by_hand_still_decodes() -> None:
+    # The log's format is the JSON, not the Python classes: key order and spacing do not matter.
+    payload = (b'{"name": "r", "arity": 2, "nodes": [{"id": 0, "inputs": 0, "outputs": 1, "name": "in"}], '
+               b'"edges": [], "initial": [[0, 0, "source", [1, 2], 3]], "t": "register", "df": "d1", '
+               b'"token": "' + b"ab" * 32 + b'", "created_at": "2026-01-01T00:00:00+00:00"}')
+    assert decode(payload) == REGISTER
+
+
+def test_an_unknown_record_is_refused() -> None:
+    with pytest.raises(ValueError):
+        decode(b'{"t":"mystery","df":"d1"}')
+
+
+def test_framing_stops_at_a_torn_or_corrupt_frame() -> None:
+    data = frame(b"a") + frame(b"bb")
+    assert unframe(data) == ([b"a", b"bb"], len(data))
+    assert unframe(data + frame(b"ccc")[:-1]) == ([b"a", b"bb"], len(data))
+    corrupt = bytearray(data + frame(b"ccc"))
+    corrupt[-1] ^= 0xFF
+    assert unframe(bytes(corrupt)) == ([b"a", b"bb"], len(data))
+    assert unframe(b"\x01\x00") == ([], 0)
+
+
+def test_segment_names_sort_and_parse(tmp_path: Path) -> None:
+    for number in (10, 2, 1):
+        (tmp_path / segment_name(number)).write_bytes(b"")
+    (tmp_path / "wal-x.log").write_bytes(b"")
+    (tmp_path / "notes.txt").write_bytes(b"")
+    assert segment_name(2) == "wal-000002.log"
+    assert [n for n, _ in segments(tmp_path)] == [1, 2, 10]
+    assert all(segment_number(path) == n for n, path in segments(tmp_path))
+    assert segment_number(tmp_path / "wal-x.log") is None
+
+
+def _write_and_close(directory: Path, records: list[Batch | Check | Register]) -> list[int]:
+    order: list[int] = []
+
+    async def main() -> None:
+        wal = WriteAheadLog(directory)
+        wal.open()
+        futures = [wal.enqueue(r, lambda i=i: order.append(i)) for i, r in enumerate(records)]
+        await asyncio.gather(*futures)
+        wal.close()
+
+    asyncio.run(main())
+    return order
+
+
+def test_records_are_durable_in_order_and_recovered(tmp_path: Path) -> None:
+    records = [REGISTER, *(Batch(df="d1", v=v, at=float(v), body=b'{"seq":%d}' % v) for v in range(1, 40))]
+    order = _write_and_close(tmp_path, records)
+    assert order == list(range(len(records)))  # on_durable callbacks run in log order
+    assert [r for _, r in WriteAheadLog(tmp_path).recover()] == records
+
+
+def test_a_torn_tail_is_cut_off_and_the_log_continues_after_it(tmp_path: Path) -> None:
+    first = [REGISTER, Batch(df="d1", v=1, at=1.0, body=b"{}")]
+    _write_and_close(tmp_path, first)
+    [(_, path)] = segments(tmp_path)
+    intact = path.stat().st_size
+    with open(path, "ab") as handle:  # a record the crash interrupted
+        handle.write(frame(encode(Batch(df="d1", v=2, at=2.0, body=b"{}")))[:-3])
+    assert read_segment(path) == (first, intact)
+    assert [r for _, r in WriteAheadLog(tmp_path).recover()] == first
+    assert path.stat().st_size == intact
+    later = [Batch(df="d1", v=2, at=3.0, body=b"{}")]
+    _write_and_close(tmp_path, later)
+    assert [r for _, r in WriteAheadLog(tmp_path).recover()] == first + later
+
+
+def test_rotation_starts_a_segment_with_the_header_and_old_ones_can_go(tmp_path: Path) -> None:
+    async def main() -> int:
+        wal = WriteAheadLog(tmp_path)
+        wal.open()
+        await wal.enqueue(Batch(df="d1", v=1, at=1.0, body=b"{}"))
+        number = await wal.rotate([REGISTER])
+        await wal.enqueue(Batch(df="d1", v=2, at=2.0, body=b"{}"))
+        assert wal.segment == number == 2
+        removed = wal.delete_segments_before(number)
+        wal.close()
+        return removed
+
+    assert asyncio.run(main()) == 1
+    assert [n for n, _ in segments(tmp_path)] == [2]
+    assert [r for _, r in WriteAheadLog(tmp_path).recover()] == [REGISTER, Batch(df="d1", v=2, at=2.0, body=b"{}")]
+
+
+def test_a_dead_syncer_fails_the_log_and_nothing_more_is_acknowledged(tmp_path: Path) -> None:
+    async def main() -> None:
+        wal = WriteAheadLog(tmp_path)
+        wal.open()
+        assert wal._syncer is not None
+        wal._syncer.kill()
+        wal._syncer.wait()
+        with pytest.raises(LogFailed):
+            await wal.enqueue(Check(df="d1", result="agreed", detail=None))
+        assert wal.failed is not None
+        with pytest.raises(LogFailed):
+            wal.enqueue(Check(df="d1", result="agreed", detail=None))
+        wal.close()
+
+    asyncio.run(main())
