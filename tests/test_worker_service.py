@@ -182,7 +182,10 @@ def test_service_restart_mid_run_loses_and_duplicates_nothing(service: ServicePr
     assert "error" not in outcome, outcome.get("error")
     result = outcome["result"]
     assert result["rows"] == example.reference(config)
-    assert all(s["link_connections"] >= 2 for s in result["stats"]), result["stats"]  # all came back
+    # The restart interrupted the run: a worker came back to the new service. (Not necessarily
+    # every one: a worker that already knew all it needed may finish without reconnecting its
+    # SSE stream, which made an `all` here fail now and then.)
+    assert any(s.get("link_connections", 0) >= 2 for s in result["stats"]), result["stats"]
     assert leftover_pointstamps(service, result["dataflow"]) == []
 
 
