@@ -61,8 +61,8 @@ def installed_coordinates() -> list[str]:
 def patch_fallbacks(coordinate: str) -> list[str]:
     """The coordinate, then the same artifact at each lower patch release of its minor version.
 
-    >>> patch_fallbacks("io.delta:delta-spark_4.2_2.13:4.4.2")
-    ['io.delta:delta-spark_4.2_2.13:4.4.2', 'io.delta:delta-spark_4.2_2.13:4.4.1', 'io.delta:delta-spark_4.2_2.13:4.4.0']
+    >>> [c.rpartition(":")[2] for c in patch_fallbacks("io.delta:delta-spark_4.2_2.13:4.4.2")]
+    ['4.4.2', '4.4.1', '4.4.0']
     """
     group_artifact, _, version = coordinate.rpartition(":")
     match = re.fullmatch(r"(\d+)\.(\d+)\.(\d+)", version)

@@ -130,8 +130,12 @@ def get_spark(master: str | None = None) -> SparkSession:
         if jars:
             builder = builder.config("spark.jars", ",".join(jars))
         if delta_jars_present():
-            builder = builder.config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension").config(
-                "spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog"
+            builder = (
+                builder.config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
+                .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
+                # Rebuilding a snapshot's state is a Spark job over 50 partitions by default:
+                # seconds of task overhead per commit for logs of a few hundred actions.
+                .config("spark.databricks.delta.snapshotPartitions", "2")
             )
         spark = builder.getOrCreate()
         spark.sparkContext.setLogLevel("ERROR")
