@@ -136,6 +136,10 @@ def get_spark(master: str | None = None) -> SparkSession:
                 # Rebuilding a snapshot's state is a Spark job over 50 partitions by default:
                 # seconds of task overhead per commit for logs of a few hundred actions.
                 .config("spark.databricks.delta.snapshotPartitions", "2")
+                # Each of these is one more Spark job per commit, for checks this project does
+                # not rely on (readers never read the checksum files).
+                .config("spark.databricks.delta.writeChecksumFile.enabled", "false")
+                .config("spark.databricks.delta.stateReconstructionValidation.enabled", "false")
             )
         spark = builder.getOrCreate()
         spark.sparkContext.setLogLevel("ERROR")
