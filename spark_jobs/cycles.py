@@ -1,6 +1,6 @@
 """``find_cycles`` in Spark: which transitions lie on a cycle that does not advance timestamps.
 
-Seed 004's algorithm keeps the edges and zero-summary connections and repeatedly keeps only
+The classic algorithm keeps the edges and zero-summary connections and repeatedly keeps only
 transitions whose source has an incoming kept transition. That forward pruning alone also keeps
 transitions *downstream* of a cycle, so this job prunes both ways (a kept transition needs a kept
 one into its source and a kept one out of its destination), then settles the remaining core
@@ -24,7 +24,7 @@ from tracker.timestamp import PathSummary
 
 
 def prune(zero: DataFrame, progress: Progress | None = None) -> DataFrame:
-    """Seed 004's pruning, both ways, to a fixed point: ``(dataflow_id, src, dst)`` of the core.
+    """The pruning, both ways, to a fixed point: ``(dataflow_id, src, dst)`` of the core.
 
     Every transition on a non-incrementing cycle survives; acyclic graphs prune to nothing.
     """

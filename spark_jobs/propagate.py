@@ -1,8 +1,8 @@
-"""``propagate`` in Spark: seed 004's ``frontier``, every location's minimal reachable times.
+"""``propagate`` in Spark: every location's minimal reachable times.
 
 Two ways to the same answer:
 
-* :func:`propagate`: the seed's iteration, semi-naive: each round pushes only the times that
+* :func:`propagate`: the iteration, semi-naive: each round pushes only the times that
   newly entered some location's envelope one transition forward, merges them into the per-location
   lower envelope and cuts the lineage; rounds follow the depth of the dataflow.
 * :func:`propagate_with_psi`: with ``Psi`` precomputed (``summarize``), one join of active times

@@ -92,7 +92,7 @@ def _quote(value: str) -> str:
 
 
 class Warehouse:
-    """A directory of Delta tables (DESIGN section 4), created on first write.
+    """A directory of Delta tables, created on first write.
 
     ``spark`` is optional: without it (or without Delta's JVM classes in it) every read and write
     goes through delta-rs; with Delta's classes, every read and write goes through delta-spark

@@ -1,4 +1,4 @@
-"""The Delta tables' schemas (DESIGN.md section 4) and the conversion of rows to them.
+"""The Delta tables' schemas and the conversion of rows to them.
 
 ``dataflow_id`` is a string everywhere; locations are ``node INT, port INT, kind STRING``; times
 and summaries ``ARRAY<BIGINT>``; timestamps microseconds in UTC.
@@ -69,7 +69,7 @@ TABLES: dict[str, pa.Schema] = {
         [("dataflow_id", _STR), ("version", _LONG), *_LOC, ("time", _ARR), ("diff", _LONG), ("at", _TS)]
     ),
 }
-"""Every table's Arrow schema, exactly as stored (DESIGN section 4)."""
+"""Every table's Arrow schema, exactly as stored."""
 
 _NOW_COLUMNS = ("created_at", "received_at", "at")
 

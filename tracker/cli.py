@@ -4,7 +4,7 @@ Each command imports what it needs lazily, inside the command, so ``tracker --he
 and the pure core never imports Spark or FastAPI.
 
     tracker serve [--host 127.0.0.1] [--port 8000] [--warehouse ./warehouse] [--engine native|spark]
-    tracker jobs cycles|summaries|propagate|incremental --warehouse PATH --dataflow ID [--master URL]
+    tracker jobs cycles|summaries|propagate|incremental --warehouse PATH (--dataflow ID ... | --all) [--master URL]
     tracker report --warehouse PATH --dataflow ID [--json] [--as-of ISO] [--limit N]
 """
 
@@ -113,7 +113,10 @@ def build_parser() -> argparse.ArgumentParser:
     jobs.add_argument("job", choices=["cycles", "summaries", "propagate", "incremental"])
     jobs.add_argument("--warehouse", default=os.environ.get("TRACKER_WAREHOUSE", "./warehouse"),
                       help="directory (or URI) holding the Delta tables (env TRACKER_WAREHOUSE)")
-    jobs.add_argument("--dataflow", required=True, help="dataflow id; several, comma-separated, run together")
+    which = jobs.add_mutually_exclusive_group(required=True)
+    which.add_argument("--dataflow", action="append",
+                       help="dataflow id; repeat it (or separate ids by commas) to run several in one job")
+    which.add_argument("--all", action="store_true", help="every dataflow of the warehouse, in one job")
     jobs.add_argument("--master", default=os.environ.get("SPARK_MASTER"),
                       help="Spark master URL (env SPARK_MASTER; default local[*])")
     jobs.set_defaults(func=_jobs)
