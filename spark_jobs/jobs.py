@@ -14,6 +14,7 @@ Spark round costs a job whatever its width); results are written in one commit p
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 
 from pyspark.sql import DataFrame
@@ -125,6 +126,8 @@ def propagate_job(wh: Warehouse, ids: list[str], progress: Progress | None = Non
     if method == "psi" and stored is None:
         stored = summarize(inputs.transitions, inputs.locations, inputs.arity_one)
     if stored is not None:
+        if progress is not None and progress.echo:
+            print(f"[{progress.label}] one join over stored Psi", file=sys.stderr, flush=True)
         frontier = propagate_with_psi(stored, times, inputs.arity_one).localCheckpoint()
         if progress is not None:
             progress.round(frontier.count(), frontier)

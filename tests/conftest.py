@@ -13,3 +13,17 @@ def spark() -> Iterator[object]:
     from spark_jobs.session import get_spark
 
     yield get_spark("local[2]")
+
+
+@pytest.fixture(scope="session")
+def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    """A standalone master and one 2-core worker, started on first use, stopped at the end."""
+    import sys
+
+    from tests.cluster import start
+
+    cluster = start(tmp_path_factory.mktemp("spark-cluster"), sys.executable)
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
