@@ -10,8 +10,10 @@ import pytest
 @pytest.fixture(scope="session")
 def spark() -> Iterator[object]:
     """The process's Spark session on ``local[2]``, shared by every Spark test."""
+    from spark_jobs.jars import fetch
     from spark_jobs.session import get_spark
 
+    fetch()  # a no-op once the set-up fetched the jars; makes a bare `pytest` run complete
     yield get_spark("local[2]")
 
 
