@@ -97,7 +97,9 @@ def times_of(spark: SparkSession, counts: Mapping[str, Counts]) -> DataFrame:
 def collect_frontiers(graphs: Graphs, frontier: DataFrame) -> dict[str, dict[Location, list[Timestamp]]]:
     """Frontier rows collected per dataflow and location; every location of each graph present
     (empty list where nothing can arrive), times sorted."""
-    result = {i: {loc: [] for loc in g.locations()} for i, g in graphs.items()}
+    result: dict[str, dict[Location, list[Timestamp]]] = {
+        i: {loc: [] for loc in g.locations()} for i, g in graphs.items()
+    }
     for row in frontier.toArrow().to_pylist():
         result[row["dataflow_id"]][decode_code(row["loc"])].append(tuple(row["time"]))
     return {i: {loc: sorted(ts) for loc, ts in fs.items()} for i, fs in result.items()}

@@ -26,6 +26,7 @@ import re
 import tempfile
 import threading
 from pathlib import Path
+from typing import Any
 
 from pyspark.sql import SparkSession
 
@@ -152,7 +153,7 @@ def get_spark(master: str | None = None) -> SparkSession:
 def _has_class(spark: SparkSession, name: str) -> bool:
     """Try to load a JVM class through the session's class loader; False on any failure."""
     try:
-        jvm = spark._jvm  # type: ignore[attr-defined]
+        jvm: Any = spark._jvm  # type: ignore[attr-defined]
         loader = jvm.java.lang.Thread.currentThread().getContextClassLoader()
         jvm.java.lang.Class.forName(name, False, loader)
         return True

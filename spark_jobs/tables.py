@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeAlias
 
 import pyarrow as pa
 
@@ -74,7 +74,7 @@ TABLES: dict[str, pa.Schema] = {
 _NOW_COLUMNS = ("created_at", "received_at", "at")
 
 
-Rows = pa.Table | Iterable[Mapping[str, Any]]
+Rows: TypeAlias = pa.Table | Iterable[Mapping[str, Any]]
 
 
 def to_arrow(table: str, rows: Rows) -> pa.Table:
