@@ -123,9 +123,10 @@ def get_spark(master: str | None = None) -> SparkSession:
             .config("spark.sql.session.timeZone", "UTC")
             .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         )
-        if resolve_master(master).startswith("local"):
-            # An embedded session talks only to itself: keep the driver on loopback rather than
-            # whatever interface the hostname resolves to.
+        url = resolve_master(master)
+        if url.startswith("local") or re.match(r"spark://(127\.0\.0\.1|localhost)[:/]", url):
+            # An embedded session (or a cluster on this machine's loopback) talks only to this
+            # machine: keep the driver on loopback rather than whatever the hostname resolves to.
             builder = builder.config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
         jars = package_jars()
         if jars:
