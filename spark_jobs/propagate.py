@@ -50,7 +50,7 @@ def active_times(pointstamps: DataFrame) -> DataFrame:
 def propagate(
     transitions: DataFrame, times: DataFrame, arity_one: bool = False, progress: Progress | None = None
 ) -> DataFrame:
-    """Seed 004's ``frontier``: ``(dataflow_id, loc, time)`` rows, the lower envelope of every time
+    """``(dataflow_id, loc, time)`` rows, the lower envelope of every time
     reachable from ``times`` along ``transitions``. Semi-naive; each round's lineage is cut.
 
     ``times``: ``(dataflow_id, loc, time)`` active times. Locations reached by nothing are absent.
