@@ -33,7 +33,7 @@ from spark_jobs.frames import (
 from spark_jobs.incremental import incremental
 from spark_jobs.propagate import active_times, propagate, propagate_with_psi
 from spark_jobs.storage import POINTSTAMPS_APP, UnknownDataflowError, Warehouse
-from spark_jobs.summaries import boundary_of, boundary_summaries, summarize, summary_rows
+from spark_jobs.summaries import boundary_of, summarize, summary_rows
 from tracker.graph import Transition
 from tracker.timestamp import PathSummary
 
@@ -89,7 +89,9 @@ def summaries_job(wh: Warehouse, ids: list[str], progress: Progress | None = Non
     inputs = read_inputs(wh, ids)
     psi = summarize(inputs.transitions, inputs.locations, inputs.arity_one, progress=progress)
     wh.spark_write("summaries", summary_rows(psi), ids)
-    scope = boundary_summaries(inputs.transitions, boundary_of(inputs.transitions), inputs.arity_one)
+    # The scope summaries are Psi's pairs into the boundary: a join, not another fixed point.
+    boundary = boundary_of(inputs.transitions).select("dataflow_id", F.col("loc").alias("dst"))
+    scope = psi.join(boundary, ["dataflow_id", "dst"], "left_semi").select("dataflow_id", "src", "dst", "summary")
     return psi.count(), scope
 
 
