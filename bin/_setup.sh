@@ -51,3 +51,10 @@ if [ ! -f "$VENV/.engine-$ENGINE_HASH" ]; then
   touch "$VENV/.engine-$ENGINE_HASH"
 fi
 export PATH="$VENV/bin:$PATH"
+
+# delta-spark and GraphFrames jars from Maven Central, once, into a cache named by the versions
+# (spark_jobs/jars.py); sessions load them from there with no network. A failure (no network)
+# is not fatal: the jobs then use delta-rs and the DataFrame cycle check.
+"$VENV/bin/python" -c "import spark_jobs.jars as j, sys; sys.exit(0 if j.manifest() else 1)" 2>/dev/null \
+  || (cd "$ROOT" && "$VENV/bin/python" -m spark_jobs.jars) \
+  || echo "[setup] could not fetch the Spark jars; Spark jobs fall back to delta-rs" >&2

@@ -3,10 +3,10 @@
 Modules, by the noun they hold:
 
 * ``session``: ``get_spark()``, the process's one session; ``has_delta_jvm``/``has_graphframes_jvm``.
-* ``tables`` / ``storage``: the Delta layout of DESIGN section 4 and ``Warehouse`` (delta-rs or
+* ``tables`` / ``storage``: the Delta layout and ``Warehouse`` (delta-rs or
   delta-spark; atomic commits, time travel, watermarks).
 * ``frames`` / ``iteration``: the shared DataFrame vocabulary and the semi-naive fixed point.
-* ``cycles``, ``summaries``, ``propagate``, ``incremental``: seed 004's computations, each with an
+* ``cycles``, ``summaries``, ``propagate``, ``incremental``: the computations, each with an
   in-memory entry point (``find_cycles_for_graph``, ``summaries_for_graph``, ``frontiers_for``,
   ``update_frontiers`` / ``SparkFrontierEngine``) and a DataFrame one used by ``jobs``.
 * ``jobs`` / ``cli``: the warehouse jobs behind ``tracker jobs cycles|summaries|propagate|incremental``.

@@ -1,8 +1,12 @@
-"""``tracker jobs cycles|summaries|propagate|incremental --warehouse PATH --dataflow ID [--master URL]``.
+"""``tracker jobs cycles|summaries|propagate|incremental --warehouse PATH (--dataflow ID ... | --all) [--master URL]``.
+
+One run covers every dataflow named (``--dataflow`` repeated, or comma-separated) or all of them
+(``--all``): the session start and the query planning are paid once, each iteration runs over
+all of them together, and each table is written in one commit.
 
 Progress (iteration, new rows, elapsed) goes to stderr as the job runs; the result summary goes
 to stdout. Exit codes: 0 done (``cycles``: the graph is acceptable), 1 ``cycles`` found some,
-2 usage error (unknown dataflow, missing warehouse, Spark cannot start, or the warehouse is in use:
+2 usage error (unknown dataflow, missing warehouse or table, Spark cannot start, or the warehouse is in use:
 the jobs that write, ``summaries``, ``propagate`` and ``incremental``, refuse to run while the
 service or another job holds it, see :mod:`spark_jobs.ownership`), without a traceback.
 
@@ -17,6 +21,11 @@ import time
 
 from spark_jobs.ownership import WarehouseBusy, WarehouseLock
 from spark_jobs.storage import UnknownDataflowError, Warehouse, warehouse_problem
+
+NEEDS = {"cycles": ["dataflows", "nodes", "edges"], "summaries": ["dataflows", "nodes", "edges"],
+         "propagate": ["dataflows", "nodes", "edges"], "incremental": ["dataflows", "nodes", "edges"]}
+"""The tables each job cannot do without; the others (``connections``, ``pointstamps``,
+``progress``, ...) are read as empty when they were never written."""
 
 WRITES = {"summaries": "`summaries`", "propagate": "`frontiers`",
           "incremental": "`pointstamps`, `frontiers` and `frontier_changes`"}
@@ -34,9 +43,18 @@ def run_job(args: argparse.Namespace) -> int:
     problem = warehouse_problem(warehouse)
     if problem:
         return _fail(f"warehouse {warehouse!r} {problem}")
-    ids = [i for i in str(args.dataflow).split(",") if i]
     probe = Warehouse(warehouse)  # no Spark needed to tell an unknown dataflow apart
+    missing = [t for t in NEEDS[args.job] if not probe.exists(t)]
+    if missing:
+        return _fail(f"warehouse {warehouse!r} has no table {', '.join(missing)}: `{args.job}` reads it "
+                     "(the service creates the tables when a dataflow registers)")
     known = set(probe.dataflow_ids())
+    given = getattr(args, "dataflow", None)
+    if getattr(args, "all", False):
+        ids = sorted(known)
+    else:
+        given = [given] if isinstance(given, str) else list(given or [])
+        ids = list(dict.fromkeys(i for value in given for i in str(value).split(",") if i))
     unknown = [i for i in ids if i not in known]
     if unknown or not ids:
         listed = sorted(known)[:5]
@@ -96,7 +114,7 @@ def _run(args: argparse.Namespace, warehouse: str, ids: list[str]) -> int:
         elif args.job == "summaries":
             rows, scope = jobs.summaries_job(wh, ids, progress)
             print(f"summaries: {rows} rows written for {len(ids)} dataflow(s); scope summaries (every location to "
-                  f"the inputs of operator 0, the boundary of seed 004): {scope.count()} rows")
+                  f"the inputs of operator 0): {scope.count()} rows")
             code = 0
         elif args.job == "propagate":
             rows = jobs.propagate_job(wh, ids, progress)

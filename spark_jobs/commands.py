@@ -54,7 +54,10 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
                     "The jobs that write refuse to run while the service (or another job) holds the warehouse.")
     jobs.add_argument("job", choices=["cycles", "summaries", "propagate", "incremental"])
     _warehouse(jobs)
-    jobs.add_argument("--dataflow", required=True, help="dataflow id; several, comma-separated, run together")
+    which = jobs.add_mutually_exclusive_group(required=True)
+    which.add_argument("--dataflow", action="append",
+                       help="dataflow id; repeat it (or separate ids by commas) to run several in one job")
+    which.add_argument("--all", action="store_true", help="every dataflow of the warehouse, in one job")
     jobs.add_argument("--master", default=os.environ.get("SPARK_MASTER"),
                       help="Spark master URL (env SPARK_MASTER; default local[*])")
     jobs.set_defaults(func=_jobs)

@@ -1,13 +1,12 @@
 """``find_cycles`` in Spark: which transitions lie on a cycle that does not advance timestamps.
 
-Seed 004's algorithm keeps the edges and zero-summary connections and repeatedly keeps only
-transitions whose source has an incoming kept transition. That forward pruning alone also keeps
-transitions *downstream* of a cycle, so this job prunes both ways (a kept transition needs a kept
-one into its source and a kept one out of its destination), then settles the remaining core
-exactly: ``a -> b`` is on a cycle iff ``b`` reaches ``a`` inside the core (semi-naive transitive
-closure of the core, which is empty for every acceptable graph and small for rejected ones).
-With GraphFrames' JVM package present, its strongly connected components replace the closure;
-the answer is the same (``tracker.structure.find_cycles``).
+A zero-summary transition ``a -> b`` is on such a cycle iff ``b`` reaches ``a`` along
+zero-summary transitions. The default path computes that reachability by path doubling over the
+zero subgraph, so its rounds follow ``log2`` of the longest zero path; the classic alternative
+(``method="prune"``) keeps only transitions with a kept one into their source and one out of
+their destination until nothing changes, then closes the remaining core semi-naively, one round
+per transition peeled off. With GraphFrames' JVM package present its strongly connected
+components answer instead. All agree with ``tracker.structure.find_cycles``.
 
 >>> # find_cycles_for_graph(get_spark(), graph) == tracker.structure.find_cycles(graph)
 """
@@ -24,7 +23,7 @@ from tracker.timestamp import PathSummary
 
 
 def prune(zero: DataFrame, progress: Progress | None = None) -> DataFrame:
-    """Seed 004's pruning, both ways, to a fixed point: ``(dataflow_id, src, dst)`` of the core.
+    """The pruning, both ways, to a fixed point: ``(dataflow_id, src, dst)`` of the core.
 
     Every transition on a non-incrementing cycle survives; acyclic graphs prune to nothing.
     """
@@ -90,22 +89,50 @@ def _graphframes_cycles(spark: SparkSession, core: DataFrame) -> DataFrame:
     return joined.where(F.col("c1") == F.col("c2")).select("dataflow_id", "src", "dst")
 
 
+def _doubling_cycles(zero: DataFrame, progress: Progress) -> DataFrame:
+    """Zero transitions ``a -> b`` such that ``b`` reaches ``a`` along zero transitions, from the
+    transitive closure of the zero subgraph by path doubling: each round composes the known
+    pairs with themselves, so rounds follow ``log2`` of the longest zero path (the pruning
+    above needs one round per transition peeled off such a path: ~200 for a 100-operator ring)."""
+    steps = cut(zero.select("dataflow_id", "src", "dst").distinct())
+    reach = steps
+    size = reach.count()
+    while True:
+        left = reach.select("dataflow_id", "src", F.col("dst").alias("mid"))
+        right = reach.select("dataflow_id", F.col("src").alias("mid"), "dst")
+        longer = left.join(right, ["dataflow_id", "mid"]).select("dataflow_id", "src", "dst")
+        grown = cut(reach.unionByName(longer).distinct())
+        new_size = grown.count()
+        progress.round(new_size - size, grown, longer)
+        reach = grown
+        if new_size == size:
+            break
+        size = new_size
+    back = reach.select("dataflow_id", F.col("dst").alias("src"), F.col("src").alias("dst"))
+    return steps.join(back, ["dataflow_id", "src", "dst"], "left_semi")
+
+
 def find_cycles(
-    transitions: DataFrame, progress: Progress | None = None, use_graphframes: bool | None = None
+    transitions: DataFrame, progress: Progress | None = None, use_graphframes: bool | None = None,
+    method: str = "doubling",
 ) -> DataFrame:
     """``(dataflow_id, src, dst)`` of every zero-summary transition on a non-incrementing cycle.
 
-    ``use_graphframes=None`` uses GraphFrames iff its JVM package loads; both paths agree.
+    ``use_graphframes=None`` uses GraphFrames' strongly connected components iff its JVM
+    package loads; otherwise ``method`` picks the DataFrame path: ``"doubling"`` (closure by
+    path doubling, the default) or ``"prune"`` (prune both ways, then a semi-naive closure of
+    what is left). All paths agree.
     """
     progress = progress or Progress(label="cycles")
     zero = transitions.where(is_zero(F.col("summary")))
-    core = prune(zero, progress)
     spark = transitions.sparkSession
     if use_graphframes is None:
         use_graphframes = has_graphframes_jvm(spark)
     if use_graphframes:
-        return _graphframes_cycles(spark, core)
-    return _closure_cycles(core, progress)
+        return _graphframes_cycles(spark, zero.select("dataflow_id", "src", "dst").distinct())
+    if method == "doubling":
+        return _doubling_cycles(zero, progress)
+    return _closure_cycles(prune(zero, progress), progress)
 
 
 def find_cycles_for_graph(spark: SparkSession, graph: Graph, progress: Progress | None = None) -> list[Transition]:

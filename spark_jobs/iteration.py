@@ -2,7 +2,7 @@
 into a per-key lower envelope and report which rows are genuinely new.
 
 Each round the state and the candidates are grouped once per key (``unionByName`` + ``groupBy``,
-the shape DESIGN section 7 measured flat), the result is cut from its lineage with an eager
+a shape measured flat), the result is cut from its lineage with an eager
 ``localCheckpoint`` and the loop stops when ``count()`` of the new rows is zero.
 
 >>> # merged, new = merge(state, candidates, ["dataflow_id", "loc"], "time", arity_one=True)

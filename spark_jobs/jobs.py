@@ -14,6 +14,7 @@ Spark round costs a job whatever its width); results are written in one commit p
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 
 from pyspark.sql import DataFrame
@@ -30,9 +31,9 @@ from spark_jobs.frames import (
     transitions_from_tables,
 )
 from spark_jobs.incremental import incremental
-from spark_jobs.propagate import active_times, propagate
-from spark_jobs.storage import POINTSTAMPS_APP, Warehouse
-from spark_jobs.summaries import boundary_of, boundary_summaries, summarize, summary_rows
+from spark_jobs.propagate import active_times, propagate, propagate_with_psi
+from spark_jobs.storage import POINTSTAMPS_APP, UnknownDataflowError, Warehouse
+from spark_jobs.summaries import boundary_of, summarize, summary_rows
 from tracker.graph import Transition
 from tracker.timestamp import PathSummary
 
@@ -53,8 +54,12 @@ class Inputs:
 
 def read_inputs(wh: Warehouse, ids: list[str]) -> Inputs:
     """Transitions and locations of ``ids`` (each must be registered: ``UnknownDataflowError``)."""
-    arity = {i: wh.dataflow_row(i)["timestamp_arity"] for i in ids}
-    dataflows = wh.spark_read("dataflows", ids)
+    dataflows = wh.spark_read("dataflows", ids).localCheckpoint()
+    arity = {r["dataflow_id"]: r["a"] for r in
+             dataflows.groupBy("dataflow_id").agg(F.max("timestamp_arity").alias("a")).collect()}
+    unknown = sorted(set(ids) - set(arity))
+    if unknown:
+        raise UnknownDataflowError(f"unknown dataflow {', '.join(unknown[:5])} in warehouse {wh.root}")
     transitions = transitions_from_tables(dataflows, wh.spark_read("connections", ids), wh.spark_read("edges", ids))
     locations = locations_from_tables(dataflows, wh.spark_read("nodes", ids))
     return Inputs(ids, transitions.localCheckpoint(), locations.localCheckpoint(), arity)
@@ -78,20 +83,27 @@ def cycles_job(wh: Warehouse, ids: list[str], progress: Progress | None = None) 
 def summaries_job(wh: Warehouse, ids: list[str], progress: Progress | None = None) -> tuple[int, DataFrame]:
     """Compute ``Psi`` of ``ids`` and replace their ``summaries`` rows in one commit.
 
-    Returns ``(rows written, scope summaries)``; the scope summaries (seed 004's ``summarize``:
+    Returns ``(rows written, scope summaries)``; the scope summaries (``summarize``:
     every location to operator zero's inputs) are a checkpointed DataFrame ``(dataflow_id, src,
     dst, summary)``."""
     inputs = read_inputs(wh, ids)
     psi = summarize(inputs.transitions, inputs.locations, inputs.arity_one, progress=progress)
-    rows = summary_rows(psi).toArrow()
-    wh.replace_partitions("summaries", ids, rows)
-    scope = boundary_summaries(inputs.transitions, boundary_of(inputs.transitions), inputs.arity_one)
-    return rows.num_rows, scope
+    wh.spark_write("summaries", summary_rows(psi), ids)
+    # The scope summaries are Psi's pairs into the boundary: a join, not another fixed point.
+    boundary = boundary_of(inputs.transitions).select("dataflow_id", F.col("loc").alias("dst"))
+    scope = psi.join(boundary, ["dataflow_id", "dst"], "left_semi").select("dataflow_id", "src", "dst", "summary")
+    return psi.count(), scope
 
 
 def _psi(wh: Warehouse, inputs: Inputs) -> DataFrame:
     """``Psi`` from ``summaries`` when every dataflow has rows there, else computed now."""
-    stored = wh.spark_read("summaries", inputs.ids)
+    stored = _stored_psi(wh, inputs)
+    return stored if stored is not None else summarize(inputs.transitions, inputs.locations, inputs.arity_one)
+
+
+def _stored_psi(wh: Warehouse, inputs: Inputs) -> DataFrame | None:
+    """``Psi`` of every dataflow of ``inputs`` from ``summaries``; ``None`` unless all have rows."""
+    stored = wh.spark_read("summaries", inputs.ids).localCheckpoint()
     if {r["dataflow_id"] for r in stored.select("dataflow_id").distinct().collect()} == set(inputs.ids):
         return stored.select(
             "dataflow_id",
@@ -99,30 +111,51 @@ def _psi(wh: Warehouse, inputs: Inputs) -> DataFrame:
             code_col(F.col("to_node"), F.col("to_port"), F.col("to_kind")).alias("dst"),
             "summary",
         ).localCheckpoint()
-    return summarize(inputs.transitions, inputs.locations, inputs.arity_one)
+    return None
 
 
-def propagate_job(wh: Warehouse, ids: list[str], progress: Progress | None = None) -> int:
-    """Recompute the frontiers of ``ids`` from ``pointstamps`` (seed 004's ``frontier``, semi-naive)
-    and replace their ``frontiers`` rows in one commit; returns the number of frontier rows."""
+def propagate_job(wh: Warehouse, ids: list[str], progress: Progress | None = None,
+                  method: str = "auto") -> int:
+    """Recompute the frontiers of ``ids`` from ``pointstamps`` and replace their ``frontiers``
+    rows in one commit; returns the number of frontier rows.
+
+    ``method="auto"``: one join of the active times with ``Psi`` when ``summaries`` holds every
+    dataflow's (depth-independent), else the semi-naive iteration (rounds follow the depth);
+    ``"psi"`` or ``"semi-naive"`` force one."""
     inputs = read_inputs(wh, ids)
-    times = active_times(_located(wh.spark_read("pointstamps", ids)))
-    frontier = propagate(inputs.transitions, times, inputs.arity_one, progress)
-    rows = frontier.select("dataflow_id", *decode(F.col("loc")), "time").toArrow()
-    wh.replace_partitions("frontiers", ids, rows)
-    return rows.num_rows
+    times = active_times(_located(wh.spark_read("pointstamps", ids))).localCheckpoint()
+    stored = _stored_psi(wh, inputs) if method in ("auto", "psi") else None
+    if method == "psi" and stored is None:
+        stored = summarize(inputs.transitions, inputs.locations, inputs.arity_one)
+    if stored is not None:
+        if progress is not None and progress.echo:
+            print(f"[{progress.label}] one join over stored Psi", file=sys.stderr, flush=True)
+        frontier = propagate_with_psi(stored, times, inputs.arity_one).localCheckpoint()
+        if progress is not None:
+            progress.round(frontier.count(), frontier)
+    else:
+        frontier = propagate(inputs.transitions, times, inputs.arity_one, progress)
+    wh.spark_write("frontiers", frontier.select("dataflow_id", *decode(F.col("loc")), "time"), ids)
+    return frontier.count()
 
 
-def resume_after(wh: Warehouse, dataflow_id: str) -> int:
+def _max_versions(wh: Warehouse, table: str, ids: list[str]) -> dict[str, int]:
+    """The largest ``version`` of each dataflow's rows in ``table`` (absent: no rows), one query."""
+    rows = wh.spark_read(table, ids).groupBy("dataflow_id").agg(F.max("version").alias("v")).collect()
+    return {r["dataflow_id"]: r["v"] for r in rows}
+
+
+def resume_after(wh: Warehouse, dataflow_id: str, logged: dict[str, int] | None = None) -> int:
     """The last ``progress`` version already in ``pointstamps``: the recorded watermark; failing
-    that (a writer that did not record one), the last version in ``frontier_changes``; failing
-    that, 0 if ``pointstamps`` holds rows (the registration's initial pointstamps) else -1."""
+    that (a writer that did not record one), the last version in ``frontier_changes``
+    (``logged``, if already known); failing that, 0 if ``pointstamps`` holds rows (the
+    registration's initial pointstamps) else -1."""
     mark = wh.pointstamps_version(dataflow_id)
     if mark is not None:
         return mark
-    versions = wh.read("frontier_changes", dataflow_id).column("version").to_pylist()
-    if versions:
-        return max(versions)
+    versions = logged if logged is not None else _max_versions(wh, "frontier_changes", [dataflow_id])
+    if dataflow_id in versions:
+        return versions[dataflow_id]
     return 0 if wh.read("pointstamps", dataflow_id).num_rows else -1
 
 
@@ -139,12 +172,9 @@ def incremental_job(wh: Warehouse, ids: list[str], progress: Progress | None = N
     so that no change is ever appended twice. A crash after the last commit but one leaves
     ``frontiers`` stale; ``propagate`` (or the next run) repairs it.
     """
-    marks = {i: resume_after(wh, i) for i in ids}
-    ahead = {}
-    for i, mark in marks.items():
-        logged = wh.max_of("frontier_changes", i, "version")
-        if logged is not None and logged > mark:
-            ahead[i] = logged
+    logged = _max_versions(wh, "frontier_changes", ids)
+    marks = {i: resume_after(wh, i, logged) for i in ids}
+    ahead = {i: logged[i] for i, mark in marks.items() if i in logged and logged[i] > mark}
     inputs = read_inputs(wh, ids)
     applied = 0
     if ahead:  # catch up to what frontier_changes holds, appending nothing
@@ -187,16 +217,17 @@ def _incremental_step(wh: Warehouse, inputs: Inputs, after: dict[str, int], upto
         "time",
         "diff",
         F.current_timestamp().alias("at"),
-    ).toArrow()
+    ).localCheckpoint()
+    changed = changes.count()
     touched = sorted(last)
     points_rows = (result.points.where(F.col("dataflow_id").isin(touched))
-                   .select("dataflow_id", *decode(F.col("loc")), "time", "count").toArrow())
+                   .select("dataflow_id", *decode(F.col("loc")), "time", "count"))
     frontier_rows = (result.frontiers.where(F.col("dataflow_id").isin(touched))
-                     .select("dataflow_id", *decode(F.col("loc")), "time").toArrow())
-    if append and changes.num_rows:
-        wh.append("frontier_changes", changes)
-    wh.replace_partitions("pointstamps", touched, points_rows, {POINTSTAMPS_APP + i: v for i, v in last.items()})
-    wh.replace_partitions("frontiers", touched, frontier_rows)
+                     .select("dataflow_id", *decode(F.col("loc")), "time"))
+    if append and changed:
+        wh.spark_write("frontier_changes", changes)
+    wh.spark_write("pointstamps", points_rows, touched, {POINTSTAMPS_APP + i: v for i, v in last.items()})
+    wh.spark_write("frontiers", frontier_rows, touched)
     if progress is not None:
-        progress.round(changes.num_rows if append else 0)
-    return applied, changes.num_rows if append else 0
+        progress.round(changed if append else 0)
+    return applied, changed if append else 0

@@ -1,8 +1,8 @@
-"""``propagate`` in Spark: seed 004's ``frontier``, every location's minimal reachable times.
+"""``propagate`` in Spark: every location's minimal reachable times.
 
 Two ways to the same answer:
 
-* :func:`propagate`: the seed's iteration, semi-naive: each round pushes only the times that
+* :func:`propagate`: the iteration, semi-naive: each round pushes only the times that
   newly entered some location's envelope one transition forward, merges them into the per-location
   lower envelope and cuts the lineage; rounds follow the depth of the dataflow.
 * :func:`propagate_with_psi`: with ``Psi`` precomputed (``summarize``), one join of active times
@@ -50,7 +50,7 @@ def active_times(pointstamps: DataFrame) -> DataFrame:
 def propagate(
     transitions: DataFrame, times: DataFrame, arity_one: bool = False, progress: Progress | None = None
 ) -> DataFrame:
-    """Seed 004's ``frontier``: ``(dataflow_id, loc, time)`` rows, the lower envelope of every time
+    """``(dataflow_id, loc, time)`` rows, the lower envelope of every time
     reachable from ``times`` along ``transitions``. Semi-naive; each round's lineage is cut.
 
     ``times``: ``(dataflow_id, loc, time)`` active times. Locations reached by nothing are absent.
@@ -97,7 +97,9 @@ def times_of(spark: SparkSession, counts: Mapping[str, Counts]) -> DataFrame:
 def collect_frontiers(graphs: Graphs, frontier: DataFrame) -> dict[str, dict[Location, list[Timestamp]]]:
     """Frontier rows collected per dataflow and location; every location of each graph present
     (empty list where nothing can arrive), times sorted."""
-    result = {i: {loc: [] for loc in g.locations()} for i, g in graphs.items()}
+    result: dict[str, dict[Location, list[Timestamp]]] = {
+        i: {loc: [] for loc in g.locations()} for i, g in graphs.items()
+    }
     for row in frontier.toArrow().to_pylist():
         result[row["dataflow_id"]][decode_code(row["loc"])].append(tuple(row["time"]))
     return {i: {loc: sorted(ts) for loc, ts in fs.items()} for i, fs in result.items()}

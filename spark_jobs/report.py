@@ -183,7 +183,7 @@ def epoch_clear_times(changes: pl.DataFrame, nodes: pl.DataFrame, created_at: da
         "cleared_at": pl.Datetime("us", "UTC"),
         "seconds": pl.Float64,
     }
-    return pl.DataFrame(rows, schema=schema, orient="row") if rows else pl.DataFrame(schema=schema)
+    return pl.DataFrame(rows, schema=schema, orient="row") if rows else pl.DataFrame(schema=schema)  # type: ignore[arg-type]
 
 
 def stuck_locations(

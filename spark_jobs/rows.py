@@ -1,4 +1,4 @@
-"""How the core's objects become rows of the Delta tables (DESIGN.md section 4).
+"""How the core's objects become rows of the Delta tables.
 
 Each function gives the rows of one dataflow for one table, as dicts that
 :func:`spark_jobs.tables.to_arrow` converts; writers concatenate the rows of many dataflows to

@@ -1,18 +1,21 @@
-"""The Spark session: one per process, sized for small data, with optional JVM packages detected.
+"""The Spark session: one per process, sized for small data, loading the fetched JVM packages.
 
 ``get_spark()`` starts (once) a session on ``local[*]``, or on the master named by the argument
 or by ``SPARK_MASTER``. It keeps shuffles small (4 partitions), turns adaptive execution off
-(measured: AQE re-plans every round of an iteration and made rounds slower, DESIGN section 7),
-silences the logs and sets a checkpoint directory so iterations may cut their lineage.
+(measured: AQE re-plans every round of an iteration and made rounds slower), silences the logs
+and sets a checkpoint directory so iterations may cut their lineage.
 
-Delta's and GraphFrames' JVM classes are *detected*, never assumed: the machines here cannot
-download JVM packages, so the jars are only present when someone put them on the classpath
-(``SPARK_HOME/jars``, ``spark.jars`` via ``PYSPARK_SUBMIT_ARGS``, a cluster image).
+The jars that ``bin/_setup.sh`` fetched (:mod:`spark_jobs.jars`) go on ``spark.jars`` as local
+paths, so starting a session needs no network and executors of a cluster get them from the
+driver; when delta-spark is among them, Delta's SQL extension and catalog are configured.
+``TRACKER_SPARK_JARS=none`` starts a session without them (the fallback paths: delta-rs and the
+DataFrame cycle closure). The classes are still *detected* by loading them (``has_delta_jvm``,
+``has_graphframes_jvm``), so jars put on the classpath by other means count too.
 
 Example (starts a JVM, so not run as a doctest)::
 
     spark = get_spark("local[2]")
-    has_delta_jvm(spark), has_graphframes_jvm(spark)   # (False, False) on this machine
+    has_delta_jvm(spark), has_graphframes_jvm(spark)   # (True, False): GraphFrames is not served
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import re
 import tempfile
 import threading
 from pathlib import Path
+from typing import Any
 
 from pyspark.sql import SparkSession
 
@@ -69,12 +73,24 @@ def _jar_dirs() -> list[Path]:
     return dirs
 
 
+def package_jars() -> list[str]:
+    """The fetched jars this process's session loads (empty with ``TRACKER_SPARK_JARS=none``)."""
+    if os.environ.get("TRACKER_SPARK_JARS", "").lower() == "none":
+        return []
+    from spark_jobs.jars import jar_paths
+
+    return jar_paths()
+
+
 def delta_jars_present() -> bool:
     """True iff a Delta jar is visible before the session starts (so its extensions may be set).
 
-    Looks in pyspark's and ``SPARK_HOME``'s jar directories and in the jars or packages named by
-    ``PYSPARK_SUBMIT_ARGS``; configuring the extension without the jar would fail the session.
+    Looks in the fetched jars, in pyspark's and ``SPARK_HOME``'s jar directories and in the jars
+    or packages named by ``PYSPARK_SUBMIT_ARGS``; configuring the extension without the jar would
+    fail the session.
     """
+    if any(Path(p).name.startswith("delta-spark") for p in package_jars()):
+        return True
     for directory in _jar_dirs():
         if glob.glob(str(directory / "delta-spark*.jar")) or glob.glob(str(directory / "delta-core*.jar")):
             return True
@@ -107,13 +123,25 @@ def get_spark(master: str | None = None) -> SparkSession:
             .config("spark.sql.session.timeZone", "UTC")
             .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         )
-        if resolve_master(master).startswith("local"):
-            # An embedded session talks only to itself: keep the driver on loopback rather than
-            # whatever interface the hostname resolves to.
+        url = resolve_master(master)
+        if url.startswith("local") or re.match(r"spark://(127\.0\.0\.1|localhost)[:/]", url):
+            # An embedded session (or a cluster on this machine's loopback) talks only to this
+            # machine: keep the driver on loopback rather than whatever the hostname resolves to.
             builder = builder.config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
+        jars = package_jars()
+        if jars:
+            builder = builder.config("spark.jars", ",".join(jars))
         if delta_jars_present():
-            builder = builder.config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension").config(
-                "spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog"
+            builder = (
+                builder.config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
+                .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
+                # Rebuilding a snapshot's state is a Spark job over 50 partitions by default:
+                # seconds of task overhead per commit for logs of a few hundred actions.
+                .config("spark.databricks.delta.snapshotPartitions", "2")
+                # Each of these is one more Spark job per commit, for checks this project does
+                # not rely on (readers never read the checksum files).
+                .config("spark.databricks.delta.writeChecksumFile.enabled", "false")
+                .config("spark.databricks.delta.stateReconstructionValidation.enabled", "false")
             )
         spark = builder.getOrCreate()
         spark.sparkContext.setLogLevel("ERROR")
@@ -126,7 +154,7 @@ def get_spark(master: str | None = None) -> SparkSession:
 def _has_class(spark: SparkSession, name: str) -> bool:
     """Try to load a JVM class through the session's class loader; False on any failure."""
     try:
-        jvm = spark._jvm  # type: ignore[attr-defined]
+        jvm: Any = spark._jvm
         loader = jvm.java.lang.Thread.currentThread().getContextClassLoader()
         jvm.java.lang.Class.forName(name, False, loader)
         return True

@@ -1,10 +1,19 @@
-"""Delta storage: the warehouse of DESIGN.md section 4, one Delta table per name, partitioned by dataflow.
+"""Delta storage: the warehouse, one Delta table per name, partitioned by dataflow.
 
 Every write is one Delta commit (atomic: readers see all of it or none of it) and returns the
 table's new version; reads can travel back to any past version. Two backends produce the same
-standard tables: ``delta-spark`` when the session has Delta's JVM classes, otherwise ``delta-rs``
-(the ``deltalake`` package), which needs no Spark at all, so the service can write on its
-request path without a JVM. Spark reads and writes through Arrow in that case.
+standard tables:
+
+* ``delta-spark`` when the session has Delta's JVM classes: Spark reads and writes the tables
+  itself (:meth:`Warehouse.spark_read`, :meth:`Warehouse.spark_write`), so on a cluster the
+  executors do the IO; the driver only commits the log (:mod:`spark_jobs.commits`). Every read
+  and write of such a warehouse goes through Spark, delta-rs is not called.
+* ``delta-rs`` (the ``deltalake`` package) otherwise, which needs no Spark at all, so the
+  service can write on its request path without a JVM; Spark jobs then read and write through
+  Arrow on the driver.
+
+``TRACKER_DRIVER_DELTA_RS=forbid`` makes a ``delta-spark`` warehouse raise on any delta-rs call
+(the cluster tests use it to show the jobs' IO is Spark's).
 
 >>> import tempfile
 >>> wh = Warehouse(tempfile.mkdtemp())
@@ -17,13 +26,14 @@ request path without a JVM. Spark reads and writes through Arrow in that case.
 from __future__ import annotations
 
 import math
+import os
 import threading
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -38,10 +48,17 @@ from tracker.timestamp import PathSummary, Timestamp
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
+Backend = Literal["delta-spark", "delta-rs"]
+
 _LOCKS: dict[str, threading.Lock] = defaultdict(threading.Lock)
 POINTSTAMPS_APP = "tracker-pointstamps:"
 """Prefix of the Delta app id under which ``pointstamps`` commits record the progress version
 they include (one app id per dataflow): see :meth:`Warehouse.pointstamps_version`."""
+
+
+def _forbid_delta_rs(backend: str) -> None:
+    if backend == "delta-spark" and os.environ.get("TRACKER_DRIVER_DELTA_RS") == "forbid":
+        raise RuntimeError("delta-rs called on the driver of a delta-spark warehouse (TRACKER_DRIVER_DELTA_RS=forbid)")
 
 
 def _scan(delta: DeltaTable, filters: list[tuple[str, str, Any]], columns: list[str] | None = None) -> pa.Table:
@@ -75,11 +92,12 @@ def _quote(value: str) -> str:
 
 
 class Warehouse:
-    """A directory of Delta tables (DESIGN section 4), created on first write.
+    """A directory of Delta tables, created on first write.
 
     ``spark`` is optional: without it (or without Delta's JVM classes in it) every read and write
-    goes through delta-rs; with Delta's classes, writes go through delta-spark. Reads into Arrow
-    always use delta-rs (the same standard tables either way).
+    goes through delta-rs; with Delta's classes, every read and write goes through delta-spark
+    (the same standard tables either way). ``backend`` forces one (``"delta-rs"`` with a Delta
+    session, to compare the two; ``"delta-spark"`` fails without Delta's classes).
 
     >>> import tempfile
     >>> wh = Warehouse(tempfile.mkdtemp())
@@ -87,16 +105,18 @@ class Warehouse:
     'delta-rs'
     """
 
-    def __init__(self, root: str | Path, spark: SparkSession | None = None) -> None:
+    def __init__(self, root: str | Path, spark: SparkSession | None = None, backend: Backend | None = None) -> None:
         self.root = str(root)
         self.spark = spark
         self._pinned: dict[str, DeltaTable] | None = None  # see pinned()
-        self.backend = "delta-rs"
-        if spark is not None:
+        self.backend: Backend = "delta-rs"
+        if spark is not None and backend != "delta-rs":
             from spark_jobs.session import has_delta_jvm
 
             if has_delta_jvm(spark):
                 self.backend = "delta-spark"
+        if backend == "delta-spark" and self.backend != "delta-spark":
+            raise ValueError("backend 'delta-spark' needs a Spark session with Delta's JVM classes")
         if "://" not in self.root:
             Path(self.root).mkdir(parents=True, exist_ok=True)
 
@@ -109,10 +129,19 @@ class Warehouse:
 
     def exists(self, table: str) -> bool:
         """True iff the table has been created (some write happened)."""
+        if self.backend == "delta-spark":
+            from spark_jobs.commits import table_exists
+
+            return table_exists(self._session(), self.path(table))
+        _forbid_delta_rs(self.backend)
         return DeltaTable.is_deltatable(self.path(table))
 
     def version(self, table: str) -> int | None:
         """The table's current Delta version, ``None`` before its first write."""
+        if self.backend == "delta-spark":
+            from spark_jobs.commits import table_version
+
+            return table_version(self._session(), self.path(table))
         if not self.exists(table):
             return None
         return DeltaTable(self.path(table)).version()
@@ -129,13 +158,11 @@ class Warehouse:
         0
         """
         data = to_arrow(table, rows)
+        if self.backend == "delta-spark":
+            return self.spark_write(table, self._spark_df(data, table))
+        _forbid_delta_rs(self.backend)
         with _LOCKS[self.path(table)]:
-            if self.backend == "delta-spark":
-                self._spark_df(data).write.format("delta").mode("append").partitionBy("dataflow_id").save(
-                    self.path(table)
-                )
-            else:
-                write_deltalake(self.path(table), data, mode="append", partition_by=["dataflow_id"])
+            write_deltalake(self.path(table), data, mode="append", partition_by=["dataflow_id"])
             return DeltaTable(self.path(table)).version()
 
     def replace_partition(self, table: str, dataflow_id: str, rows: Rows) -> int:
@@ -161,13 +188,9 @@ class Warehouse:
             raise ValueError(f"replace_partitions({table!r}, {ids!r}) got rows of {sorted(stray)}")
         predicate = "dataflow_id IN (" + ", ".join(_quote(i) for i in ids) + ")" if ids else "false"
         path = self.path(table)
+        if self.backend == "delta-spark":
+            return self.spark_write(table, self._spark_df(data, table), ids, watermarks)
         with _LOCKS[path]:
-            if self.backend == "delta-spark":
-                writer = self._spark_df(data).write.format("delta").mode("overwrite").option("replaceWhere", predicate)
-                for app_id, version in (watermarks or {}).items():
-                    writer = writer.option("txnAppId", app_id).option("txnVersion", version)
-                writer.partitionBy("dataflow_id").save(path)
-                return DeltaTable(path).version()
             commit = CommitProperties(app_transactions=[Transaction(a, v) for a, v in (watermarks or {}).items()])
             if data.num_rows == 0 and DeltaTable.is_deltatable(path):
                 DeltaTable(path).delete(predicate, commit_properties=commit)
@@ -198,6 +221,7 @@ class Warehouse:
             self._pinned = None
 
     def _open(self, path: str, version: int | None = None) -> DeltaTable:
+        _forbid_delta_rs(self.backend)
         if self._pinned is None:
             return DeltaTable(path, version=version) if version is not None else DeltaTable(path)
         delta = self._pinned.get(path)
@@ -238,13 +262,25 @@ class Warehouse:
 
     def watermark(self, table: str, app_id: str) -> int | None:
         """The last version recorded under ``app_id`` by :meth:`replace_partitions`, or ``None``."""
+        if self.backend == "delta-spark":
+            from spark_jobs.commits import transaction_version
+
+            return transaction_version(self._session(), self.path(table), app_id)
         if not self.exists(table):
             return None
         return self._open(self.path(table)).transaction_version(app_id)
 
-    def _spark_df(self, data: pa.Table) -> DataFrame:
-        assert self.spark is not None
-        return self.spark.createDataFrame(data)
+    def _session(self) -> SparkSession:
+        if self.spark is None:
+            from spark_jobs.session import get_spark
+
+            self.spark = get_spark()
+        return self.spark
+
+    def _spark_df(self, data: pa.Table, table: str) -> DataFrame:
+        from spark_jobs.frames import arrow_to_spark
+
+        return arrow_to_spark(self._session(), data, TABLES[table])
 
     # -- reads ----------------------------------------------------------------------------------
 
@@ -256,6 +292,10 @@ class Warehouse:
         """
         schema = schema_of(table)
         path = self.path(table)
+        if self.backend == "delta-spark":
+            if version is not None and not self.exists(table):
+                raise ValueError(f"table {table!r} has no version {version}: it was never written")
+            return to_arrow(table, self.spark_read(table, dataflow_id, version).toArrow())
         if not DeltaTable.is_deltatable(path):
             if version is not None:
                 raise ValueError(f"table {table!r} has no version {version}: it was never written")
@@ -274,6 +314,11 @@ class Warehouse:
         """Only the named columns of ``dataflow_id``'s rows (with a ``version`` above
         ``after_version``, if given), as stored; the filters reach the Parquet reader."""
         path = self.path(table)
+        if self.backend == "delta-spark":
+            df = self.spark_read(table, dataflow_id)
+            if after_version is not None:
+                df = df.where(df.version > after_version)
+            return df.select(*names).toArrow()
         if not DeltaTable.is_deltatable(path):
             return schema_of(table).empty_table().select(names)
         filters: list[tuple[str, str, Any]] = [("dataflow_id", "=", dataflow_id)]
@@ -290,13 +335,15 @@ class Warehouse:
     def spark_read(
         self, table: str, dataflow_id: str | list[str] | None = None, version: int | None = None
     ) -> DataFrame:
-        """The table as a Spark DataFrame: delta-spark when present, else through Arrow."""
-        if self.spark is None:
-            from spark_jobs.session import get_spark
+        """The table as a Spark DataFrame: read by Spark's tasks with delta-spark, else through
+        Arrow on the driver. Before the first write, an empty frame of the table's schema."""
+        spark = self._session()
+        if self.backend == "delta-spark":
+            if not self.exists(table):
+                from spark_jobs.frames import arrow_to_spark
 
-            self.spark = get_spark()
-        if self.backend == "delta-spark" and self.exists(table):
-            reader = self.spark.read.format("delta")
+                return arrow_to_spark(spark, schema_of(table).empty_table(), TABLES[table])
+            reader = spark.read.format("delta")
             if version is not None:
                 reader = reader.option("versionAsOf", version)
             df = reader.load(self.path(table))
@@ -306,22 +353,33 @@ class Warehouse:
             return df.select(*TABLES[table].names)
         from spark_jobs.frames import arrow_to_spark
 
-        return arrow_to_spark(self.spark, self.read(table, dataflow_id, version), TABLES[table])
+        return arrow_to_spark(spark, self.read(table, dataflow_id, version), TABLES[table])
 
-    def spark_write(self, table: str, df: DataFrame, dataflow_id: str | None = None) -> int:
-        """Write a Spark DataFrame: replace ``dataflow_id``'s rows if given, else append."""
-        if self.backend == "delta-spark":
-            data = df.select(*TABLES[table].names)
-            path = self.path(table)
-            with _LOCKS[path]:
-                writer = data.write.format("delta").partitionBy("dataflow_id")
-                if dataflow_id is None:
-                    writer.mode("append").save(path)
-                else:
-                    writer.mode("overwrite").option("replaceWhere", f"dataflow_id = {_quote(dataflow_id)}").save(path)
-                return DeltaTable(path).version()
-        rows = df.select(*TABLES[table].names).toArrow()
-        return self.append(table, rows) if dataflow_id is None else self.replace_partition(table, dataflow_id, rows)
+    def spark_write(
+        self,
+        table: str,
+        df: DataFrame,
+        dataflow_ids: str | Iterable[str] | None = None,
+        watermarks: Mapping[str, int] | None = None,
+    ) -> int:
+        """Write a Spark DataFrame in one commit: replace the rows of ``dataflow_ids`` if given
+        (recording ``watermarks`` as :meth:`replace_partitions` does), else append. With
+        delta-spark the frame is never collected: its tasks write the files."""
+        data = df.select(*TABLES[table].names)
+        if self.backend != "delta-spark":
+            rows = data.toArrow()
+            if dataflow_ids is None:
+                return self.append(table, rows)
+            ids = [dataflow_ids] if isinstance(dataflow_ids, str) else list(dataflow_ids)
+            return self.replace_partitions(table, ids, rows, watermarks)
+        from spark_jobs import commits
+
+        path = self.path(table)
+        with _LOCKS[path]:
+            if dataflow_ids is None:
+                return commits.append(self._session(), path, data)
+            ids = [dataflow_ids] if isinstance(dataflow_ids, str) else sorted(set(dataflow_ids))
+            return commits.replace(self._session(), path, data, ids, watermarks)
 
     # -- graphs ---------------------------------------------------------------------------------
 
@@ -442,6 +500,10 @@ class Warehouse:
         """``(as_of_version, counts)`` of the stored ``pointstamps``, both read from one table
         version (so they belong together); ``None`` if no writer recorded the version."""
         path = self.path("pointstamps")
+        if self.backend == "delta-spark":
+            version = self.version("pointstamps")
+            mark = self.watermark("pointstamps", POINTSTAMPS_APP + dataflow_id)
+            return None if version is None or mark is None else (mark, self.read_pointstamps(dataflow_id, version))
         if not DeltaTable.is_deltatable(path):
             return None
         delta = self._open(path)

@@ -1,14 +1,14 @@
 """``summarize`` in Spark: ``Psi``, the antichains of minimal path summaries between locations.
 
-Two iterations reach the same fixed point (seed 004's join with transitions, ``followed_by``,
+Two iterations reach the same fixed point (join with transitions, ``followed_by``,
 lower envelope per pair, until nothing changes):
 
-* ``linear``: the seed's shape, extend known paths by one transition per round; rounds follow
+* ``linear``: extend known paths by one transition per round; rounds follow
   the longest shortest path (about twice the operator depth).
 * ``doubling`` (default): join new pairs with all known pairs on both sides, so path lengths
   double each round and rounds follow ``log2(depth)`` (7 instead of ~100 at depth 50).
 
-Also the seed's scope summary: summaries from every location to operator zero's inputs (the
+Also the scope summary: summaries from every location to operator zero's inputs (the
 dataflow's outputs to the world), flowing backwards, and its restriction to operator zero's
 outputs, which is how a whole dataflow presents itself as one operator.
 
@@ -96,7 +96,7 @@ def summarize(
 def boundary_summaries(
     transitions: DataFrame, boundary: DataFrame, arity_one: bool = False, progress: Progress | None = None
 ) -> DataFrame:
-    """Seed 004's ``summarize``: minimal summaries from every location to each boundary location,
+    """Minimal summaries from every location to each boundary location,
     flowing backwards from ``boundary`` (``(dataflow_id, loc, arity)``, normally operator zero's
     inputs). Rows ``(dataflow_id, src, dst, summary)`` with ``dst`` in ``boundary``."""
     progress = progress or Progress(label="summaries/scope")
@@ -120,7 +120,7 @@ def operator_summary(scope: DataFrame) -> DataFrame:
 
 
 def boundary_of(transitions: DataFrame) -> DataFrame:
-    """The seed's ``zero_inputs``: operator zero's inputs that some edge enters, as
+    """Operator zero's inputs that some edge enters, as
     ``(dataflow_id, loc, arity)``, from transitions ``(dataflow_id, src, dst, summary)``."""
     return (
         transitions.where((F.shiftright("dst", 32) == 0) & (F.col("dst").bitwiseAND(F.lit(1)) == 0))

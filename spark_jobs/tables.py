@@ -1,4 +1,4 @@
-"""The Delta tables' schemas (DESIGN.md section 4) and the conversion of rows to them.
+"""The Delta tables' schemas and the conversion of rows to them.
 
 ``dataflow_id`` is a string everywhere; locations are ``node INT, port INT, kind STRING``; times
 and summaries ``ARRAY<BIGINT>``; timestamps microseconds in UTC.
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeAlias
 
 import pyarrow as pa
 
@@ -69,12 +69,12 @@ TABLES: dict[str, pa.Schema] = {
         [("dataflow_id", _STR), ("version", _LONG), *_LOC, ("time", _ARR), ("diff", _LONG), ("at", _TS)]
     ),
 }
-"""Every table's Arrow schema, exactly as stored (DESIGN section 4)."""
+"""Every table's Arrow schema, exactly as stored."""
 
 _NOW_COLUMNS = ("created_at", "received_at", "at")
 
 
-Rows = pa.Table | Iterable[Mapping[str, Any]]
+Rows: TypeAlias = pa.Table | Iterable[Mapping[str, Any]]
 
 
 def to_arrow(table: str, rows: Rows) -> pa.Table:

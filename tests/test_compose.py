@@ -7,12 +7,10 @@ installed by bin/test; when it is missing these tests fail (never skip) and say 
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
 import subprocess
 from importlib import metadata
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
@@ -82,23 +80,17 @@ def test_every_example_command_exists() -> None:
         assert args.name == name
 
 
-def fetch_jars() -> ModuleType:
-    """docker/fetch_jars.py, imported from its path (docker/ is not a package)."""
-    spec = importlib.util.spec_from_file_location("fetch_jars", ROOT / "docker" / "fetch_jars.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_image_fetches_jars_matching_the_python_packages() -> None:
-    """The Dockerfile fetches the jars at build time, for the versions pyproject.toml installs."""
+    """The Dockerfile fetches the jars at build time with the set-up's module, for the versions
+    pyproject.toml installs."""
+    from spark_jobs import jars
+
     dockerfile = (ROOT / "docker" / "Dockerfile").read_text()
     assert "FROM python:3.11" in dockerfile and "openjdk-17-jre-headless" in dockerfile
-    assert "RUN python docker/fetch_jars.py" in dockerfile
+    assert "RUN python -m spark_jobs.jars --verify" in dockerfile
+    assert "-m spark_jobs.jars" in (ROOT / "bin" / "_setup.sh").read_text()
     import pyspark
 
-    jars = fetch_jars()
     delta, graphframes = jars.coordinates(pyspark.__version__, metadata.version("delta-spark"),
                                           metadata.version("graphframes-py"))
     assert delta == f"io.delta:delta-spark_4.2_2.13:{metadata.version('delta-spark')}"
@@ -108,3 +100,13 @@ def test_image_fetches_jars_matching_the_python_packages() -> None:
                 "org.antlr_antlr4-runtime-4.13.1.jar", "org.scala-lang_scala-library-2.13.16.jar"]
     # Only what pyspark lacks is copied: no second antlr4 or Scala library on the classpath.
     assert jars.to_copy(resolved, shipped) == resolved[:2]
+
+
+def test_setup_fetched_the_jars_and_the_session_loads_them() -> None:
+    """The cache holds delta-spark (fetched once: the manifest says what Maven Central served)."""
+    from spark_jobs import jars
+
+    found = jars.manifest()
+    assert found is not None, "run the set-up (bin/test) or `python -m spark_jobs.jars` first"
+    assert any(j.startswith("delta-spark_") for j in found["jars"])
+    assert jars.has_package("delta-spark")

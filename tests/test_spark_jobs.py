@@ -138,3 +138,30 @@ def test_scope_summaries_equal_psi_into_operator_zero_inputs(spark, graphs: list
         assert got.get(key, {}) == expected, graph
         zero_outputs = {(a, b): s for (a, b), s in expected.items() if a == Location.source(0, a.port)}
         assert as_operator.get(key, {}) == zero_outputs
+
+
+@settings(max_examples=1, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.lists(raw_graphs(), min_size=PER_EXAMPLE, max_size=PER_EXAMPLE))
+def test_cycle_paths_agree(spark, graphs: list[Graph]) -> None:
+    """Path doubling (default) and prune-then-close find the same transitions."""
+    from spark_jobs.cycles import find_cycles as spark_cycles
+    from spark_jobs.frames import transitions_of
+
+    transitions = transitions_of(spark, by_id(graphs)).localCheckpoint()
+    doubling = sorted(map(tuple, spark_cycles(transitions, use_graphframes=False).collect()))
+    pruned = sorted(map(tuple, spark_cycles(transitions, use_graphframes=False, method="prune").collect()))
+    assert doubling == pruned
+
+
+def test_registration_check_of_a_ring(spark) -> None:
+    """The batched registration check: a 100-operator ring (acceptable: one +1 edge) and a ring
+    without the increment (rejected), in one call; answers equal the native core."""
+    from bench.spark_jobs_figures import ring
+    from spark_jobs.registration import check_graphs
+
+    good = ring(100)
+    bad = Graph.build(1, [Node(i, 1, 1) for i in range(5)],
+                      [Edge(Location.source(i, 0), Location.target((i + 1) % 5, 0)) for i in range(5)])
+    checks = check_graphs(spark, {"good": good, "bad": bad})
+    assert checks["good"].acceptable and checks["good"].psi == path_summaries(good)
+    assert not checks["bad"].acceptable and checks["bad"].cycles == find_cycles(bad) and checks["bad"].psi == {}

@@ -31,17 +31,31 @@ def test_jvm_detection_loads_classes(spark) -> None:
     assert isinstance(has_delta_jvm(spark), bool) and isinstance(has_graphframes_jvm(spark), bool)
 
 
-def test_graphframes_scc_path_agrees_with_dataframe_path(spark) -> None:
-    if not has_graphframes_jvm(spark):
-        pytest.skip(
-            "GraphFrames' JVM package is not on this machine's classpath (no Maven access): "
-            "only the DataFrame closure path can run here"
-        )
+def test_delta_spark_is_loaded_from_the_fetched_jars(spark) -> None:
+    from spark_jobs.jars import jar_paths
+
+    assert has_delta_jvm(spark), "the set-up fetches delta-spark from Maven Central"
+    loaded = spark.conf.get("spark.jars")
+    assert jar_paths() and all(p in loaded for p in jar_paths())
+    assert spark.conf.get("spark.sql.extensions") == "io.delta.sql.DeltaSparkSessionExtension"
+
+
+def test_graphframes_path_agrees_or_is_recorded_as_not_served(spark) -> None:
+    """GraphFrames' SCC and the DataFrame closure agree when GraphFrames loads; when it does not,
+    it is because Maven Central did not serve it (the manifest says so), never silently."""
+    from spark_jobs.jars import installed_coordinates, manifest
+
     bad = Graph.build(
         1,
         [Node(0, 1, 1), Node(1, 1, 1)],
         [Edge(Location.source(0, 0), Location.target(1, 0)), Edge(Location.source(1, 0), Location.target(0, 0))],
     )
+    if not has_graphframes_jvm(spark):
+        found = manifest()
+        assert found is not None and installed_coordinates()[1] in found["not_served"], found
+        transitions = transitions_of(spark, bad)
+        assert len(find_cycles(transitions).collect()) == 4  # the fallback answers
+        return
     for graph in (bad, chain(3)):
         transitions = transitions_of(spark, graph)
         ours = sorted(map(tuple, find_cycles(transitions, use_graphframes=False).collect()))

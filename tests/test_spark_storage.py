@@ -3,6 +3,7 @@ independent readers (polars, and delta-rs directly), and the Spark read path."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 
 import polars as pl
@@ -152,20 +153,63 @@ def test_spark_reads_and_writes_the_same_tables(spark, tmp_path: Path) -> None:
     assert wh.spark_read("frontiers", version=0).collect()[0]["time"] == [7, 1]
 
 
+BACKENDS = ["delta-spark", "delta-rs"]
+
+
+def _rows(path: str) -> list[str]:
+    return sorted(map(str, pl.read_delta(path).drop(["created_at", "received_at", "at"], strict=False).to_dicts()))
+
+
 @pytest.mark.spark
-def test_delta_spark_backend_writes_the_same_tables(spark, tmp_path: Path) -> None:
+@pytest.mark.parametrize("writer", BACKENDS)
+def test_each_backend_reads_what_the_other_wrote(spark, tmp_path: Path, writer: str) -> None:
+    """Tables written by delta-spark or by delta-rs are read back, row for row, by the other
+    backend and by Polars; the watermarks of a multi-dataflow commit too."""
     from spark_jobs.session import has_delta_jvm
 
-    if not has_delta_jvm(spark):
-        pytest.skip(
-            "Delta's JVM classes are not on this machine's classpath (no Maven access): the delta-rs "
-            "backend is the one in use, and is tested above"
-        )
-    spark_wh, rs_wh = Warehouse(tmp_path / "spark", spark), Warehouse(tmp_path / "rs")
-    assert spark_wh.backend == "delta-spark"
-    for wh in (spark_wh, rs_wh):
-        wh.write_dataflow("df", "loop", loop_graph())
+    assert has_delta_jvm(spark), "the set-up fetches delta-spark: `python -m spark_jobs.jars`"
+    reader = "delta-rs" if writer == "delta-spark" else "delta-spark"
+    wh = Warehouse(tmp_path, spark, backend=writer)  # type: ignore[arg-type]
+    other = Warehouse(tmp_path, spark, backend=reader)  # type: ignore[arg-type]
+    assert (wh.backend, other.backend) == (writer, reader)
+    graph = loop_graph()
+    wh.write_dataflows([("a", "loop", graph, datetime.now(UTC)),
+                        ("b", "one", loop_graph(1), datetime.now(UTC))])
+    assert sorted(other.read_graph("a").transitions()) == sorted(graph.transitions())
+    assert other.dataflow_ids() == ["a", "b"]
+    counts = {"a": {(Location.source(0, 0), (0, 0)): 2}, "b": {(Location.target(1, 0), (3,)): 1}}
+    version, _ = wh.write_states({i: (7 + n, c, {Location.target(1, 0): [(0, 0)]} if i == "a" else None)
+                                  for n, (i, c) in enumerate(counts.items())})
+    for reading in (wh, other):
+        assert reading.version("pointstamps") == version
+        assert reading.pointstamps_version("a") == 7 and reading.pointstamps_version("b") == 8
+        assert reading.read_pointstamps("a") == counts["a"] and reading.read_pointstamps("b") == counts["b"]
+        assert reading.read_frontiers("a") == {Location.target(1, 0): [(0, 0)]}
+        assert reading.pointstamps_snapshot("b") == (8, counts["b"])
+    psi = path_summaries(graph)
+    wh.write_summaries("a", psi)
+    assert other.read_summaries("a") == psi
+    assert pl.read_delta(wh.path("summaries")).height == sum(len(c) for c in psi.values())
+    # A replace of one dataflow leaves the other's rows and watermark alone.
+    wh.write_pointstamps("b", {}, as_of_version=9)
+    assert other.read_pointstamps("b") == {} and other.read_pointstamps("a") == counts["a"]
+    assert other.pointstamps_version("a") == 7 and other.pointstamps_version("b") == 9
+    # Time travel reads the same past from either side.
+    assert other.read_pointstamps("b", version) == counts["b"]
+    # The same writes through the other backend give the same rows.
+    again = Warehouse(tmp_path / "again", spark, backend=reader)  # type: ignore[arg-type]
+    again.write_dataflows([("a", "loop", graph, datetime.now(UTC)),
+                           ("b", "one", loop_graph(1), datetime.now(UTC))])
     for table in ("dataflows", "nodes", "connections", "edges"):
-        a = sorted(map(str, pl.read_delta(spark_wh.path(table)).drop("created_at", strict=False).to_dicts()))
-        b = sorted(map(str, pl.read_delta(rs_wh.path(table)).drop("created_at", strict=False).to_dicts()))
-        assert a == b, table
+        assert _rows(wh.path(table)) == _rows(again.path(table)), table
+
+
+@pytest.mark.spark
+def test_delta_spark_warehouse_never_calls_delta_rs(spark, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("TRACKER_DRIVER_DELTA_RS", "forbid")
+    wh = Warehouse(tmp_path, spark)
+    assert wh.backend == "delta-spark"
+    wh.write_dataflow("df", "loop", loop_graph())
+    assert wh.read_graph("df").arity == 2 and wh.version("edges") == 0
+    with pytest.raises(RuntimeError, match="forbid"):
+        wh._open(wh.path("edges"))

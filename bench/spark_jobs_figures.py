@@ -1,0 +1,131 @@
+"""Figures of the Spark jobs as users run them: the batched registration check, ``tracker jobs``
+wall times (1 vs 100 dataflows, local vs a standalone cluster), summarize rounds against
+``ceil(log2(depth)) + 3``, and delta-spark against delta-rs on the same tables.
+
+>>> ring(4).arity, len(ring(4).nodes)
+(1, 4)
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.spark_workloads import dataflows, location_count, pointstamps
+from tracker.graph import Connection, Edge, Graph, Location, Node
+from tracker.timestamp import PathSummary
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def ring(size: int) -> Graph:
+    """``size`` one-in one-out operators in a cycle, the last one adding 1 (acceptable)."""
+    inc = (Connection(0, 0, (PathSummary((1,)),)),)
+    nodes = [Node(i, 1, 1, f"op{i}", inc if i == size - 1 else ()) for i in range(size)]
+    edges = [Edge(Location.source(i, 0), Location.target((i + 1) % size, 0)) for i in range(size)]
+    return Graph.build(1, nodes, edges)
+
+
+def _timed(fn: Any) -> tuple[Any, float]:
+    started = time.perf_counter()
+    value = fn()
+    return value, time.perf_counter() - started
+
+
+def registration(spark: Any) -> dict[str, float]:
+    """The batched registration check of a 100-operator ring (session already up)."""
+    from spark_jobs.registration import check_graphs
+
+    check_graphs(spark, {"warm": ring(10)})
+    checks, seconds = _timed(lambda: check_graphs(spark, {"ring": ring(100)}))
+    from tracker.structure import path_summaries
+
+    return {"registration_ring100_s": seconds,
+            "registration_ring100_equal_native": float(checks["ring"].psi == path_summaries(ring(100)))}
+
+
+def summarize_rounds(spark: Any, graphs: dict[str, Graph]) -> dict[str, float]:
+    """Path-doubling rounds on the workload against ``ceil(log2(max depth)) + 3``."""
+    from spark_jobs.frames import Progress, all_arity_one, locations_of, transitions_of
+    from spark_jobs.summaries import summarize
+
+    progress = Progress(label="summarize")
+    summarize(transitions_of(spark, graphs), locations_of(spark, graphs), all_arity_one(graphs), "doubling", progress)
+    depth = max(len(g.nodes) for g in graphs.values())
+    return {"summarize_rounds_doubling": progress.rounds, "summarize_round_bound": math.ceil(math.log2(depth)) + 3}
+
+
+def backends(spark: Any, graphs: dict[str, Graph]) -> dict[str, float]:
+    """Write then read the ``frontiers`` rows of the workload with delta-spark and with delta-rs."""
+    from spark_jobs.rows import frontier_rows
+    from spark_jobs.storage import Warehouse
+    from tracker import oracle
+
+    counts = pointstamps(graphs)
+    rows = [r for i, g in graphs.items() for r in frontier_rows(i, oracle.frontiers(g, counts[i]))]
+    figures: dict[str, float] = {"backend_rows": len(rows)}
+    for backend in ("delta-spark", "delta-rs"):
+        wh = Warehouse(tempfile.mkdtemp(prefix="bench-wh-"), spark, backend=backend)
+        wh.append("frontiers", rows[:10])  # table creation is not what is measured
+        _, figures[f"{backend}_write_s"] = _timed(lambda wh=wh: wh.replace_partitions("frontiers", list(graphs), rows))
+        read, figures[f"{backend}_read_s"] = _timed(lambda wh=wh: wh.read("frontiers", list(graphs)))
+        figures[f"{backend}_read_rows"] = read.num_rows
+    figures["delta_spark_over_rs_write"] = figures["delta-spark_write_s"] / figures["delta-rs_write_s"]
+    figures["delta_spark_over_rs_read"] = figures["delta-spark_read_s"] / figures["delta-rs_read_s"]
+    return figures
+
+
+def _warehouse(graphs: dict[str, Graph]) -> str:
+    """A warehouse holding ``graphs``, their pointstamps and their ``summaries`` (delta-rs)."""
+    from spark_jobs.storage import Warehouse
+    from tracker.structure import path_summaries
+
+    root = tempfile.mkdtemp(prefix="bench-jobs-")
+    wh = Warehouse(root)
+    from datetime import UTC, datetime
+
+    wh.write_dataflows([(i, "bench", g, datetime.now(UTC)) for i, g in graphs.items()])
+    counts = pointstamps(graphs)
+    wh.write_states({i: (0, counts[i], None) for i in graphs})
+    wh.write_many_summaries({i: path_summaries(g) for i, g in graphs.items()})
+    return root
+
+
+def _job(job: str, root: str, master: str, *which: str) -> float:
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
+    started = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "tracker.cli", "jobs", job, "--warehouse", root, *which,
+                           "--master", master], cwd=ROOT, env=env, capture_output=True, text=True)
+    if done.returncode:
+        raise RuntimeError(f"tracker jobs {job} failed: {done.stderr[-2000:]}")
+    return time.perf_counter() - started
+
+
+def cli(quick: bool) -> dict[str, float]:
+    """``tracker jobs propagate`` wall times (session start included), 1 vs 100 dataflows, and
+    local[2] against a one-worker standalone cluster on a larger workload."""
+    figures: dict[str, float] = {}
+    many = dataflows(100, seed=5)
+    one_root, many_root = _warehouse({"df00000": many["df00000"]}), _warehouse(many)
+    figures["jobs_propagate_1_df_s"] = _job("propagate", one_root, "local[2]", "--all")
+    figures["jobs_propagate_100_df_s"] = _job("propagate", many_root, "local[2]", "--all")
+    figures["jobs_100_over_1"] = figures["jobs_propagate_100_df_s"] / figures["jobs_propagate_1_df_s"]
+    big = dataflows(165 if quick else 1650, seed=3)
+    figures["cluster_workload_locations"] = location_count(big)
+    root = _warehouse(big)
+    figures["jobs_propagate_big_local2_s"] = _job("propagate", root, "local[2]", "--all")
+    from tests.cluster import start
+
+    cluster = start(Path(tempfile.mkdtemp(prefix="bench-cluster-")), sys.executable)
+    try:
+        figures["jobs_propagate_big_cluster_s"] = _job("propagate", root, cluster.url, "--all")
+    finally:
+        cluster.stop()
+    figures["cluster_over_local2"] = figures["jobs_propagate_big_cluster_s"] / figures["jobs_propagate_big_local2_s"]
+    return figures
