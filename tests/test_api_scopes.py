@@ -11,9 +11,9 @@ from typing import Any
 
 import httpx
 import pytest
+from httpx_sse import connect_sse
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from httpx_sse import connect_sse
 
 from tests.helpers import ServiceProcess, ServiceStarter, loop_graph, register, update
 from tests.strategies import nested_batches, nested_bodies
@@ -56,7 +56,8 @@ def three_levels() -> dict[str, Any]:
                           edge((1, 0), (0, 0))]}
 
     return {"name": "deep", "nodes": [{"id": 0, "name": "input", "inputs": 0, "outputs": 1},
-                                      {"id": 3, "name": "outer", "inputs": 1, "outputs": 1, "scope": loop(loop(region, 3), 2)},
+                                      {"id": 3, "name": "outer", "inputs": 1, "outputs": 1,
+                                       "scope": loop(loop(region, 3), 2)},
                                       {"id": 4, "name": "sink", "inputs": 1, "outputs": 0}],
             "edges": [edge((0, 0), (3, 0)), edge((3, 0), (4, 0))]}
 
@@ -108,14 +109,16 @@ def test_a_three_level_nested_dataflow_registers_and_is_served_back(service: Ser
         assert root_only and all("scope" not in row["location"] for row in root_only)
         inner = client.get(f"/v1/dataflows/{dataflow}/frontier", params={"scope": "3,1"}).json()["locations"]
         assert inner and all(row["location"]["scope"] == [3, 1] for row in inner)
-        assert client.get(f"/v1/dataflows/{dataflow}/frontier", params={"scope": "9"}).json()["error"] == "unknown_scope"
-        answer = post(client, dataflow, 0, [at([3, 1, 1], 1, 0, "source", [0, 2, 1], 1), at([], 0, 0, "source", [0], -1),
-                                            at([], 0, 0, "source", [1], 1)])
+        unknown = client.get(f"/v1/dataflows/{dataflow}/frontier", params={"scope": "9"}).json()
+        assert unknown == {"error": "unknown_scope", "detail": "unknown scope [9]"}
+        answer = post(client, dataflow, 0, [at([3, 1, 1], 1, 0, "source", [0, 2, 1], 1),
+                                            at([], 0, 0, "source", [0], -1), at([], 0, 0, "source", [1], 1)])
         assert answer.status_code == 200, answer.text
         assert frontier_of(client, dataflow, node=4, port=0, kind="target") == [[0]]
         assert frontier_of(client, dataflow, scope=[3], node=2, port=1, kind="target") == [[0, 3], [1, 1]]
         nested = NestedGraph.from_json(1, body)
-        counts = {(ScopedLocation((), 0, 0, "source"), (1,)): 1, (ScopedLocation((3, 1, 1), 1, 0, "source"), (0, 2, 1)): 1}
+        counts = {(ScopedLocation((), 0, 0, "source"), (1,)): 1,
+                  (ScopedLocation((3, 1, 1), 1, 0, "source"), (0, 2, 1)): 1}
         assert scoped_frontiers(client.get(f"/v1/dataflows/{dataflow}/frontier").json()) == scoped_oracle.frontiers(
             nested, counts)
         psi = client.get(f"/v1/dataflows/{dataflow}/summaries", params={"scope": "3,1", "from_node": 0,
@@ -136,7 +139,8 @@ def scope_of(body: dict[str, Any], **change: Any) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize(("body", "error", "detail"), [
-    (scope_of(loop_then_stage(), kind="loop"), "invalid_graph", "scope [1]: kind must be 'iterative' or 'region', got 'loop'"),
+    (scope_of(loop_then_stage(), kind="loop"), "invalid_graph",
+     "scope [1]: kind must be 'iterative' or 'region', got 'loop'"),
     (scope_of(loop_then_stage(), nodes=[{"id": 0, "inputs": 1, "outputs": 1}]), "invalid_graph",
      "scope [1]: node 0 is the scope's boundary; number the scope's own nodes from 1"),
     (scope_of(loop_then_stage(), edges=[edge((0, 0), (7, 0))]), "invalid_graph", "scope [1]: "),
@@ -279,6 +283,13 @@ def test_a_flat_dataflow_answers_as_before(service: ServiceProcess) -> None:
         with connect_sse(client, "GET", f"/v1/dataflows/{dataflow}/frontier/stream") as source:
             snapshot = next(iter(source.iter_sse()))
         assert "scope" not in snapshot.data
+        root = {"scope": [], "node": 0, "port": 0, "kind": "source"}  # "scope": [] is the root, in any dataflow
+        assert client.post(f"/v1/dataflows/{dataflow}/progress", json={"worker": "w", "seq": 1, "updates": [
+            {"location": root, "time": [4], "delta": 1}, {"location": root, "time": [3], "delta": -1}]}).json()[
+            "version"] == 2
+        refused = client.post(f"/v1/dataflows/{dataflow}/progress", json={"worker": "w", "seq": 2, "updates": [
+            {"location": {**root, "scope": [1]}, "time": [5], "delta": 1}]}).json()
+        assert refused == {"error": "invalid_update", "detail": "update 0: unknown scope [1]"}
 
 
 def test_kill_9_restores_a_nested_dataflow(start_service: ServiceStarter) -> None:
@@ -295,7 +306,8 @@ def test_kill_9_restores_a_nested_dataflow(start_service: ServiceStarter) -> Non
         before = (client.get(f"/v1/dataflows/{dataflow}/pointstamps").json(),
                   client.get(f"/v1/dataflows/{dataflow}/frontier").json())
         status = client.get(f"/v1/dataflows/{dataflow}").json()["status"]
-        assert status["delta_version"] >= 4 and status["spark_check"] == "skipped", status  # the Delta rows were written
+        # The Delta rows were written (on the stand-ins) and Spark does not check nested dataflows.
+        assert status["delta_version"] >= 4 and status["spark_check"] == "skipped", status
     with service.client() as client:
         assert "tracker_delta_errors_total 0.0" in client.get("/metrics").text
     service.kill9()
@@ -330,3 +342,25 @@ def test_random_nested_dataflows_equal_the_flattened_oracle(service: ServiceProc
             assert answer.status_code == 200, answer.text
             expected = scoped_oracle.frontiers(nested, scoped_oracle.accumulate(batches[:seq + 1]))
             assert scoped_frontiers(client.get(f"/v1/dataflows/{dataflow}/frontier").json()) == expected
+
+
+def test_initial_pointstamps_may_lie_in_scopes_and_default_to_the_root_inputs(service: ServiceProcess) -> None:
+    inside = {"scope": [1], "node": 1, "port": 0, "kind": "source"}
+    dataflow, token = register(service, {**loop_then_stage(), "initial": [
+        {"location": inside, "time": [2, 1], "delta": 1}]})
+    with service.client(token) as client:
+        assert client.get(f"/v1/dataflows/{dataflow}/pointstamps").json() == [
+            {"location": inside, "time": [2, 1], "count": 1}]
+        assert frontier_of(client, dataflow, node=2, port=0, kind="target") == [[2]]
+    dataflow, token = register(service, three_levels())  # a scope node is no input, even one without inputs
+    with service.client(token) as client:
+        assert client.get(f"/v1/dataflows/{dataflow}/pointstamps").json() == [
+            {"location": {"node": 0, "port": 0, "kind": "source"}, "time": [0], "count": 1}]
+    with service.client() as client:
+        refused = client.post("/v1/dataflows", json={**loop_then_stage(), "initial": [
+            {"location": {"node": 1, "port": 0, "kind": "source"}, "time": [0], "delta": 1}]}).json()
+        assert refused["error"] == "invalid_graph" and refused["detail"].startswith(
+            "initial pointstamps: update 0: [](1,0,source) is a scope node's output"), refused
+        flat = client.post("/v1/dataflows", json={**loop_graph(operators=2), "initial": [
+            {"location": {"scope": [1], "node": 1, "port": 0, "kind": "source"}, "time": [0], "delta": 1}]}).json()
+        assert flat == {"error": "invalid_graph", "detail": "initial pointstamps: update 0: unknown scope [1]"}
