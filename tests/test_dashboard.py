@@ -279,8 +279,9 @@ def test_a_running_worker_example_is_drawn_and_moves_on_screen(service: ServiceP
             page.fill("#token", ADMIN_TOKEN)
             page.click("#save-token")
         page.locator(f'#dataflows li[data-id="{dataflow_id}"]').click(timeout=WAIT_MS)
-        page.wait_for_function("window.dashboard.cy && window.dashboard.cy.nodes('.operator').length === 4",
-                               timeout=WAIT_MS)
+        # edges, the loop scope (a compound node holding cc and the feedback), sink.
+        page.wait_for_function("window.dashboard.cy && window.dashboard.cy.nodes('.operator').length === 5 "
+                               "&& window.dashboard.cy.nodes('.scope').length === 1", timeout=WAIT_MS)
         assert page.evaluate("window.dashboard.cy.edges('.loop').length") >= 1  # the feedback loop is drawn
         status = page.locator("#status")
         expect(status).to_contain_text("version", timeout=WAIT_MS)
