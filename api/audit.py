@@ -73,7 +73,7 @@ async def audit_loop(spark: Spark, metrics: Metrics, dataflows: Mapping[str, Hos
             continue
         for dataflow in list(dataflows.values()):
             version = dataflow.publication.frontier_version
-            if not dataflow.ready or version < 0 or audited.get(dataflow.id) == version:
+            if not dataflow.ready or not dataflow.spark.audited or version < 0 or audited.get(dataflow.id) == version:
                 continue
             await audit_now(spark, metrics, dataflow)
             audited[dataflow.id] = dataflow.publication.frontier_version

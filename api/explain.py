@@ -9,11 +9,14 @@ concrete path (the transitions a record would follow), so a user can see why a d
 from __future__ import annotations
 
 from collections import defaultdict, deque
+from collections.abc import Mapping
 from typing import Any
 
 from api.models import location_json
 from tracker.antichain import Antichain
 from tracker.graph import Graph, Location, Transition
+from tracker.scope import ScopedLocation
+from tracker.scoped_paths import Step, route
 from tracker.timestamp import PathSummary, Timestamp, less_equal
 
 MAX_BLOCKERS = 50
@@ -122,3 +125,55 @@ def explain(graph: Graph, counts: dict[tuple[Location, Timestamp], int], frontie
                        f"notified.")
     return {"version": version, "location": location_json(location), "time": list(time), "safe_to_notify": safe,
             "frontier": [list(t) for t in frontier], "blockers": blockers, "explanation": explanation}
+
+
+def explain_nested(steps: Mapping[ScopedLocation, list[Step]],
+                   counts: Mapping[tuple[ScopedLocation, Timestamp], int], frontier: list[Timestamp], version: int,
+                   location: ScopedLocation, time: Timestamp) -> dict[str, Any]:
+    """:func:`explain` for a dataflow with nested scopes: each blocker's path runs over the
+    flattened graph (:mod:`tracker.scoped_paths`) and may cross scope boundaries, each step
+    saying what it is (``via``: edge, operator, ingress, egress) and the time after it, in its
+    scope's arity. ``summary`` is the blocker's path summary when it stays in one scope, else
+    ``None`` (ingress and egress change a time's arity: no one summary maps it)."""
+    blockers: list[dict[str, Any]] = []
+    total = 0
+    for (origin, when), count in sorted(counts.items(), key=lambda kv: (len(kv[0][1]), kv[0][1], kv[0][0])):
+        if count <= 0:
+            continue
+        found = route(steps, origin, when, location, time)
+        if found is None:
+            continue
+        total += 1
+        if len(blockers) >= MAX_BLOCKERS:
+            continue
+        arrives, path = found
+        crossing = any(step.via in ("ingress", "egress") for step, _ in path)
+        summary = None if crossing else [a - b for a, b in zip(arrives, when, strict=True)]
+        text = [f"{origin}@{list(when)}"]
+        for step, after in path:
+            via = f"operator {step.src.node} +{list(step.summary)}" if step.via == "operator" else step.via
+            text.append(f" --{via}--> {step.dst}@{list(after)}")
+        blockers.append({
+            "location": _scoped_json(origin), "time": list(when), "count": count, "summary": summary,
+            "arrives_as": list(arrives),
+            "path": [{"from": _scoped_json(step.src), "to": _scoped_json(step.dst),
+                      "summary": list(step.summary), "time": list(after), "via": step.via} for step, after in path],
+            "text": f"{count} x {origin}@{list(when)} can reach {location} as {list(arrives)} <= {list(time)}: "
+                    + "".join(text),
+        })
+    safe = total == 0
+    shown = "" if total <= len(blockers) else f" (the first {len(blockers)} are listed)"
+    explanation = (
+        f"Safe: no active pointstamp can reach {location} at a time <= {list(time)}, so a notification for "
+        f"{list(time)} at {location} may be delivered (frontier: {[list(t) for t in frontier]})." if safe else
+        f"Not safe yet: {total} active pointstamp(s) could still result in a time <= {list(time)} at {location}"
+        f"{shown}, along paths that may cross scope boundaries (ingress appends a loop counter 0, egress drops it). "
+        f"The frontier there is {[list(t) for t in frontier]}. Each blocker must be retired (its count brought to "
+        f"zero) or advanced before {list(time)} can be notified.")
+    return {"version": version, "location": _scoped_json(location), "time": list(time), "safe_to_notify": safe,
+            "frontier": [list(t) for t in frontier], "blockers": blockers, "explanation": explanation}
+
+
+def _scoped_json(location: ScopedLocation) -> dict[str, Any]:
+    body = location_json(location.local)
+    return {"scope": list(location.scope), **body} if location.scope else body

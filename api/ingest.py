@@ -98,7 +98,8 @@ async def submit(tenant: Tenant, data: bytes, wal: WriteAheadLog, metrics: Metri
     """
     started = time.perf_counter()
     try:
-        worker, seq, updates = parse_progress(data, tenant.graph)
+        worker, seq, updates = (parse_progress(data, tenant.graph) if tenant.hosting is None
+                                else tenant.hosting.parse(data))
         version, applied, durable = _order(tenant, worker, seq, updates, wal, metrics, data)
     except (MalformedJSON, InvalidRequest) as error:
         metrics.rejected.inc()
@@ -150,9 +151,11 @@ def made_durable(tenant: Tenant, pending: Pending, changes: list[FrontierChange]
     Delta and publish its changes (or, with the Spark engine, queue it for Spark)."""
     tenant.live.made_durable(pending.version)
     updates = pending.updates
-    # The body as received: the Delta flush has Arrow decode it (see api.columns).
+    # The body as received: the Delta flush has Arrow decode it (see api.columns); a nested
+    # dataflow's updates as parsed, on the stand-ins its Delta rows keep (see api.scopes).
     tenant.lag.batch_durable(pending.version, pending.worker, pending.seq,
-                             RawBatch(raw, len(updates)) if updates else updates, pending.received)
+                             RawBatch(raw, len(updates)) if updates and tenant.hosting is None else updates,
+                             pending.received)
     if tenant.engine_mode == "spark":
         tenant.spark.queue.append((pending.version, updates))
         return

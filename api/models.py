@@ -10,7 +10,15 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    StrictInt,
+    StrictStr,
+    model_serializer,
+)
 
 from tracker.graph import MAX_DELTA, MAX_NODE_ID, Location
 from tracker.timestamp import MAX_INCREMENT, MAX_TIME
@@ -34,8 +42,10 @@ class _Model(BaseModel):
 
 
 class LocationModel(_Model):
-    """An operator port: ``{"node": 3, "port": 0, "kind": "target"}``."""
+    """An operator port: ``{"node": 3, "port": 0, "kind": "target"}``; in a dataflow with nested
+    scopes, ``scope`` is the path of scope-node ids from the root (omitted or ``[]``: the root)."""
 
+    scope: list[StrictInt] | None = Field(default=None, max_length=64)
     node: NodeId
     port: StrictInt = Field(ge=0)
     kind: Kind
@@ -64,6 +74,25 @@ class NodeModel(_Model):
     inputs: StrictInt = Field(ge=0, le=4096)
     outputs: StrictInt = Field(ge=0, le=4096)
     connections: list[ConnectionModel] | None = None
+    scope: ScopeModel | None = Field(default=None, description="this node is a nested scope (and has no "
+                                     "connections of its own: its summaries are computed from its inside)")
+
+    @model_serializer(mode="wrap")
+    def _without_null_scope(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """An operator is served back without a ``scope`` key (flat dataflows answer as before)."""
+        data: dict[str, Any] = handler(self)
+        if data.get("scope", 0) is None:
+            del data["scope"]
+        return data
+
+
+class ScopeModel(_Model):
+    """A nested scope: ``kind`` ``iterative`` (inner times have one more coordinate) or ``region``;
+    inside, node 0 is the boundary (not listed; edges name it to take records in and out)."""
+
+    kind: StrictStr
+    nodes: list[NodeModel] = Field(max_length=100_000)
+    edges: list[EdgeModel] = Field(default_factory=list, max_length=1_000_000)
 
 
 class EdgeModel(_Model):
@@ -71,6 +100,9 @@ class EdgeModel(_Model):
 
     source: PortRef
     target: PortRef
+
+
+NodeModel.model_rebuild()
 
 
 class UpdateModel(_Model):
@@ -193,6 +225,9 @@ class PathStep(BaseModel):
     to: LocationModel
     summary: list[int]
     time: list[int] = Field(description="the blocker's time as it arrives at `to` along this path")
+    via: Literal["edge", "operator", "ingress", "egress"] | None = Field(
+        default=None, description="nested dataflows only: what the step is (ingress appends a 0 coordinate, "
+                                  "egress drops the last one)")
 
 
 class Blocker(BaseModel):
@@ -201,7 +236,8 @@ class Blocker(BaseModel):
     location: LocationModel
     time: list[int]
     count: int
-    summary: list[int] = Field(description="a minimal path summary s with s(time) <= the queried time")
+    summary: list[int] | None = Field(description="a minimal path summary s with s(time) <= the queried time "
+                                      "(null in a nested dataflow when the path crosses scopes)")
     arrives_as: list[int] = Field(description="s(time): the earliest time it can reach the queried location as")
     path: list[PathStep]
     text: str
@@ -217,6 +253,23 @@ class ExplainResponse(BaseModel):
     frontier: list[list[int]]
     blockers: list[Blocker]
     explanation: str
+
+
+class ScopeSummaryRow(BaseModel):
+    """A nested scope's summaries as an operator, from ``input`` to ``output``, in the parent's time."""
+
+    input: int
+    output: int
+    summaries: list[list[int]]
+
+
+class ScopeInfo(BaseModel):
+    """A nested scope: its path, kind, the arity of its times and its summaries."""
+
+    scope: list[int]
+    kind: str
+    arity: int
+    summaries: list[ScopeSummaryRow]
 
 
 class ErrorBody(BaseModel):

@@ -59,6 +59,7 @@ class _Location(msgspec.Struct, frozen=True, forbid_unknown_fields=True, gc=Fals
     node: int
     port: int
     kind: Literal["source", "target"]
+    scope: tuple[int, ...] = ()  # the root; a dataflow without nested scopes has no other
 
 
 class _Update(msgspec.Struct, forbid_unknown_fields=True, gc=False):
@@ -149,6 +150,8 @@ def _invalid(message: str) -> InvalidRequest:
 
 
 def _unknown(index: int, loc: _Location) -> NoReturn:
+    if loc.scope:
+        raise GraphError(f"update {index}: unknown scope {list(loc.scope)}")
     if loc.node < 0 or loc.port < 0:
         raise InvalidRequest(f"body.updates.{index}.location", "node and port must be non-negative integers")
     raise GraphError(f"update {index}: unknown location {Location(loc.node, loc.port, loc.kind)}")

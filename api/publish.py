@@ -70,14 +70,29 @@ class Listener(Protocol):
         ...
 
 
+class Encoding(Protocol):
+    """How a dataflow whose locations are stand-ins is written out (a nested dataflow's,
+    :class:`api.scopes.Hosting`): its locations, and their JSON for clients and for Delta."""
+
+    locations: list[Location]
+
+    def changes_json(self, changes: list[FrontierChange]) -> str: ...
+    def delta_changes_json(self, changes: list[FrontierChange]) -> str: ...
+    def location_json(self, location: Location) -> dict[str, Any]: ...
+    def location(self, raw: Mapping[str, Any]) -> Location: ...
+
+
 class Publication:
     """The published frontier of one graph, exact as of :attr:`frontier_version`."""
 
     def __init__(self, graph: Graph, history_limit: int = 100_000,
-                 on_published: Callable[[int, str, float], None] | None = None) -> None:
+                 on_published: Callable[[int, str, float], None] | None = None,
+                 encoding: Encoding | None = None) -> None:
         """``on_published(version, encoded changes, at)`` is told of every version with changes
-        (also during recovery), for the Delta ``frontier_changes`` table."""
+        (also during recovery), for the Delta ``frontier_changes`` table; ``encoding`` (a nested
+        dataflow's) replaces the flat JSON of locations and change lists."""
         self.graph = graph
+        self.encoding = encoding
         self.history_limit = history_limit
         self.frontier_version = 0
         """The version the published frontier is exact for (-1: none computed yet)."""
@@ -116,7 +131,8 @@ class Publication:
             return
         # One string per version rather than a tuple per change keeps the garbage collector's
         # full passes (and so the latency tail) short even with a long history.
-        encoded = changes_json(changes)
+        encoding = self.encoding
+        encoded = changes_json(changes) if encoding is None else encoding.changes_json(changes)
         history = self.history
         history.append((version, len(changes), encoded))
         self._history_changes += len(changes)
@@ -127,7 +143,8 @@ class Publication:
             self._history_changes -= old_count
             self.history_floor = old_version
         if self._on_published is not None:
-            self._on_published(version, encoded, time.time() if at is None else at)
+            self._on_published(version, encoded if encoding is None else encoding.delta_changes_json(changes),
+                               time.time() if at is None else at)
         self._unfolded.append(changes)
         if notify:
             for subscriber in list(self.subscribers):
@@ -179,7 +196,8 @@ class Publication:
                 break
             for change in json.loads(encoded):
                 where = change["location"]
-                location = Location(where["node"], where["port"], where["kind"])
+                location = (Location(where["node"], where["port"], where["kind"]) if self.encoding is None
+                            else self.encoding.location(where))
                 if change["diff"] > 0:
                     view.setdefault(location, set()).discard(tuple(change["time"]))
                 else:
@@ -203,6 +221,10 @@ class Publication:
     def frontier_rows(self, view: Frontier, where: Callable[[Location], bool] | None = None
                       ) -> list[dict[str, Any]]:
         """Every location of the graph (matching ``where``) with its sorted frontier in ``view``."""
+        if self.encoding is not None:
+            encoding = self.encoding
+            return [{"location": encoding.location_json(loc), "frontier": [list(t) for t in sorted(view.get(loc, ()))]}
+                    for loc in encoding.locations if where is None or where(loc)]
         return [
             {"location": {"node": loc.node, "port": loc.port, "kind": loc.kind},
              "frontier": [list(t) for t in sorted(view.get(loc, ()))]}

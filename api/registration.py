@@ -24,7 +24,18 @@ from typing import Any, Literal
 import msgspec
 
 from api.models import RegisterRequest, location_json
-from tracker.graph import Connection, Edge, Graph, GraphError, Location, Node, Update
+from tracker.graph import (
+    MAX_LOCATIONS,
+    MAX_TRANSITIONS,
+    Connection,
+    Edge,
+    Graph,
+    GraphError,
+    Location,
+    Node,
+    Update,
+)
+from tracker.scope import NestedGraph, NonIncrementingCycle, ScopedLocation, ScopedUpdate
 from tracker.structure import find_cycles, summary_search_pairs, widest_summaries
 from tracker.timestamp import PathSummary
 
@@ -53,12 +64,14 @@ class RegistrationError(Exception):
         self.body = body
 
 
-class Spec(msgspec.Struct, frozen=True):
+class Spec(msgspec.Struct, frozen=True, kw_only=True):
     """A registration, normalised: the form that is logged (:class:`api.records.Register`
     extends it) and that :func:`build_graph` checks.
 
     ``nodes`` and ``edges`` keep the JSON shape of the request (they are served back as
-    registered); ``initial`` is ``None`` when the request named none.
+    registered, scopes nested in their nodes); ``initial`` is ``None`` when the request named
+    none; ``initial_scopes[i]`` is the scope path of ``initial[i]`` when some initial pointstamp
+    lies in a nested scope (``None`` otherwise, and in records logged before scopes existed).
     """
 
     name: str
@@ -66,6 +79,7 @@ class Spec(msgspec.Struct, frozen=True):
     nodes: list[dict[str, Any]]
     edges: list[dict[str, Any]]
     initial: list[InitialRow] | None
+    initial_scopes: list[list[int]] | None = None
 
 
 def registration_record(req: RegisterRequest) -> Spec:
@@ -78,6 +92,8 @@ def registration_record(req: RegisterRequest) -> Spec:
         initial=None if not req.initial else [
             (u.location.node, u.location.port, u.location.kind, tuple(u.time), u.delta) for u in req.initial
         ],
+        initial_scopes=[list(u.location.scope or ()) for u in req.initial]
+        if req.initial and any(u.location.scope for u in req.initial) else None,
     )
 
 
@@ -145,3 +161,80 @@ def build_graph(record: Spec, *, new: bool = True) -> tuple[Graph, list[Update]]
     else:
         initial = graph.default_initial()
     return graph, initial
+
+
+# -- nested scopes -------------------------------------------------------------------------------
+
+
+def is_nested(record: Spec) -> bool:
+    """True iff some node of the registration is a scope (then :func:`build_nested` checks it)."""
+    return any("scope" in node for node in record.nodes)
+
+
+def build_nested(record: Spec, *, new: bool = True) -> tuple[NestedGraph, list[ScopedUpdate]]:
+    """:func:`build_graph` for a dataflow with nested scopes: every scope validated bottom-up
+    (:meth:`tracker.scope.NestedGraph.build`), cycles checked per scope, summary antichains per
+    scope, sizes over all scopes together, and the initial pointstamps (absent: each output of
+    each root node with no inputs that is not a scope holds one capability at time zero).
+
+    Raises:
+        RegistrationError: with the exact 422 body; errors name the scope path.
+    """
+    try:
+        nested = NestedGraph.from_json(record.arity, {"nodes": record.nodes, "edges": record.edges})
+    except NonIncrementingCycle as cycle:
+        scope = list(cycle.path)
+        raise RegistrationError({
+            "error": "non_incrementing_cycle",
+            "detail": f"every cycle must strictly advance timestamps; in {_where(cycle.path)} these transitions lie on "
+                      "a cycle of edges and zero-summary connections (scope nodes carrying their computed "
+                      "summaries): " + ", ".join(f"{scope}{t}" for t in cycle.transitions),
+            "cycle": [{"from": scoped_json(cycle.path, t.src), "to": scoped_json(cycle.path, t.dst),
+                       "summary": list(t.summary)} for t in cycle.transitions],
+        }) from None
+    except GraphError as error:
+        raise RegistrationError({"error": "invalid_graph", "detail": str(error)}) from None
+    graphs = [(path, scope.graph) for path, scope in nested.scopes.items()]
+    ports = sum(len(g.locations()) for _, g in graphs)
+    steps = sum(len(g.transitions()) for _, g in graphs)
+    if ports > MAX_LOCATIONS or steps > MAX_TRANSITIONS:
+        raise RegistrationError({"error": "invalid_graph", "detail": (
+            f"the dataflow has {ports} ports and {steps} transitions over all its scopes; the limits are "
+            f"{MAX_LOCATIONS} and {MAX_TRANSITIONS}")})
+    if not nested.root.graph.locations():
+        raise RegistrationError({"error": "invalid_graph", "detail": "the graph has no operator ports"})
+    if new:
+        for path, graph in graphs:
+            if summary_search_pairs(graph) > SUMMARY_CHECK_BUDGET:
+                continue
+            overflow = widest_summaries(graph, MAX_SUMMARY_ANTICHAIN)
+            if overflow is not None:
+                raise RegistrationError({"error": "invalid_graph", "detail": (
+                    f"{_where(path)}: too many incomparable minimal path summaries fan out from {overflow.origin} "
+                    f"(already {overflow.size} to {overflow.dest}); tracking them would stall the service: merge "
+                    "the parallel summaries (connections with several summaries, or paths with different ones) "
+                    "into fewer")})
+    if record.initial:
+        try:
+            scopes = record.initial_scopes or [[] for _ in record.initial]
+            initial = nested.check_updates([(ScopedLocation(tuple(scope), n, p, k), t, d)
+                                            for scope, (n, p, k, t, d) in zip(scopes, record.initial, strict=True)])
+        except GraphError as error:
+            raise RegistrationError({"error": "invalid_graph", "detail": f"initial pointstamps: {error}"}) from None
+    else:
+        root = nested.root
+        zero = (0,) * root.arity
+        initial = [(ScopedLocation((), node.id, port, "source"), zero, 1) for node in root.graph.nodes
+                   if node.inputs == 0 and node.id not in root.children for port in range(node.outputs)]
+    return nested, initial
+
+
+def _where(path: tuple[int, ...]) -> str:
+    return f"scope {list(path)}" if path else "the root scope"
+
+
+def scoped_json(path: tuple[int, ...], location: Location) -> dict[str, Any]:
+    """A location of scope ``path`` as JSON (``scope`` only when not the root)."""
+    body = location_json(location)
+    return {"scope": list(path), **body} if path else body
+

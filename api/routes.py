@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Header, HTTPException, Query, Request
@@ -18,7 +18,7 @@ from sse_starlette import EventSourceResponse
 
 from api import streams
 from api.deps import DataflowDep, PrincipalDep, ServiceDep, admin, require_json
-from api.explain import explain
+from api.explain import explain, explain_nested
 from api.ingest import bad_body, submit
 from api.models import (
     DataflowDetail,
@@ -29,11 +29,15 @@ from api.models import (
     PointstampRow,
     ProgressResponse,
     RegisterResponse,
+    ScopeInfo,
     SummaryRow,
     location_json,
 )
 from api.parsing import InvalidRequest, MalformedJSON, parse_registration
+from api.scopes import Hosting, parse_scope
+from api.tenant import Tenant
 from tracker.graph import Graph, Location
+from tracker.scope import ScopedLocation
 from tracker.structure import summaries_by_origin
 from tracker.timestamp import MAX_TIME
 
@@ -50,6 +54,8 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
 PSI_LOCATIONS = 2_000  # the whole of Psi is quadratic (streamed): beyond this, ask for one origin at a time
 NodeQ = Annotated[int | None, Query(ge=0, le=2**31 - 1)]
 KindQ = Annotated[Literal["source", "target"] | None, Query()]
+ScopeQ = Annotated[str | None, Query(max_length=200, description="a scope path of a dataflow with nested scopes, "
+                                     "comma-separated scope-node ids from the root, e.g. 3,1 (empty: the root)")]
 
 
 @router.post("/dataflows", status_code=201, response_model=RegisterResponse,
@@ -107,15 +113,33 @@ async def progress(request: Request, dataflow: DataflowDep, service: ServiceDep)
 @router.get("/dataflows/{id}/frontier", response_model=FrontierResponse, responses=_ERRORS,
             summary="Frontiers, now or as of a past version")
 async def frontier(dataflow: DataflowDep, node: NodeQ = None, port: NodeQ = None, kind: KindQ = None,
-                   version: Annotated[int | None, Query(ge=0)] = None) -> JSONResponse:
-    """Every location's frontier (optionally filtered), as of ``version`` if given."""
+                   version: Annotated[int | None, Query(ge=0)] = None, scope: ScopeQ = None) -> JSONResponse:
+    """Every location's frontier (optionally filtered; ``scope`` not given: any scope), as of
+    ``version`` if given. Times are in each location's scope."""
+    where = _filter(dataflow, scope, node, port, kind)
     try:
         at, view = dataflow.publication.frontier_at(version)
     except LookupError as error:
         raise HTTPException(404, {"error": "unknown_version", "detail": str(error)}) from None
 
-    return JSONResponse({"version": at, "locations": dataflow.publication.frontier_rows(
-        view, lambda loc: _matches(loc, node, port, kind))})
+    return JSONResponse({"version": at, "locations": dataflow.publication.frontier_rows(view, where)})
+
+
+def _scope(dataflow: Tenant, scope: str | None) -> tuple[int, ...] | None:
+    """The ``?scope=`` of a request, checked against the dataflow (422 ``unknown_scope``)."""
+    try:
+        return parse_scope(scope, [()]) if dataflow.hosting is None else dataflow.hosting.scope_of(scope)
+    except LookupError as error:
+        raise HTTPException(422, {"error": "unknown_scope", "detail": str(error)}) from None
+
+
+def _filter(dataflow: Tenant, scope: str | None, node: int | None, port: int | None, kind: str | None
+            ) -> Callable[[Location], bool]:
+    path = _scope(dataflow, scope)
+    hosting = dataflow.hosting
+    if hosting is None:
+        return lambda loc: _matches(loc, node, port, kind)
+    return lambda loc: hosting.matches(loc, path, node, port, kind)
 
 
 @router.get("/dataflows/{id}/pointstamps", responses=_ERRORS, summary="Non-zero occurrence counts",
@@ -123,16 +147,34 @@ async def frontier(dataflow: DataflowDep, node: NodeQ = None, port: NodeQ = None
 async def pointstamps(dataflow: DataflowDep) -> JSONResponse:
     """``[{"location", "time", "count"}]`` as of the durable version."""
     counts = dataflow.counts()
+    hosting = dataflow.hosting
+    if hosting is not None:  # scope by scope, then as a flat dataflow's
+        scoped = sorted(((hosting.scoped(loc), t), c) for (loc, t), c in counts.items())
+        ordered = sorted(scoped, key=lambda kv: (len(kv[0][0].scope), kv[0][0].scope, kv[0][0].node, kv[0][0].kind,
+                                                 kv[0][0].port, kv[0][1]))
+        return JSONResponse([{"location": hosting.location_json(hosting.flat(loc)), "time": list(t), "count": c}
+                             for (loc, t), c in ordered])
     rows = sorted(counts.items(), key=lambda kv: (kv[0][0].node, kv[0][0].kind, kv[0][0].port, kv[0][1]))
     return JSONResponse([{"location": location_json(loc), "time": list(t), "count": c} for (loc, t), c in rows])
+
+
+@router.get("/dataflows/{id}/scopes", response_model=list[ScopeInfo], responses=_ERRORS,
+            summary="Nested scopes and their summaries")
+async def scopes(dataflow: DataflowDep) -> JSONResponse:
+    """Every nested scope (``[]`` for a flat dataflow): its path, kind, the arity of its times,
+    and its summaries as an operator, from each input to each output, in the parent's time."""
+    return JSONResponse([] if dataflow.hosting is None else dataflow.hosting.scopes_json())
 
 
 @router.get("/dataflows/{id}/summaries", response_model=list[SummaryRow], responses=_ERRORS,
             summary="Minimal path summaries Psi")
 async def summaries(dataflow: DataflowDep, from_node: NodeQ = None, from_port: NodeQ = None, from_kind: KindQ = None,
-                    to_node: NodeQ = None, to_port: NodeQ = None, to_kind: KindQ = None) -> Response:
-    """``Psi`` rows, optionally filtered on either end, sorted by origin then destination."""
-    graph = dataflow.graph
+                    to_node: NodeQ = None, to_port: NodeQ = None, to_kind: KindQ = None,
+                    scope: ScopeQ = None) -> Response:
+    """``Psi`` rows, optionally filtered on either end, sorted by origin then destination;
+    ``scope``: within that scope of a nested dataflow (default: the root), in its time."""
+    path = _scope(dataflow, scope) or ()
+    graph = dataflow.graph if dataflow.hosting is None else dataflow.hosting.nested.scopes[path].graph
     if None not in (from_node, from_port, from_kind):
         origin = Location(from_node, from_port, from_kind)  # type: ignore[arg-type]
         if not graph.has_location(origin):
@@ -145,7 +187,8 @@ async def summaries(dataflow: DataflowDep, from_node: NodeQ = None, from_port: N
             "locations)")})
     origins = sorted((loc for loc in graph.locations() if _matches(loc, from_node, from_port, from_kind)),
                      key=_location_order)
-    return StreamingResponse(_psi_json(graph, origins, (to_node, to_port, to_kind)), media_type="application/json")
+    return StreamingResponse(_psi_json(graph, origins, (to_node, to_port, to_kind), path),
+                             media_type="application/json")
 
 
 def _matches(loc: Location, node: int | None, port: int | None, kind: str | None) -> bool:
@@ -157,12 +200,14 @@ def _location_order(loc: Location) -> tuple[int, str, int]:
     return loc.node, loc.kind, loc.port
 
 
-async def _psi_json(graph: Graph, origins: list[Location], dest: tuple[Any, Any, Any]) -> AsyncIterator[bytes]:
+async def _psi_json(graph: Graph, origins: list[Location], dest: tuple[Any, Any, Any], path: tuple[int, ...] = ()
+                    ) -> AsyncIterator[bytes]:
     """The ``summaries`` answer, streamed: searched, sorted and encoded a few origins at a time
     in a worker thread. The whole of ``Psi`` is quadratic (a million rows for 1,000 locations),
     and done at once its sort and encoding were single C calls holding the GIL for seconds,
     stalling every other dataflow's traffic."""
     searches = summaries_by_origin(graph, origins)
+    location_json = _located(path)
 
     def chunk() -> str | None:
         parts: list[str] = []
@@ -194,21 +239,18 @@ async def frontier_explain(
     node: Annotated[int, Query(ge=0, le=2**31 - 1)], port: Annotated[int, Query(ge=0, le=2**31 - 1)],
     kind: Annotated[Literal["source", "target"], Query()],
     time: Annotated[str, Query(max_length=1000, description="comma-separated coordinates, e.g. 2,7")],
+    scope: ScopeQ = None,
 ) -> JSONResponse:
     """The active pointstamps that hold ``(location, time)`` back, each with its summary and
-    one path, and a sentence saying what it means."""
+    one path, and a sentence saying what it means. In a nested dataflow the path may cross scope
+    boundaries (its steps say ``via`` ingress or egress); ``time`` is in the location's scope."""
+    path = _scope(dataflow, scope) or ()
+    if dataflow.hosting is not None:
+        return await _explain_nested(dataflow, dataflow.hosting, ScopedLocation(path, node, port, kind), time)
     location = Location(node, port, kind)
     if not dataflow.graph.has_location(location):
         raise HTTPException(422, {"error": "unknown_location", "detail": f"{location} is not a port of this dataflow"})
-    # ASCII digits only: int() would also take "٣" or "1_000".
-    texts = [x.strip() for x in time.split(",")]
-    if not all(x.isascii() and x.isdigit() for x in texts):
-        raise HTTPException(422, {"error": "invalid_time",
-                                  "detail": f"time must be comma-separated non-negative integers, got {time!r}"})
-    parts = [int(x) for x in texts]
-    if len(parts) != dataflow.graph.arity or max(parts) > MAX_TIME:
-        raise HTTPException(422, {"error": "invalid_time", "detail": f"time must have {dataflow.graph.arity} "
-                                  f"coordinates, each from 0 to {MAX_TIME}"})
+    parts = _time(time, dataflow.graph.arity)
     version, view = dataflow.publication.frontier_at()
     counts = dataflow.counts()
     # A search per blocking origin: off the loop, on a consistent copy of the state.
@@ -236,3 +278,38 @@ async def frontier_stream(
                                 metrics.resyncs.inc, gauge.inc)
     return EventSourceResponse(events, ping=15,
                                headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+
+def _time(text: str, arity: int) -> tuple[int, ...]:
+    """The ``time`` query of ``explain``, with ``arity`` coordinates (422 ``invalid_time``)."""
+    # ASCII digits only: int() would also take "٣" or "1_000".
+    texts = [x.strip() for x in text.split(",")]
+    if not all(x.isascii() and x.isdigit() for x in texts):
+        raise HTTPException(422, {"error": "invalid_time",
+                                  "detail": f"time must be comma-separated non-negative integers, got {text!r}"})
+    parts = tuple(int(x) for x in texts)
+    if len(parts) != arity or max(parts) > MAX_TIME:
+        raise HTTPException(422, {"error": "invalid_time", "detail": f"time must have {arity} "
+                                  f"coordinates, each from 0 to {MAX_TIME}"})
+    return parts
+
+
+async def _explain_nested(dataflow: Tenant, hosting: Hosting, location: ScopedLocation, text: str) -> JSONResponse:
+    try:
+        here = hosting.flat(location)
+    except KeyError:
+        raise HTTPException(422, {"error": "unknown_location",
+                                  "detail": f"{location} is not a port of this dataflow"}) from None
+    when = _time(text, hosting.nested.arity_of(location.scope))
+    version, view = dataflow.publication.frontier_at()
+    counts = {(hosting.scoped(loc), t): c for (loc, t), c in dataflow.counts().items()}
+    frontier = sorted(view.get(here, ()))
+    return JSONResponse(await asyncio.to_thread(lambda: explain_nested(hosting.steps, counts, frontier, version,
+                                                                       location, when)))
+
+
+def _located(path: tuple[int, ...]) -> Callable[[Location], dict[str, Any]]:
+    """JSON of the locations of scope ``path`` (``scope`` only when not the root)."""
+    if not path:
+        return location_json
+    return lambda loc: {"scope": list(path), **location_json(loc)}

@@ -30,10 +30,10 @@ from api.graphs import GraphWriter
 from api.live import LiveState
 from api.metrics import Metrics
 from api.models import RegisterRequest
-from api.parsing import parse_progress
 from api.publish import Publication
 from api.records import Batch, Check, Record, Register
-from api.registration import RegistrationError, build_graph, registration_record
+from api.registration import RegistrationError, Spec, build_graph, build_nested, is_nested, registration_record
+from api.scopes import Hosting, NestedEngine
 from api.spark import Hosted, Spark
 from api.store import Store
 from api.sync import DeltaLag, Syncer
@@ -43,6 +43,7 @@ from api.wal import LogFailed, WriteAheadLog
 from tracker.engine import FrontierEngine
 from tracker.graph import Graph, GraphError, Update
 from tracker.reachability import Tracker
+from tracker.scoped import ScopedTracker
 
 log = logging.getLogger("tracker.service")
 
@@ -97,13 +98,22 @@ class Service:
             LogFailed: the log could not make the registration durable.
         """
         spec = registration_record(req)
-        graph, initial = await asyncio.to_thread(build_graph, spec)
-        tracker = await asyncio.to_thread(self._tracker_with, graph, initial)
+        hosting = None
+        if is_nested(spec):
+            hosting, tracker, initial = await asyncio.to_thread(self._nested_with, spec, True)
+            graph = hosting.root
+        else:
+            if spec.initial_scopes:  # a scope path in a dataflow without scopes
+                index, scope = next((i, s) for i, s in enumerate(spec.initial_scopes) if s)
+                raise RegistrationError({"error": "invalid_graph",
+                                         "detail": f"initial pointstamps: update {index}: unknown scope {scope}"})
+            graph, initial = await asyncio.to_thread(build_graph, spec)
+            tracker = await asyncio.to_thread(self._tracker_with, graph, initial)
         token = new_token()
         record = Register(name=spec.name, arity=spec.arity, nodes=spec.nodes, edges=spec.edges,
                           initial=spec.initial, df=uuid.uuid4().hex, token=token_hash(token),
                           created_at=datetime.now(UTC).isoformat())
-        tenant = self._new_tenant(record, graph, tracker, initial)
+        tenant = self._new_tenant(record, graph, tracker, initial, hosting)
         self.dataflows[tenant.id] = tenant  # in the registry (and log headers) before it is durable
         await self.wal.enqueue(record)
         tenant.ready = True
@@ -114,15 +124,19 @@ class Service:
         self._after_registration(tenant)
         return tenant, token
 
-    def _new_tenant(self, record: Register, graph: Graph, tracker: FrontierEngine, initial: list[Update]) -> Tenant:
+    def _new_tenant(self, record: Register, graph: Graph, tracker: FrontierEngine, initial: list[Update],
+                    hosting: Hosting | None = None) -> Tenant:
         lag = DeltaLag()
         tenant = Tenant(registration=record, graph=graph, live=LiveState(tracker),
-                        publication=Publication(graph, self.settings.history, lag.changes_published), lag=lag,
-                        engine_mode=self.settings.engine)
+                        publication=Publication(graph, self.settings.history, lag.changes_published, hosting),
+                        lag=lag, engine_mode=self.settings.engine if hosting is None else "native", hosting=hosting)
         tenant.reset_published()
         lag.batch_durable(0, "_initial", 0, initial, time.time())
         if not self._checks_in_spark:
             tenant.spark.check = "skipped"
+        if hosting is not None:  # Spark's jobs know no scopes yet: tracked natively, not checked, not audited
+            tenant.spark.check, tenant.spark.audited = "skipped", False
+            tenant.spark.detail = "nested scopes: the Spark check and audits do not cover them yet"
         return tenant
 
     def _after_registration(self, tenant: Tenant) -> None:
@@ -186,16 +200,22 @@ class Service:
     def _recover_one(self, record: Register, batches: list[Batch], stored: set[str]) -> None:
         store = self.store
         dataflow_id = record.df
-        graph, initial = build_graph(record, new=False)
+        hosting = None
+        if is_nested(record):
+            hosting, _, initial = self._nested_with(record, False, empty=True)
+            graph = hosting.root
+        else:
+            graph, initial = build_graph(record, new=False)
         snapshot = store.snapshot(dataflow_id) if store is not None else None
         if snapshot is None:  # never compacted: replay everything from the initial counts
-            tenant = self._new_tenant(record, graph, self._tracker_with(graph, initial), initial)
+            tracker = self._tracker_with(graph, initial, hosting)
+            tenant = self._new_tenant(record, graph, tracker, initial, hosting)
             base = 0
         else:  # start from the compacted counts and replay only what follows them
             assert store is not None
             base, counts = snapshot
-            tracker = self._tracker_with(graph, [(loc, t, c) for (loc, t), c in counts.items()])
-            tenant = self._new_tenant(record, graph, tracker, initial)
+            tracker = self._tracker_with(graph, [(loc, t, c) for (loc, t), c in counts.items()], hosting)
+            tenant = self._new_tenant(record, graph, tracker, initial, hosting)
             tenant.live.version = base
             tenant.live.workers = store.worker_positions(dataflow_id)
         lag, live = tenant.lag, tenant.live
@@ -211,13 +231,13 @@ class Service:
         for batch in batches:
             if batch.v <= in_delta:
                 continue  # already in Delta: applying it again would count it twice
-            worker, seq, updates = parse_progress(batch.body, graph)  # validated before it was logged
+            worker, seq, updates = tenant.parse(batch.body)  # validated before it was logged
             if batch.v <= live.version:  # in the snapshot but not yet in Delta progress
                 live.workers[worker] = (seq, batch.v)
             else:
                 self._replay(tenant, batch.v, worker, seq, updates, batch.at)
-            lag.batch_durable(batch.v, worker, seq, RawBatch(batch.body, len(updates)) if updates else updates,
-                              batch.at)
+            lag.batch_durable(batch.v, worker, seq, RawBatch(batch.body, len(updates))
+                              if updates and hosting is None else updates, batch.at)
         live.durable_version = live.version
         if tenant.engine_mode == "native":
             tenant.reset_published()
@@ -267,12 +287,30 @@ class Service:
         header: list[Record] = [d.registration for d in self.dataflows.values()]
         return header + [self.checks[d] for d in self.dataflows if d in self.checks]
 
-    def _tracker_with(self, graph: Graph, initial: list[Update]) -> FrontierEngine:
-        """A frontier engine of ``graph`` (which :func:`build_graph` checked for cycles) holding ``initial``."""
-        tracker: FrontierEngine = CountsOnly(graph) if self.settings.engine == "spark" else Tracker(
-            graph, cycles_checked=True)
+    def _tracker_with(self, graph: Graph, initial: list[Update], hosting: Hosting | None = None) -> FrontierEngine:
+        """A frontier engine of ``graph`` (which :func:`build_graph` checked for cycles) holding
+        ``initial``; for a nested dataflow (``hosting``), one over its stand-ins, whatever the engine."""
+        if hosting is not None:
+            tracker: FrontierEngine = NestedEngine(hosting, ScopedTracker(hosting.nested, flat=self._scope_engine))
+        else:
+            tracker = CountsOnly(graph) if self.settings.engine == "spark" else Tracker(graph, cycles_checked=True)
         tracker.apply(initial, validated=True)
         return tracker
+
+    @staticmethod
+    def _scope_engine(graph: Graph) -> FrontierEngine:
+        """The flat engine of one scope of a nested dataflow (its cycles checked per scope)."""
+        return Tracker(graph, cycles_checked=True)
+
+    def _nested_with(self, record: Register | Spec, new: bool, *, empty: bool = False
+                     ) -> tuple[Hosting, FrontierEngine, list[Update]]:
+        """Validate a nested registration (:func:`build_nested`, off the event loop): its
+        hosting, an engine holding its initial pointstamps (none if ``empty``) and those, on the
+        stand-ins."""
+        nested, scoped = build_nested(record, new=new)
+        hosting = Hosting(nested)
+        initial = [(hosting.flat(loc), t, d) for loc, t, d in scoped]
+        return hosting, self._tracker_with(hosting.root, [] if empty else initial, hosting), initial
 
 
 # Tests build graphs exactly as the service does through these names.

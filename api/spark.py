@@ -37,6 +37,8 @@ class SparkState:
     audit: dict[str, Any] | None = None
     queue: list[tuple[int, list[Update]]] = field(default_factory=list)
     engine: Any = None  # spark_jobs.incremental.SparkFrontierEngine, made on the spark thread
+    audited: bool = True
+    """False for a dataflow with nested scopes: Spark's jobs know no scopes yet (no check, no audit)."""
 
 
 class Hosted(Protocol):

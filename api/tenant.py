@@ -15,11 +15,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from api.live import Counts, LiveState
+from api.parsing import parse_progress
 from api.publish import Publication
 from api.records import Register
+from api.scopes import Hosting
 from api.spark import SparkState
 from api.sync import DeltaLag
-from tracker.graph import Graph
+from tracker.graph import Graph, Update
 
 
 @dataclass(eq=False)
@@ -36,6 +38,9 @@ class Tenant:
     """``spark``: frontiers come from Spark micro-batches (:mod:`api.microbatch`)."""
     ready: bool = False
     """Registered durably (or recovered): visible to requests."""
+    hosting: Hosting | None = None
+    """A dataflow with nested scopes: its scopes and its locations' flat stand-ins
+    (:mod:`api.scopes`); ``None`` for a flat dataflow."""
 
     @property
     def id(self) -> str:
@@ -56,6 +61,10 @@ class Tenant:
     def created_at(self) -> str:
         """When it was registered (ISO 8601)."""
         return self.registration.created_at
+
+    def parse(self, data: bytes | str) -> tuple[str, int, list[Update]]:
+        """A progress body's ``(worker, seq, updates)``, validated against this dataflow."""
+        return parse_progress(data, self.graph) if self.hosting is None else self.hosting.parse(data)
 
     def counts(self) -> Counts:
         """Occurrence counts as of the published frontier's version: in-flight batches (not

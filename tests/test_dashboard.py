@@ -177,6 +177,77 @@ def test_live_graph_frontiers_plots_and_screenshot(service: ServiceProcess, brow
     page.close()
 
 
+def _edge(src: tuple[int, int], dst: tuple[int, int]) -> dict[str, Any]:
+    return {"source": {"node": src[0], "port": src[1]}, "target": {"node": dst[0], "port": dst[1]}}
+
+
+def nested_loops() -> dict[str, Any]:
+    """input 0 -> iterative scope 1 (step 1, an iterative scope 2 (work 1) inside, feedback 3) -> after 2."""
+    inner = {"kind": "iterative", "nodes": [{"id": 1, "name": "work", "inputs": 1, "outputs": 1}],
+             "edges": [_edge((0, 0), (1, 0)), _edge((1, 0), (0, 0))]}
+    loop = {"kind": "iterative",
+            "nodes": [{"id": 1, "name": "step", "inputs": 2, "outputs": 1},
+                      {"id": 2, "name": "rounds", "inputs": 1, "outputs": 1, "scope": inner},
+                      {"id": 3, "name": "feedback", "inputs": 1, "outputs": 1,
+                       "connections": [{"input": 0, "output": 0, "summaries": [[0, 1]]}]}],
+            "edges": [_edge((0, 0), (1, 0)), _edge((1, 0), (2, 0)), _edge((2, 0), (3, 0)), _edge((3, 0), (1, 1)),
+                      _edge((2, 0), (0, 0))]}
+    return {"name": "dashboard-nested", "nodes": [
+        {"id": 0, "name": "input", "inputs": 0, "outputs": 1},
+        {"id": 1, "name": "loop", "inputs": 1, "outputs": 1, "scope": loop},
+        {"id": 2, "name": "after", "inputs": 1, "outputs": 0}],
+        "edges": [_edge((0, 0), (1, 0)), _edge((1, 0), (2, 0))]}
+
+
+def test_a_nested_dataflow_is_drawn_with_its_scopes(service: ServiceProcess, browser: Browser) -> None:
+    dataflow, token = register(service, nested_loops())
+    page = browser.new_page(viewport={"width": 1400, "height": 1100})
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
+    page.goto(service.url + "/dashboard")
+    page.fill("#token", ADMIN_TOKEN)
+    page.click("#save-token")
+    page.locator(f'#dataflows li[data-id="{dataflow}"]').click(timeout=WAIT_MS)
+    # Ports: root 1 + 2 + 1, scope [1]: 2 boundary + 3 + 2 + 2, scope [1,2]: 2 boundary + 2.
+    page.wait_for_function("window.dashboard.cy && window.dashboard.cy.nodes('.port').length === 17", timeout=WAIT_MS)
+    drawn = page.evaluate("""() => { const cy = window.dashboard.cy; return {
+        scopes: cy.nodes('.scope').map(n => [n.id(), n.data('label')]),
+        parent: cy.getElementById('op-1_2-1').parent().id(), crossing: cy.edges('.crossing').length}; }""")
+    assert drawn["scopes"] == [["op-1", "loop #1 · iterative · in 0→out 0 +(0)"],
+                               ["op-1-2", "rounds #2 · iterative · in 0→out 0 +(0, 0)"]]
+    assert drawn["parent"] == "op-1-2" and drawn["crossing"] == 4  # an ingress and an egress per scope
+    # Frontiers inside a scope, in its own time: the input's capability at (0) is (0, 0, 0) inside both loops.
+    expect(frontier_cell(page, "1,2/1:0:target")).to_have_text("{(0, 0, 0)}", timeout=WAIT_MS)
+    expect(frontier_cell(page, "1/1:1:target")).to_have_text("{(0, 1)}", timeout=WAIT_MS)
+    with service.client(token) as client:
+        assert client.post(f"/v1/dataflows/{dataflow}/progress", json={"worker": "w", "seq": 0, "updates": [
+            update(0, 0, "source", [0], -1), update(0, 0, "source", [3], 1),
+            {"location": {"scope": [1, 2], "node": 1, "port": 0, "kind": "source"}, "time": [1, 4, 2], "delta": 1},
+        ]}).status_code == 200
+    expect(frontier_cell(page, "2:0:target")).to_have_text("{(1)}", timeout=WAIT_MS)
+    expect(frontier_cell(page, "1/1:1:target")).to_have_text("{(1, 5), (3, 1)}", timeout=WAIT_MS)
+    page.wait_for_function("window.dashboard.cy.getElementById('t-1-1-in-1').data('label') === 'in 1 {(1, 5), (3, 1)}'",
+                           timeout=WAIT_MS)
+    page.locator('#frontiers tr[data-loc="2:0:target"]').click(timeout=WAIT_MS)
+    expect(page.locator("#explain")).to_contain_text("[1,2](1,0,source)", timeout=WAIT_MS)
+    expect(page.locator('#held tr[data-loc="2:0:target"]')).to_contain_text("[1,2](1,0,source)@(1, 4, 2)",
+                                                                           timeout=WAIT_MS)
+    OUTPUT.mkdir(exist_ok=True)
+    page.wait_for_timeout(1600)
+    page.screenshot(path=str(OUTPUT / "dashboard-scopes.png"), full_page=True)
+    # Collapsing the inner scope hides its inside and keeps its own ports; opening it shows it again.
+    page.evaluate("() => window.dashboard.cy.getElementById('op-1-2').emit('tap')")
+    hidden = page.evaluate("() => [window.dashboard.cy.getElementById('op-1_2-1').visible(), "
+                           "window.dashboard.cy.getElementById('t-2-0-in-1').visible()]")
+    assert hidden == [False, True]
+    page.screenshot(path=str(OUTPUT / "dashboard-scopes-collapsed.png"), full_page=True)
+    page.evaluate("() => window.dashboard.cy.getElementById('op-1-2').emit('tap')")
+    assert page.evaluate("() => window.dashboard.cy.getElementById('op-1_2-1').visible()")
+    assert errors == [], errors
+    page.close()
+
+
 def test_a_running_worker_example_is_drawn_and_moves_on_screen(service: ServiceProcess, browser: Browser) -> None:
     """The real thing: `tracker example components` (worker processes over the WebSocket link)
     runs against the service while the page watches; its frontiers must move on screen."""
@@ -208,8 +279,9 @@ def test_a_running_worker_example_is_drawn_and_moves_on_screen(service: ServiceP
             page.fill("#token", ADMIN_TOKEN)
             page.click("#save-token")
         page.locator(f'#dataflows li[data-id="{dataflow_id}"]').click(timeout=WAIT_MS)
-        page.wait_for_function("window.dashboard.cy && window.dashboard.cy.nodes('.operator').length === 4",
-                               timeout=WAIT_MS)
+        # edges, the loop scope (a compound node holding cc and the feedback), sink.
+        page.wait_for_function("window.dashboard.cy && window.dashboard.cy.nodes('.operator').length === 5 "
+                               "&& window.dashboard.cy.nodes('.scope').length === 1", timeout=WAIT_MS)
         assert page.evaluate("window.dashboard.cy.edges('.loop').length") >= 1  # the feedback loop is drawn
         status = page.locator("#status")
         expect(status).to_contain_text("version", timeout=WAIT_MS)

@@ -43,12 +43,13 @@ def read_traces(directory: Path) -> list[list[Any]]:
     return [[json.loads(line) for line in path.read_text().splitlines()] for path in sorted(directory.glob("*.jsonl"))]
 
 
-@pytest.mark.parametrize("run", range(7))
+@pytest.mark.parametrize("run", range(9))
 def test_examples_on_worker_processes_match_the_reference(service: ServiceProcess, tmp_path: Path, run: int) -> None:
     rng = random.Random(run)
-    name = ("wordcount", "components")[run % 2]
-    workers = (3, 2, 2, 3, 3, 3, 2)[run]
-    link = "sse" if run >= 5 else "ws"  # the last two runs use the POST + SSE fallback
+    # components (a loop scope) and digitroot (a loop in a loop) register nested scopes.
+    name = ("wordcount", "components", "digitroot")[run % 3]
+    workers = (3, 2, 2, 3, 3, 3, 2, 2, 3)[run]
+    link = "sse" if run >= 6 else "ws"  # the last three runs (one per example) use the POST + SSE fallback
     example = load_example(name)
     config = {**example.DEFAULTS, "seed": 100 + run, "epochs": rng.randint(4, 6)}
     delay = rng.choice([0.001, 0.003, 0.006])  # random delay of every data message, up to this

@@ -34,6 +34,7 @@ from typing import Protocol
 
 from tracker.graph import Graph, Location, Update
 from tracker.reachability import FrontierChange
+from tracker.scope import NestedGraph, ScopedChange, ScopedLocation
 from tracker.timestamp import Timestamp
 
 
@@ -77,4 +78,37 @@ class FrontierEngine(Protocol):
     def can_notify(self, location: Location, time: Timestamp) -> bool:
         """True iff a notification for ``time`` at ``location`` is safe: no frontier element
         there is ``<= time``."""
+        ...
+
+
+class ScopedEngine(Protocol):
+    """:class:`FrontierEngine`'s sibling for a dataflow with nested scopes: the same guarantees,
+    with every location a :class:`~tracker.scope.ScopedLocation` and every time in its scope's
+    arity. :class:`tracker.scoped.ScopedTracker` satisfies it (one flat engine per scope)."""
+
+    @property
+    def nested(self) -> NestedGraph:
+        """The validated nested dataflow whose locations this engine tracks."""
+        ...
+
+    def apply(self, updates: Iterable[tuple[object, object, object]], *, validated: bool = False
+              ) -> list[ScopedChange]:
+        """Apply one atomic batch of ``(location, time, delta)`` updates (see
+        :meth:`FrontierEngine.apply`; :meth:`~tracker.scope.NestedGraph.check_updates` validates)."""
+        ...
+
+    def frontier(self, location: ScopedLocation) -> list[Timestamp]:
+        """The minimal times that may still appear at ``location``, in its scope's time, sorted."""
+        ...
+
+    def frontiers(self) -> dict[ScopedLocation, list[Timestamp]]:
+        """Every location's frontier, in every scope."""
+        ...
+
+    def pointstamps(self) -> dict[tuple[ScopedLocation, Timestamp], int]:
+        """Every non-zero occurrence count reported by workers."""
+        ...
+
+    def can_notify(self, location: ScopedLocation, time: Timestamp) -> bool:
+        """True iff a notification for ``time`` at ``location`` is safe."""
         ...

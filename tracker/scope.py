@@ -84,6 +84,15 @@ ScopedUpdate = tuple[ScopedLocation, Timestamp, int]
 """A change to an occurrence count at a location of some scope: ``(location, time, delta)``."""
 
 
+class ScopedChange(NamedTuple):
+    """A time entering (``diff=+1``) or leaving (``diff=-1``) a location's frontier, in the
+    time of the location's scope."""
+
+    location: ScopedLocation
+    time: Timestamp
+    diff: int
+
+
 @dataclass(frozen=True)
 class Scope:
     """One scope: its kind, the arity of its times, and its graph (with the boundary node ``0``

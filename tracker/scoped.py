@@ -45,27 +45,20 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Iterable
-from typing import NamedTuple
 
 from tracker.antichain import MutableAntichain
+from tracker.engine import FrontierEngine
 from tracker.graph import Graph, Location
 from tracker.reachability import FrontierChange, Tracker
-from tracker.scope import BOUNDARY, NestedGraph, Scope, ScopedLocation, ScopedUpdate, ScopePath
+from tracker.scope import BOUNDARY, NestedGraph, Scope, ScopedChange, ScopedLocation, ScopedUpdate, ScopePath
 from tracker.structure import path_summaries
 from tracker.timestamp import PathSummary, Timestamp
 
+FlatTracker = Callable[[Graph], FrontierEngine]
+"""Builds the flat tracker of one scope (the Python reference by default; any
+:class:`~tracker.engine.FrontierEngine`, e.g. the compiled one)."""
 
-class ScopedChange(NamedTuple):
-    """A time entering (``diff=+1``) or leaving (``diff=-1``) a location's frontier, in the
-    time of the location's scope."""
-
-    location: ScopedLocation
-    time: Timestamp
-    diff: int
-
-
-FlatTracker = Callable[[Graph], Tracker]
-"""Builds the flat tracker of one scope (the Python reference by default)."""
+__all__ = ["FlatTracker", "ScopedChange", "ScopedTracker", "flat_changes"]
 
 
 class _Projection:

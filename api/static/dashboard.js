@@ -27,10 +27,23 @@ window.dashboard = state; // for debugging in the console (and the browser test)
 
 // ---------------------------------------------------------------- helpers
 
-const locKey = (l) => `${l.node}:${l.port}:${l.kind}`;
-const locText = (l) => `(${l.node},${l.port},${l.kind})`;
+// A location of a nested scope carries its scope path (`scope`, absent or [] at the root); its
+// key is "3,1/node:port:kind", a root location's "node:port:kind" as in a flat dataflow.
+const scopeOf = (l) => (l.scope && l.scope.length ? l.scope : []);
+const locKey = (l) => (scopeOf(l).length ? `${scopeOf(l).join(",")}/` : "") + `${l.node}:${l.port}:${l.kind}`;
+const locText = (l) => (scopeOf(l).length ? `[${scopeOf(l).join(",")}]` : "") + `(${l.node},${l.port},${l.kind})`;
 const timeText = (t) => `(${t.join(", ")})`;
-const portId = (l) => `${l.kind === "target" ? "t" : "s"}-${l.node}-${l.port}`;
+const portId = (l) => `${l.kind === "target" ? "t" : "s"}-${l.node}-${l.port}` +
+  (scopeOf(l).length ? `-in-${scopeOf(l).join("_")}` : "");
+const opId = (path, id) => (path.length ? `op-${path.join("_")}-${id}` : `op-${id}`);
+
+function keyLocation(key) {
+  // The inverse of locKey.
+  const slash = key.indexOf("/");
+  const scope = slash < 0 ? [] : key.slice(0, slash).split(",").map(Number);
+  const [node, port, kind] = key.slice(slash + 1).split(":");
+  return scope.length ? {scope, node: Number(node), port: Number(port), kind} : {node, port, kind};
+}
 
 function compareTimes(a, b) {
   for (let i = 0; i < Math.min(a.length, b.length); i++) if (a[i] !== b[i]) return a[i] - b[i];
@@ -155,6 +168,8 @@ async function openDataflow(id) {
   }
   const flow = await apiJson(`/v1/dataflows/${encodeURIComponent(id)}`, {signal: abort.signal});
   state.dataflow = flow;
+  state.scopes = flow.nodes.some((n) => n.scope)
+    ? await apiJson(`/v1/dataflows/${encodeURIComponent(id)}/scopes`, {signal: abort.signal}) : [];
   $("#empty").hidden = true;
   $("#view").hidden = false;
   $("#title").textContent = `${flow.name} (${flow.id})`;
@@ -168,10 +183,21 @@ async function openDataflow(id) {
 
 // ---------------------------------------------------------------- graph drawing
 
-function nodeConnections(node) {
+function scopeArity(path) {
+  // The arity of times in scope `path`: the root's, plus one per iterative scope on the way.
+  let arity = state.dataflow.timestamp_arity, nodes = state.dataflow.nodes;
+  for (const id of path) {
+    const node = nodes.find((n) => n.id === id);
+    if (node.scope.kind === "iterative") arity += 1;
+    nodes = node.scope.nodes;
+  }
+  return arity;
+}
+
+function nodeConnections(node, path = []) {
   // Omitted connections mean every input to every output with the zero summary (DESIGN 3).
   if (node.connections) return node.connections;
-  const zero = new Array(state.dataflow.timestamp_arity).fill(0);
+  const zero = new Array(scopeArity(path)).fill(0);
   const all = [];
   for (let i = 0; i < node.inputs; i++) for (let o = 0; o < node.outputs; o++) {
     all.push({input: i, output: o, summaries: [zero]});
@@ -179,12 +205,15 @@ function nodeConnections(node) {
   return all;
 }
 
-function ranks(flow) {
-  // Breadth-first depth from the operators without inputs: left to right, loops go back.
+function ranks(flow, nested = false) {
+  // Breadth-first depth from the operators without inputs (inside a scope: from those its
+  // boundary, node 0, feeds): left to right, loops go back.
   const next = new Map(flow.nodes.map((n) => [n.id, []]));
-  for (const e of flow.edges) next.get(e.source.node).push(e.target.node);
+  if (nested) next.set(0, []);
+  for (const e of flow.edges) if (next.has(e.source.node)) next.get(e.source.node).push(e.target.node);
   const rank = new Map();
-  let queue = flow.nodes.filter((n) => n.inputs === 0).map((n) => n.id);
+  let queue = nested ? [...new Set(next.get(0))].filter((id) => id !== 0)
+    : flow.nodes.filter((n) => n.inputs === 0).map((n) => n.id);
   if (!queue.length && flow.nodes.length) queue = [flow.nodes[0].id];
   for (const id of queue) rank.set(id, 0);
   while (queue.length) {
@@ -197,43 +226,110 @@ function ranks(flow) {
   return rank;
 }
 
-function drawGraph(flow) {
-  const rank = ranks(flow);
-  const perRank = new Map();
-  const elements = [];
-  const COL = 300, ROW = 190, PORT = 46;
-  for (const node of [...flow.nodes].sort((a, b) => a.id - b.id)) {
+const ROW_GAP = 50, PORT = 46, PAD = 50;
+// A nested dataflow's frontiers (times of several coordinates, shown beside the ports) need more room.
+const spread = () => ((state.scopes || []).length ? {col: 200, op: 300} : {col: 80, op: 220});
+
+function nodeSize(path, node) {
+  // An operator's box, or a scope's: its inside laid out, with room for its own ports.
+  if (!node.scope) return {w: spread().op, h: Math.max(node.inputs, node.outputs, 1) * PORT + 40};
+  const inner = arrange([...path, node.id], node.scope);
+  return {w: inner.w + 2 * PAD + 60, h: Math.max(inner.h, Math.max(node.inputs, node.outputs, 1) * PORT) + 2 * PAD};
+}
+
+function arrange(path, body) {
+  // Columns by rank, each node's size known (scopes recursively); positions relative to (0, 0).
+  const rank = ranks(body, path.length > 0);
+  const columns = [];
+  for (const node of [...body.nodes].sort((a, b) => a.id - b.id)) {
     const r = rank.get(node.id);
-    const row = perRank.get(r) || 0;
-    perRank.set(r, row + 1);
-    const x = r * COL, y = row * ROW;
-    elements.push({data: {id: `op-${node.id}`, label: `${node.name || "operator"} #${node.id}`}, classes: "operator"});
-    const place = (count, i) => y + (i - (count - 1) / 2) * PORT;
+    while (columns.length <= r) columns.push([]);
+    columns[r].push({node, ...nodeSize(path, node)});
+  }
+  const placed = [];
+  let x = 0, height = 0;
+  for (const column of columns) {
+    const width = Math.max(...column.map((c) => c.w), 0);
+    let y = 0;
+    for (const c of column) { placed.push({...c, x: x + width / 2, y: y + c.h / 2}); y += c.h + ROW_GAP; }
+    height = Math.max(height, y - ROW_GAP);
+    x += width + spread().col;
+  }
+  return {w: Math.max(x - spread().col, 0), h: height, placed};
+}
+
+function scopeSummaryText(path) {
+  const info = (state.scopes || []).find((s) => s.scope.join(",") === path.join(","));
+  if (!info) return "";
+  const parts = info.summaries.map((r) => `in ${r.input}→out ${r.output} ${r.summaries.map((t) => "+" + timeText(t)).join(" ")}`);
+  return ` · ${info.kind} · ${parts.join("; ") || "no path through"}`;
+}
+
+function portElement(loc, parent, side, x, y, extra = {}) {
+  return {data: {id: portId(loc), parent, key: locKey(loc), side, label: side, frontier: "", ...extra},
+    position: {x, y}, classes: "port"};
+}
+
+function emitScope(path, body, ox, oy, parent, elements) {
+  // Operators and scopes of one scope, centred on (ox, oy); a scope node is a compound node
+  // holding its own ports and its inside (boundary ports, ingress and egress edges included).
+  const layout = arrange(path, body);
+  const left = ox - layout.w / 2, top = oy - layout.h / 2;
+  for (const {node, x, y, w} of layout.placed) {
+    const cx = left + x, cy = top + y, id = opId(path, node.id);
+    const label = `${node.name || (node.scope ? "scope" : "operator")} #${node.id}` +
+      (node.scope ? scopeSummaryText([...path, node.id]) : "");
+    elements.push({data: {id, label, ...(parent ? {parent} : {})}, classes: node.scope ? "operator scope" : "operator"});
+    const half = node.scope ? w / 2 - 20 : spread().op / 2 - 50;
+    const place = (count, i) => cy + (i - (count - 1) / 2) * PORT;
     for (let p = 0; p < node.inputs; p++) {
-      const loc = {node: node.id, port: p, kind: "target"};
-      elements.push({data: {id: portId(loc), parent: `op-${node.id}`, key: locKey(loc), side: `in ${p}`,
-        label: `in ${p}`, frontier: ""}, position: {x: x - 60, y: place(node.inputs, p)}, classes: "port"});
+      elements.push(portElement({scope: path, node: node.id, port: p, kind: "target"}, id, `in ${p}`, cx - half,
+        place(node.inputs, p), {own: "yes"}));
     }
     for (let p = 0; p < node.outputs; p++) {
-      const loc = {node: node.id, port: p, kind: "source"};
-      elements.push({data: {id: portId(loc), parent: `op-${node.id}`, key: locKey(loc), side: `out ${p}`,
-        label: `out ${p}`, frontier: ""}, position: {x: x + 60, y: place(node.outputs, p)}, classes: "port"});
+      elements.push(portElement({scope: path, node: node.id, port: p, kind: "source"}, id, `out ${p}`, cx + half,
+        place(node.outputs, p), {own: "yes"}));
     }
-    for (const c of nodeConnections(node)) {
-      const advances = c.summaries.some((s) => s.some((v) => v > 0));
+    if (node.scope) {
+      const inner = [...path, node.id];
+      const gap = w / 2 - PAD;
+      for (let p = 0; p < node.inputs; p++) {  // the boundary's output p: the scope's input p, inside
+        const loc = {scope: inner, node: 0, port: p, kind: "source"};
+        elements.push(portElement(loc, id, `enter ${p}`, cx - gap, place(node.inputs, p)));
+        elements.push({data: {id: `ingress-${inner.join("_")}-${p}`, source: portId({scope: path, node: node.id, port: p,
+          kind: "target"}), target: portId(loc)}, classes: "edge crossing"});
+      }
+      for (let p = 0; p < node.outputs; p++) {
+        const loc = {scope: inner, node: 0, port: p, kind: "target"};
+        elements.push(portElement(loc, id, `leave ${p}`, cx + gap, place(node.outputs, p)));
+        elements.push({data: {id: `egress-${inner.join("_")}-${p}`, source: portId(loc), target: portId({scope: path,
+          node: node.id, port: p, kind: "source"})}, classes: "edge crossing"});
+      }
+      emitScope(inner, node.scope, cx, cy, id, elements);
+      continue;
+    }
+    for (const c of nodeConnections(node, path)) {
+      const advances = c.summaries.some((t) => t.some((v) => v > 0));
       elements.push({data: {
-        id: `c-${node.id}-${c.input}-${c.output}`,
-        source: portId({node: node.id, port: c.input, kind: "target"}),
-        target: portId({node: node.id, port: c.output, kind: "source"}),
-        label: advances ? c.summaries.map((s) => "+" + timeText(s)).join(" ") : "",
+        id: `c-${id}-${c.input}-${c.output}`,
+        source: portId({scope: path, node: node.id, port: c.input, kind: "target"}),
+        target: portId({scope: path, node: node.id, port: c.output, kind: "source"}),
+        label: advances ? c.summaries.map((t) => "+" + timeText(t)).join(" ") : "",
       }, classes: advances ? "internal loop" : "internal"});
     }
   }
-  flow.edges.forEach((e, i) => {
-    const back = rank.get(e.target.node) <= rank.get(e.source.node);
-    elements.push({data: {id: `e-${i}`, source: portId({...e.source, kind: "source"}),
-      target: portId({...e.target, kind: "target"})}, classes: back ? "edge back" : "edge"});
+  const rank = ranks(body, path.length > 0);
+  body.edges.forEach((e, i) => {
+    const back = e.source.node !== 0 && e.target.node !== 0 && rank.get(e.target.node) <= rank.get(e.source.node);
+    elements.push({data: {id: `e-${path.length ? path.join("_") + "-" : ""}${i}`,
+      source: portId({scope: path, ...e.source, kind: "source"}),
+      target: portId({scope: path, ...e.target, kind: "target"})}, classes: back ? "edge back" : "edge"});
   });
+}
+
+function drawGraph(flow) {
+  const elements = [];
+  emitScope([], flow, 0, 0, null, elements);
   if (state.cy) state.cy.destroy();
   state.cy = cytoscape({
     container: $("#graph"),
@@ -263,17 +359,37 @@ function drawGraph(flow) {
         "color": "#e8590c", "text-background-color": "#fff", "text-background-opacity": 0.9}},
       {selector: "edge.loop", style: {"line-color": "#e8590c", "target-arrow-color": "#e8590c",
         "line-style": "solid", "width": 2.5}},
+      {selector: "node.scope", style: {"background-color": "#e7f5ff", "border-color": "#1c7ed6",
+        "border-width": 2, "border-style": "dashed", "text-wrap": "wrap", "text-max-width": "600px"}},
+      {selector: "node.scope.collapsed", style: {"background-color": "#d0ebff"}},
+      {selector: "edge.crossing", style: {"line-style": "dotted", "line-color": "#1c7ed6",
+        "target-arrow-color": "#1c7ed6", "width": 1.5}},
     ],
   });
   state.cy.on("tap", "node.port", (event) => selectLocation(event.target.data("key")));
+  // A tap on a scope collapses it to its own ports (its summary stays in its label), or opens it.
+  state.cy.on("tap", "node.scope", (event) => {
+    if (event.target.hasClass("scope")) toggleScope(event.target);  // not a tap on a port inside, bubbling up
+  });
+}
+
+function toggleScope(scope) {
+  const collapsed = !scope.hasClass("collapsed");
+  scope.toggleClass("collapsed", collapsed);
+  const inside = scope.descendants().filter((el) => !(el.parent().same(scope) && el.data("own") === "yes"));
+  inside.style("display", collapsed ? "none" : "element");
+  // A collapsed scope inside a scope that opens again stays collapsed.
+  if (!collapsed) scope.descendants(".scope.collapsed").forEach((inner) => {
+    inner.removeClass("collapsed");
+    toggleScope(inner);
+  });
 }
 
 function showFrontier(key, changed) {
   const times = frontierOf(key);
-  const [node, port, kind] = key.split(":");
   const text = frontierText(times);
   if (state.cy) {
-    const el = state.cy.getElementById(portId({node, port, kind}));
+    const el = state.cy.getElementById(portId(keyLocation(key)));
     if (el.nonempty()) {
       el.data("frontier", text);
       el.data("label", `${el.data("side")} ${times.length ? frontierText(times) : "{}"}`);
@@ -295,23 +411,33 @@ function showFrontier(key, changed) {
 }
 
 function buildFrontierTable(flow) {
-  const names = new Map(flow.nodes.map((n) => [n.id, n.name || "operator"]));
   const body = $("#frontiers tbody");
   body.replaceChildren();
-  for (const node of [...flow.nodes].sort((a, b) => a.id - b.id)) {
-    for (const [kind, count] of [["target", node.inputs], ["source", node.outputs]]) {
-      for (let port = 0; port < count; port++) {
-        const loc = {node: node.id, port, kind};
-        const row = document.createElement("tr");
-        row.dataset.loc = locKey(loc);
-        row.innerHTML = "<td></td><td></td><td class='frontier'></td>";
-        row.cells[0].textContent = locText(loc);
-        row.cells[1].textContent = `${names.get(node.id)} ${kind === "target" ? "in" : "out"} ${port}`;
-        row.addEventListener("click", () => selectLocation(locKey(loc)));
-        body.append(row);
-      }
+  const addRow = (loc, text) => {
+    const row = document.createElement("tr");
+    row.dataset.loc = locKey(loc);
+    row.innerHTML = "<td></td><td></td><td class='frontier'></td>";
+    row.cells[0].textContent = locText(loc);
+    row.cells[1].textContent = text;
+    row.addEventListener("click", () => selectLocation(locKey(loc)));
+    body.append(row);
+  };
+  const addScope = (path, scope, boundary) => {  // root first, then each scope after its node
+    if (boundary) {
+      for (let port = 0; port < boundary.inputs; port++) addRow({scope: path, node: 0, port, kind: "source"}, `enter ${port}`);
+      for (let port = 0; port < boundary.outputs; port++) addRow({scope: path, node: 0, port, kind: "target"}, `leave ${port}`);
     }
-  }
+    for (const node of [...scope.nodes].sort((a, b) => a.id - b.id)) {
+      const name = node.name || (node.scope ? "scope" : "operator");
+      for (const [kind, count] of [["target", node.inputs], ["source", node.outputs]]) {
+        for (let port = 0; port < count; port++) {
+          addRow({scope: path, node: node.id, port, kind}, `${name} ${kind === "target" ? "in" : "out"} ${port}`);
+        }
+      }
+      if (node.scope) addScope([...path, node.id], node.scope, node);
+    }
+  };
+  addScope([], flow, null);
 }
 
 // ---------------------------------------------------------------- frontier state and stream
@@ -522,8 +648,9 @@ function scheduleExplain() {
 }
 
 async function explainFor(key, time, signal) {
-  const [node, port, kind] = key.split(":");
-  const query = new URLSearchParams({node, port, kind, time: time.join(",")});
+  const loc = keyLocation(key);
+  const query = new URLSearchParams({node: loc.node, port: loc.port, kind: loc.kind, time: time.join(",")});
+  if (loc.scope) query.set("scope", loc.scope.join(","));
   return apiJson(`/v1/dataflows/${encodeURIComponent(state.dataflow.id)}/frontier/explain?${query}`, {signal});
 }
 
@@ -546,12 +673,12 @@ async function refreshHeld() {
     const row = document.createElement("tr");
     row.dataset.loc = key;
     row.innerHTML = "<td></td><td class='frontier'></td><td></td>";
-    const [node, port, kind] = key.split(":");
-    row.cells[0].textContent = locText({node, port, kind});
+    row.cells[0].textContent = locText(keyLocation(key));
     row.cells[1].textContent = frontierText(times);
     row.cells[2].textContent = answer.blockers.map((b) =>
       `${b.count} × ${locText(b.location)}@${timeText(b.time)}` +
-      (b.summary.some((v) => v > 0) ? ` via +${timeText(b.summary)}` : "")).join("; ") || "nothing";
+      (b.summary === null ? ` via ${b.path.filter((p) => p.via === "ingress" || p.via === "egress").map((p) => p.via).join(", ")}`
+        : b.summary.some((v) => v > 0) ? ` via +${timeText(b.summary)}` : "")).join("; ") || "nothing";
     row.classList.toggle("selected", key === state.selected);
     row.addEventListener("click", () => selectLocation(key));
     body.append(row);
@@ -569,9 +696,8 @@ async function selectLocation(key) {
 
 async function showExplanation(key) {
   const times = frontierOf(key);
-  const [node, port, kind] = key.split(":");
   if (!times.length) {
-    $("#explain").textContent = `${locText({node, port, kind})}: empty frontier, nothing holds it back.`;
+    $("#explain").textContent = `${locText(keyLocation(key))}: empty frontier, nothing holds it back.`;
     return;
   }
   const answer = await explainFor(key, times[0], state.abort.signal);
