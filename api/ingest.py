@@ -35,17 +35,20 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from api.columns import RawBatch
 from api.live import Pending, SequenceGap
 from api.metrics import Metrics
-from api.parsing import InvalidRequest, MalformedJSON, parse_progress
+from api.parsing import Indexed, InvalidRequest, MalformedJSON, parse_indexed, parse_progress
 from api.records import Batch
 from api.tenant import Tenant
 from api.wal import LogFailed, WriteAheadLog
 from tracker.graph import GraphError, Update
 from tracker.reachability import FrontierChange
+
+if TYPE_CHECKING:
+    from progress_engine import ChangeBatch
 
 
 class Refused(Exception):
@@ -98,7 +101,8 @@ async def submit(tenant: Tenant, data: bytes, wal: WriteAheadLog, metrics: Metri
     """
     started = time.perf_counter()
     try:
-        worker, seq, updates = parse_progress(data, tenant.graph)
+        # The compiled engine takes flat integer lists: no Python object per update.
+        worker, seq, updates = (parse_progress if tenant.live.native is None else parse_indexed)(data, tenant.graph)
         version, applied, durable = _order(tenant, worker, seq, updates, wal, metrics, data)
     except (MalformedJSON, InvalidRequest) as error:
         metrics.rejected.inc()
@@ -125,7 +129,7 @@ async def submit(tenant: Tenant, data: bytes, wal: WriteAheadLog, metrics: Metri
     return Ack(applied, not applied, version, worker, seq)
 
 
-def _order(tenant: Tenant, worker: str, seq: int, updates: list[Update], wal: WriteAheadLog, metrics: Metrics,
+def _order(tenant: Tenant, worker: str, seq: int, updates: list[Update] | Indexed, wal: WriteAheadLog, metrics: Metrics,
            raw: bytes) -> tuple[int, bool, asyncio.Future[None]]:
     """The synchronous hot path: order, log, apply; ``(version, applied, durable future)``."""
     if wal.failed is not None:  # refuse before touching any state
@@ -137,14 +141,14 @@ def _order(tenant: Tenant, worker: str, seq: int, updates: list[Update], wal: Wr
     pending = Pending(version, worker, seq, updates, time.time())
     # Log first, apply second: the sync process syncs while this thread applies (the batch is
     # validated, so applying cannot fail); the publish callback runs after both.
-    box: list[list[FrontierChange]] = []
+    box: list[list[FrontierChange] | ChangeBatch] = []
     durable = wal.enqueue(Batch(tenant.id, version, pending.received, raw),
                           lambda: made_durable(tenant, pending, box[0], raw, metrics))
     box.append(live.apply(pending))
     return version, True, durable
 
 
-def made_durable(tenant: Tenant, pending: Pending, changes: list[FrontierChange], raw: bytes,
+def made_durable(tenant: Tenant, pending: Pending, changes: list[FrontierChange] | ChangeBatch, raw: bytes,
                  metrics: Metrics | None) -> None:
     """A batch's log record is durable: advance the durable version, queue the batch for
     Delta and publish its changes (or, with the Spark engine, queue it for Spark)."""
@@ -152,9 +156,9 @@ def made_durable(tenant: Tenant, pending: Pending, changes: list[FrontierChange]
     updates = pending.updates
     # The body as received: the Delta flush has Arrow decode it (see api.columns).
     tenant.lag.batch_durable(pending.version, pending.worker, pending.seq,
-                             RawBatch(raw, len(updates)) if updates else updates, pending.received)
+                             RawBatch(raw, len(updates)) if updates else [], pending.received)
     if tenant.engine_mode == "spark":
-        tenant.spark.queue.append((pending.version, updates))
+        tenant.spark.queue.append((pending.version, list(updates)))
         return
     tenant.publication.publish(pending.version, changes)
     if metrics is not None:

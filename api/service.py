@@ -24,7 +24,7 @@ from datetime import UTC, datetime
 from api.auth import Principal, matches, new_token, token_hash
 from api.checks import spark_check
 from api.columns import RawBatch
-from api.config import Settings
+from api.config import ENGINE_NAMES, Settings
 from api.counts import CountsOnly
 from api.graphs import GraphWriter
 from api.live import LiveState
@@ -52,7 +52,7 @@ class Service:
 
     def __init__(self, settings: Settings, admin_token: str, store: Store | None = None) -> None:
         self.settings = settings
-        self.metrics = Metrics()
+        self.metrics = Metrics(ENGINE_NAMES[settings.engine])
         self.admin_hash = token_hash(admin_token)
         self.dataflows: dict[str, Tenant] = {}
         self.token_index: dict[str, str] = {}
@@ -116,8 +116,10 @@ class Service:
 
     def _new_tenant(self, record: Register, graph: Graph, tracker: FrontierEngine, initial: list[Update]) -> Tenant:
         lag = DeltaLag()
-        tenant = Tenant(registration=record, graph=graph, live=LiveState(tracker),
-                        publication=Publication(graph, self.settings.history, lag.changes_published), lag=lag,
+        live = LiveState(tracker)
+        tenant = Tenant(registration=record, graph=graph, live=live,
+                        publication=Publication(graph, self.settings.history, lag.changes_published,
+                                                native=live.native), lag=lag,
                         engine_mode=self.settings.engine)
         tenant.reset_published()
         lag.batch_durable(0, "_initial", 0, initial, time.time())
@@ -219,7 +221,7 @@ class Service:
             lag.batch_durable(batch.v, worker, seq, RawBatch(batch.body, len(updates)) if updates else updates,
                               batch.at)
         live.durable_version = live.version
-        if tenant.engine_mode == "native":
+        if tenant.engine_mode != "spark":
             tenant.reset_published()
             tenant.publication.history_floor = max(tenant.publication.history_floor, base)  # none before it
         if store is not None:
@@ -258,7 +260,7 @@ class Service:
             changes = tenant.live.replay(version, worker, seq, updates)
         except GraphError as error:
             raise GraphError(f"dataflow {tenant.id}: {error}") from None
-        if tenant.engine_mode == "native":
+        if tenant.engine_mode != "spark":
             tenant.publication.publish(version, changes, notify=False, at=at)
 
     def log_header(self) -> list[Record]:
@@ -269,8 +271,15 @@ class Service:
 
     def _tracker_with(self, graph: Graph, initial: list[Update]) -> FrontierEngine:
         """A frontier engine of ``graph`` (which :func:`build_graph` checked for cycles) holding ``initial``."""
-        tracker: FrontierEngine = CountsOnly(graph) if self.settings.engine == "spark" else Tracker(
-            graph, cycles_checked=True)
+        tracker: FrontierEngine
+        if self.settings.engine == "spark":
+            tracker = CountsOnly(graph)
+        elif self.settings.engine == "reference":
+            tracker = Tracker(graph, cycles_checked=True)
+        else:  # native: the compiled engine (the settings checked that it imports)
+            from tracker.compiled import CompiledTracker
+
+            tracker = CompiledTracker(graph, cycles_checked=True)
         tracker.apply(initial, validated=True)
         return tracker
 
