@@ -136,6 +136,11 @@ class LiveState:
         self._remember(worker, seq, version)
         return changes
 
+    def frontiers_at(self, version: int) -> dict[Location, list[Timestamp]] | None:
+        """Every location's frontier if the tracker is exactly at ``version`` (no batch applied
+        beyond it), else ``None``."""
+        return self.tracker.frontiers() if version == self.version else None
+
     def inflight(self) -> list[Pending]:
         """Applied batches whose log record is not durable yet, oldest first."""
         return list(self._pending.values())

@@ -111,10 +111,15 @@ class Publication:
 
     def __init__(self, graph: Graph, history_limit: int = 100_000,
                  on_published: Callable[[int, str, float], None] | None = None, *,
-                 native: Engine | None = None) -> None:
+                 native: Engine | None = None,
+                 frontiers_at: Callable[[int], Mapping[Location, Iterable[Timestamp]] | None] | None = None
+                 ) -> None:
         """``on_published(version, encoded changes, at)`` is told of every version with changes
         (also during recovery), for the Delta ``frontier_changes`` table; ``native`` is the
-        compiled engine whose ``ChangeBatch`` es are published (for selections)."""
+        compiled engine whose ``ChangeBatch`` es are published (for selections), and
+        ``frontiers_at(version)`` its frontiers if it is exactly at ``version`` (nothing applied
+        beyond), else ``None``: then the published frontier is read from the engine instead of
+        folding every version's changes into it."""
         self.graph = graph
         self.history_limit = history_limit
         self.frontier_version = 0
@@ -131,6 +136,7 @@ class Publication:
         self._unfolded: list[list[FrontierChange] | ChangeBatch] = []
         self._on_published = on_published
         self._native = native
+        self._frontiers_at = frontiers_at
         self._selections: dict[frozenset[Location], Selection] = {}
         self.selected_encodings = 0
         """How many selection encodings publishing made (one per distinct selection per version)."""
@@ -203,7 +209,10 @@ class Publication:
                     self.selected_encodings += 1
                 if text != "[]":
                     subscriber.offer(version, text)
-            if len(self._unfolded) == 1:  # scheduled after the subscribers' wake-ups, so after their sends
+            if self._frontiers_at is None:
+                if len(self._unfolded) == 1:  # scheduled after the subscribers' wake-ups, so after their sends
+                    asyncio.get_running_loop().call_soon(self._fold)
+            elif len(self._unfolded) == 1024:  # the engine's batches are cheap to keep: fold when read
                 asyncio.get_running_loop().call_soon(self._fold)
         elif len(self._unfolded) >= 256:  # replaying a recovered history: no loop to schedule on
             self._fold()
@@ -218,6 +227,12 @@ class Publication:
         """
         if not self._unfolded:
             return
+        if self._frontiers_at is not None:
+            current = self._frontiers_at(self.frontier_version)
+            if current is not None:  # the engine is exactly at the published version: read it
+                self._published = {loc: set(times) for loc, times in current.items()}
+                self._unfolded = []
+                return
         published = self._published
         for batch in self._unfolded:
             changes = batch if isinstance(batch, list) else batch.to_list(labels=True)

@@ -119,7 +119,9 @@ class Service:
         live = LiveState(tracker)
         tenant = Tenant(registration=record, graph=graph, live=live,
                         publication=Publication(graph, self.settings.history, lag.changes_published,
-                                                native=live.native), lag=lag,
+                                                native=live.native,
+                                                frontiers_at=None if live.native is None else live.frontiers_at),
+                        lag=lag,
                         engine_mode=self.settings.engine)
         tenant.reset_published()
         lag.batch_durable(0, "_initial", 0, initial, time.time())
