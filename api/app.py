@@ -34,7 +34,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api import dashboard
 from api.audit import audit_loop
-from api.config import Settings
+from api.config import ENGINE_NAMES, Settings
 from api.ingest import Refused
 from api.microbatch import microbatch_loop
 from api.models import ErrorBody, ProgressRequest, RegisterRequest
@@ -263,7 +263,7 @@ def create_app(settings: Settings, admin_token: str) -> FastAPI:
         if service.wal.failed is not None:
             return JSONResponse({"status": "failed", "detail": "the write-ahead log failed; restart"},
                                 status_code=503)
-        return {"status": "ok", "dataflows": len(service.dataflows), "engine": settings.engine,
+        return {"status": "ok", "dataflows": len(service.dataflows), "engine": ENGINE_NAMES[settings.engine],
                 "spark": service.spark.health(),
                 "delta": service.store is not None, "uptime_seconds": round(time.time() - service.started, 1)}
 

@@ -46,8 +46,11 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
                        help="TCP port (env TRACKER_PORT; default 8000)")
     serve.add_argument("--warehouse", default=os.environ.get("TRACKER_WAREHOUSE", "./warehouse"),
                        help="directory (or URI) holding the Delta tables (env TRACKER_WAREHOUSE)")
-    serve.add_argument("--engine", choices=["native", "spark"], default=os.environ.get("TRACKER_ENGINE", "native"),
-                       help="who maintains frontiers on the hot path (env TRACKER_ENGINE)")
+    serve.add_argument("--engine", choices=["native", "reference", "spark"],
+                       default=os.environ.get("TRACKER_ENGINE", "native"),
+                       help="who maintains frontiers on the hot path (env TRACKER_ENGINE): native = the compiled "
+                            "engine (progress_engine; refuses to start without it), reference = the Python "
+                            "tracker, spark = Spark micro-batches; default native")
     serve.add_argument("--master", default=os.environ.get("SPARK_MASTER"),
                        help="Spark master URL (env SPARK_MASTER; default local[*])")
     serve.set_defaults(func=_serve)

@@ -14,6 +14,22 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+ENGINES = ("native", "reference", "spark")
+"""``native``: the compiled engine (``progress_engine``); ``reference``: the Python
+:class:`tracker.reachability.Tracker`; ``spark``: counts only, frontiers from Spark."""
+ENGINE_NAMES = {"native": "native (compiled)", "reference": "reference (Python)", "spark": "spark"}
+"""What ``/healthz``, ``/metrics`` and the start-up log call each engine."""
+
+
+def native_problem() -> str | None:
+    """Why ``--engine native`` cannot run here (the compiled module is missing), or ``None``."""
+    try:
+        import progress_engine  # noqa: F401
+    except ImportError as error:
+        return (f"--engine native needs the compiled engine progress_engine ({error}); run the set-up "
+                "(bin/serve does it: pip install ./engine) or use --engine reference")
+    return None
+
 
 def _env_float(name: str, default: float) -> float:
     value = os.environ.get(name)
@@ -44,7 +60,7 @@ class Settings:
     host: str = "127.0.0.1"
     port: int = 8000
     warehouse: Path = Path("./warehouse")  # TRACKER_WAREHOUSE
-    engine: str = "native"  # TRACKER_ENGINE: native | spark
+    engine: str = "native"  # TRACKER_ENGINE: native (compiled) | reference (Python) | spark
     master: str | None = None  # SPARK_MASTER
     admin_token: str | None = None  # TRACKER_ADMIN_TOKEN
     spark: bool = True  # TRACKER_SPARK=0 disables Spark (registration check, audits)
@@ -99,8 +115,10 @@ class Settings:
 
             if problem := master_problem(settings.master):
                 raise ValueError(f"--master / SPARK_MASTER: {problem}")
-        if settings.engine not in ("native", "spark"):
-            raise ValueError(f"--engine must be native or spark, got {settings.engine!r}")
+        if settings.engine not in ENGINES:
+            raise ValueError(f"--engine must be native, reference or spark, got {settings.engine!r}")
+        if settings.engine == "native" and (problem := native_problem()) is not None:
+            raise ValueError(problem)
         if settings.engine == "spark":
             settings.spark = True
         return settings

@@ -10,13 +10,16 @@ request, as much as applying a batch that moves 400 frontier entries.
 
 from __future__ import annotations
 
-from typing import Annotated
+import json
+from typing import Annotated, Literal
 
 from fastapi import Depends, Header, HTTPException, Path, Request
 
 from api.auth import Principal, bearer, forbidden, unauthorized
+from api.publish import Selection
 from api.service import Service
 from api.tenant import Tenant
+from tracker.graph import Location
 
 
 async def get_service(request: Request) -> Service:
@@ -79,3 +82,42 @@ async def dataflow_dep(
 
 
 DataflowDep = Annotated[Tenant, Depends(dataflow_dep)]
+
+
+def selection(dataflow: Tenant, text: str | None) -> Selection | None:
+    """The ``?locations=`` of a stream: ``node:port:kind`` items separated by commas
+    (``1:0:target,2:0:target``), or a JSON list of ``{"node", "port", "kind"}`` objects; ``None``
+    (every location) when absent. 422 ``invalid_request`` for another spelling or an empty
+    list, ``unknown_location`` for a port the dataflow does not have."""
+    if text is None:
+        return None
+    try:
+        if text.lstrip().startswith("["):
+            items = json.loads(text)
+            if not isinstance(items, list):
+                raise ValueError("not a list")
+            wanted = [Location(int(i["node"]), int(i["port"]), _kind(i["kind"])) for i in items]
+        else:
+            wanted = []
+            for item in text.split(","):
+                node, port, kind = item.strip().split(":")
+                if not (node.isascii() and node.isdigit() and port.isascii() and port.isdigit()):
+                    raise ValueError(item)
+                wanted.append(Location(int(node), int(port), _kind(kind)))
+    except (ValueError, KeyError, TypeError, AttributeError):
+        raise HTTPException(422, {"error": "invalid_request", "detail": (
+            "locations must be node:port:kind items separated by commas (1:0:target,2:0:target) or a JSON list "
+            f'of {{"node", "port", "kind"}} objects, got {text[:200]!r}')}) from None
+    if not wanted:
+        raise HTTPException(422, {"error": "invalid_request", "detail": "locations names no location"})
+    for location in wanted:
+        if not dataflow.graph.has_location(location):
+            raise HTTPException(422, {"error": "unknown_location",
+                                      "detail": f"{location} is not a port of this dataflow"})
+    return dataflow.publication.select(wanted)
+
+
+def _kind(kind: object) -> Literal["source", "target"]:
+    if kind == "source" or kind == "target":
+        return kind
+    raise ValueError(kind)

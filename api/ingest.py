@@ -35,17 +35,20 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from api.columns import RawBatch
 from api.live import Pending, SequenceGap
 from api.metrics import Metrics
-from api.parsing import InvalidRequest, MalformedJSON, parse_progress
+from api.parsing import Indexed, InvalidRequest, MalformedJSON, parse_indexed, parse_progress
 from api.records import Batch
 from api.tenant import Tenant
 from api.wal import LogFailed, WriteAheadLog
 from tracker.graph import GraphError, Update
 from tracker.reachability import FrontierChange
+
+if TYPE_CHECKING:
+    from progress_engine import ChangeBatch
 
 
 class Refused(Exception):
@@ -98,8 +101,12 @@ async def submit(tenant: Tenant, data: bytes, wal: WriteAheadLog, metrics: Metri
     """
     started = time.perf_counter()
     try:
-        worker, seq, updates = (parse_progress(data, tenant.graph) if tenant.hosting is None
-                                else tenant.hosting.parse(data))
+        # The compiled engine takes flat integer lists: no Python object per update.
+        updates: list[Update] | Indexed
+        if tenant.hosting is not None:
+            worker, seq, updates = tenant.hosting.parse(data)
+        else:
+            worker, seq, updates = (parse_progress if tenant.live.native is None else parse_indexed)(data, tenant.graph)
         version, applied, durable = _order(tenant, worker, seq, updates, wal, metrics, data)
     except (MalformedJSON, InvalidRequest) as error:
         metrics.rejected.inc()
@@ -126,7 +133,7 @@ async def submit(tenant: Tenant, data: bytes, wal: WriteAheadLog, metrics: Metri
     return Ack(applied, not applied, version, worker, seq)
 
 
-def _order(tenant: Tenant, worker: str, seq: int, updates: list[Update], wal: WriteAheadLog, metrics: Metrics,
+def _order(tenant: Tenant, worker: str, seq: int, updates: list[Update] | Indexed, wal: WriteAheadLog, metrics: Metrics,
            raw: bytes) -> tuple[int, bool, asyncio.Future[None]]:
     """The synchronous hot path: order, log, apply; ``(version, applied, durable future)``."""
     if wal.failed is not None:  # refuse before touching any state
@@ -138,14 +145,14 @@ def _order(tenant: Tenant, worker: str, seq: int, updates: list[Update], wal: Wr
     pending = Pending(version, worker, seq, updates, time.time())
     # Log first, apply second: the sync process syncs while this thread applies (the batch is
     # validated, so applying cannot fail); the publish callback runs after both.
-    box: list[list[FrontierChange]] = []
+    box: list[list[FrontierChange] | ChangeBatch] = []
     durable = wal.enqueue(Batch(tenant.id, version, pending.received, raw),
                           lambda: made_durable(tenant, pending, box[0], raw, metrics))
     box.append(live.apply(pending))
     return version, True, durable
 
 
-def made_durable(tenant: Tenant, pending: Pending, changes: list[FrontierChange], raw: bytes,
+def made_durable(tenant: Tenant, pending: Pending, changes: list[FrontierChange] | ChangeBatch, raw: bytes,
                  metrics: Metrics | None) -> None:
     """A batch's log record is durable: advance the durable version, queue the batch for
     Delta and publish its changes (or, with the Spark engine, queue it for Spark)."""
@@ -153,11 +160,15 @@ def made_durable(tenant: Tenant, pending: Pending, changes: list[FrontierChange]
     updates = pending.updates
     # The body as received: the Delta flush has Arrow decode it (see api.columns); a nested
     # dataflow's updates as parsed, on the stand-ins its Delta rows keep (see api.scopes).
-    tenant.lag.batch_durable(pending.version, pending.worker, pending.seq,
-                             RawBatch(raw, len(updates)) if updates and tenant.hosting is None else updates,
-                             pending.received)
+    rows: list[Update] | RawBatch
+    if tenant.hosting is not None:
+        assert isinstance(updates, list)  # a nested dataflow's engine takes parsed updates
+        rows = updates
+    else:
+        rows = RawBatch(raw, len(updates)) if updates else []
+    tenant.lag.batch_durable(pending.version, pending.worker, pending.seq, rows, pending.received)
     if tenant.engine_mode == "spark":
-        tenant.spark.queue.append((pending.version, updates))
+        tenant.spark.queue.append((pending.version, list(updates)))
         return
     tenant.publication.publish(pending.version, changes)
     if metrics is not None:

@@ -25,7 +25,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
+from api.parsing import Indexed
 from tracker.engine import FrontierEngine
 from tracker.graph import GraphError, Location, Update
 from tracker.reachability import FrontierChange
@@ -34,6 +36,9 @@ from tracker.timestamp import Timestamp
 RECENT_BATCHES = 10_000
 """``(worker, seq) -> version`` pairs remembered, so that a duplicate gets the exact version
 that applied it while it is recent (older duplicates get the worker's latest version)."""
+
+if TYPE_CHECKING:
+    from progress_engine import ChangeBatch
 
 Counts = dict[tuple[Location, Timestamp], int]
 
@@ -53,7 +58,7 @@ class Pending:
     version: int
     worker: str
     seq: int
-    updates: list[Update]
+    updates: list[Update] | Indexed
     received: float
 
 
@@ -68,6 +73,20 @@ class LiveState:
     """worker -> ``(last seq, the version that applied it)``"""
     _recent: dict[tuple[str, int], int] = field(default_factory=dict)
     _pending: dict[int, Pending] = field(default_factory=dict)
+    native: Any = field(init=False, default=None)
+    """The compiled ``progress_engine.Engine`` behind a ``CompiledTracker`` (``--engine native``),
+    applied directly: flat integer batches in, a ``ChangeBatch`` out."""
+
+    def __post_init__(self) -> None:
+        self.native = getattr(self.tracker, "engine", None)
+
+    def _apply(self, updates: list[Update] | Indexed) -> list[FrontierChange] | ChangeBatch:
+        native = self.native
+        if native is None:
+            return self.tracker.apply(updates, validated=True)
+        if isinstance(updates, Indexed):
+            return native.apply_indexed(updates.locations, updates.times, updates.deltas)
+        return native.apply(updates)
 
     def admit(self, worker: str, seq: int) -> int | None:
         """The version a new batch ``(worker, seq)`` gets, or ``None`` for a duplicate.
@@ -92,17 +111,18 @@ class LiveState:
         last = self.workers.get(worker)
         return self._recent.get((worker, seq), last[1] if last is not None else self.version)
 
-    def apply(self, pending: Pending) -> list[FrontierChange]:
+    def apply(self, pending: Pending) -> list[FrontierChange] | ChangeBatch:
         """Apply an admitted, validated batch whose log record is on its way to disk."""
         self._pending[pending.version] = pending
-        return self.tracker.apply(pending.updates, validated=True)
+        return self._apply(pending.updates)
 
     def made_durable(self, version: int) -> None:
         """The log record of ``version`` is durable (called in version order)."""
         self.durable_version = version
         self._pending.pop(version, None)
 
-    def replay(self, version: int, worker: str, seq: int, updates: list[Update]) -> list[FrontierChange]:
+    def replay(self, version: int, worker: str, seq: int, updates: list[Update]
+               ) -> list[FrontierChange] | ChangeBatch:
         """Apply a recovered batch (already durable) without logging it again.
 
         Raises:
@@ -110,17 +130,22 @@ class LiveState:
         """
         if version != self.version + 1:
             raise GraphError(f"recovered version {version} does not follow {self.version}")
-        changes = self.tracker.apply(updates, validated=True)
+        changes = self._apply(updates)
         self.version = self.durable_version = version
         self.workers[worker] = (seq, version)
         self._remember(worker, seq, version)
         return changes
 
+    def frontiers_at(self, version: int) -> dict[Location, list[Timestamp]] | None:
+        """Every location's frontier if the tracker is exactly at ``version`` (no batch applied
+        beyond it), else ``None``."""
+        return self.tracker.frontiers() if version == self.version else None
+
     def inflight(self) -> list[Pending]:
         """Applied batches whose log record is not durable yet, oldest first."""
         return list(self._pending.values())
 
-    def counts(self, later: Iterable[list[Update]] = ()) -> Counts:
+    def counts(self, later: Iterable[Iterable[Update]] = ()) -> Counts:
         """Occurrence counts as of the durable version: the tracker's counts with in-flight
         batches (and ``later`` batches, applied but not yet reflected in the frontier) undone."""
         counts = self.tracker.pointstamps()

@@ -6,7 +6,7 @@ benchmarks) never collide on metric names.
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, generate_latest
 
 _LATENCY_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 
@@ -14,9 +14,11 @@ _LATENCY_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 
 class Metrics:
     """Every metric the service exports."""
 
-    def __init__(self) -> None:
+    def __init__(self, engine: str = "native (compiled)") -> None:
         self.registry = CollectorRegistry()
         r = self.registry
+        # tracker_engine_info{engine="native (compiled)"} 1.0: which engine keeps the frontiers.
+        Info("tracker_engine", "The frontier engine on the hot path", registry=r).info({"engine": engine})
         self.batches = Counter("tracker_batches", "Progress batches by outcome", ["outcome"], registry=r)
         # The hot path's children, looked up once (``labels()`` hashes and locks on every call).
         self.applied, self.duplicates, self.rejected, self.gaps = (

@@ -23,6 +23,7 @@ undecodable JSON raises :class:`MalformedJSON` (400). Duplicate keys resolve to 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from typing import Annotated, Literal, NoReturn
 
 import msgspec
@@ -76,6 +77,7 @@ class _Batch(msgspec.Struct, forbid_unknown_fields=True, gc=False):
 
 _DECODER = msgspec.json.Decoder(_Batch)
 _LOCATIONS: dict[int, tuple[Graph, dict[_Location, Location]]] = {}
+_INDEXED: dict[int, tuple[Graph, list[Location], dict[_Location, int]]] = {}
 _PATH = re.compile(r"^(.*) - at `\$(.*)`$", re.S)
 
 
@@ -111,6 +113,60 @@ def parse_registration(data: bytes) -> RegisterRequest:
 
 def parse_progress(data: bytes | str, graph: Graph) -> tuple[str, int, list[Update]]:
     """``(worker, seq, updates)`` of a progress body, fully validated against ``graph``."""
+    worker, seq, updates = _parse(data, graph, False)
+    assert isinstance(updates, list)
+    return worker, seq, updates
+
+
+def parse_indexed(data: bytes | str, graph: Graph) -> tuple[str, int, Indexed]:
+    """:func:`parse_progress` for the compiled engine: the same checks and errors, but the updates
+    as flat integer lists over the engine's location order (``sorted(graph.locations())``, as
+    :func:`tracker.compiled.engine_for` numbers them), with no Python object per update.
+
+    >>> from tracker.graph import Edge, Node
+    >>> g = Graph.build(1, [Node(0, 0, 1), Node(1, 1, 0)], [Edge(Location.source(0, 0), Location.target(1, 0))])
+    >>> body = b'{"worker": "w", "seq": 0, "updates": [{"location": {"node": 1, "port": 0, "kind": "target"}, '
+    >>> _, _, batch = parse_indexed(body + b'"time": [4], "delta": 1}]}', g)
+    >>> batch.locations, batch.times, batch.deltas, list(batch)
+    ([1], [4], [1], [(Location(node=1, port=0, kind='target'), (4,), 1)])
+    """
+    worker, seq, updates = _parse(data, graph, True)
+    assert isinstance(updates, Indexed)
+    return worker, seq, updates
+
+
+class Indexed:
+    """One batch's updates as the compiled engine takes them (``Engine.apply_indexed``):
+    ``locations[i]`` (an index into ``order``), the time ``times[i * arity:(i + 1) * arity]``,
+    ``deltas[i]``. Iterating yields the core's ``(location, time, delta)`` updates, built on
+    demand (for the rare readers that want them: in-flight counts, Spark)."""
+
+    __slots__ = ("arity", "deltas", "locations", "order", "times")
+
+    def __init__(self, order: list[Location], arity: int, locations: list[int], times: list[int],
+                 deltas: list[int]) -> None:
+        self.order, self.arity, self.locations, self.times, self.deltas = order, arity, locations, times, deltas
+
+    def __len__(self) -> int:
+        return len(self.deltas)
+
+    def __iter__(self) -> Iterator[Update]:
+        order, times, arity = self.order, self.times, self.arity
+        for i, (location, delta) in enumerate(zip(self.locations, self.deltas, strict=True)):
+            yield order[location], tuple(times[i * arity:(i + 1) * arity]), delta
+
+
+def _indexed(graph: Graph) -> tuple[list[Location], dict[_Location, int]]:
+    """The graph's locations in the compiled engine's order, and their index by decoded form."""
+    cached = _INDEXED.get(id(graph))
+    if cached is None or cached[0] is not graph:
+        order = sorted(graph.locations())
+        cached = (graph, order, {_Location(loc.node, loc.port, loc.kind): i for i, loc in enumerate(order)})
+        _INDEXED[id(graph)] = cached
+    return cached[1], cached[2]
+
+
+def _parse(data: bytes | str, graph: Graph, indexed: bool) -> tuple[str, int, list[Update] | Indexed]:
     try:
         batch = _DECODER.decode(data)
     except msgspec.ValidationError as error:
@@ -120,24 +176,55 @@ def parse_progress(data: bytes | str, graph: Graph) -> tuple[str, int, list[Upda
     except UnicodeDecodeError as error:  # JSON is UTF-8; msgspec checks it only in string values
         raise MalformedJSON(f"the body is not valid UTF-8 (byte {error.start})") from None
     arity = graph.arity
+    if indexed:
+        order, index = _indexed(graph)
+        find = index.get
+        locations: list[int] = []
+        times: list[int] = []
+        deltas: list[int] = []
+        add_location, add_delta = locations.append, deltas.append
+        add_time = times.append if arity == 1 else times.extend
+        for position, update in enumerate(batch.updates):
+            at = find(update.location)
+            if at is None:
+                _unknown(position, update.location)
+            time = update.time
+            if len(time) != arity:
+                _wrong_arity(position, time, arity)
+            if arity == 1:
+                coordinate = time[0]
+                if not 0 <= coordinate <= MAX_TIME:
+                    _out_of_range(position, time)
+                add_time(coordinate)  # type: ignore[arg-type]
+            else:
+                if min(time) < 0 or max(time) > MAX_TIME:
+                    _out_of_range(position, time)
+                add_time(time)  # type: ignore[arg-type]
+            add_location(at)
+            add_delta(update.delta)
+        return batch.worker, batch.seq, Indexed(order, arity, locations, times, deltas)
     known = _locations(graph).get
     result: list[Update] = []
     append = result.append
-    for index, update in enumerate(batch.updates):
+    for position, update in enumerate(batch.updates):
         location = known(update.location)
         if location is None:
-            _unknown(index, update.location)
+            _unknown(position, update.location)
         time = update.time
         if len(time) != arity:
-            raise GraphError(f"update {index}: time {list(time)} has {len(time)} coordinates, "
-                             f"the dataflow's arity is {arity}")
+            _wrong_arity(position, time, arity)
         if arity == 1:
             if not 0 <= time[0] <= MAX_TIME:
-                _out_of_range(index, time)
+                _out_of_range(position, time)
         elif min(time) < 0 or max(time) > MAX_TIME:
-            _out_of_range(index, time)
+            _out_of_range(position, time)
         append((location, time, update.delta))
     return batch.worker, batch.seq, result
+
+
+def _wrong_arity(index: int, time: tuple[int, ...], arity: int) -> NoReturn:
+    raise GraphError(f"update {index}: time {list(time)} has {len(time)} coordinates, "
+                     f"the dataflow's arity is {arity}")
 
 
 def _invalid(message: str) -> InvalidRequest:

@@ -27,11 +27,14 @@ import json
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from tracker.graph import Graph, Location
 from tracker.reachability import FrontierChange
 from tracker.timestamp import Timestamp
+
+if TYPE_CHECKING:
+    from progress_engine import ChangeBatch, Engine
 
 Frontier = dict[Location, set[Timestamp]]
 _PREFIX: dict[Location, str] = {}  # '{"location":{...},"time":[' per location, shared by all dataflows
@@ -62,8 +65,41 @@ def changes_json(changes: list[FrontierChange]) -> str:
                                for loc, when, diff in changes]) + "]"
 
 
+class Selection:
+    """The locations a subscriber wants (:meth:`Publication.select`); subscribers naming the same
+    set share one object, and so one encoding per version."""
+
+    __slots__ = ("locations", "native")
+
+    def __init__(self, locations: frozenset[Location], native: Any) -> None:
+        self.locations = locations
+        self.native = native
+        """The compiled engine's ``Selection`` (``--engine native``), else ``None``."""
+
+
+def encode(changes: list[FrontierChange] | ChangeBatch, selection: Selection | None = None) -> str:
+    """The JSON array of a version's changes (at ``selection``'s locations only, if given): the
+    compiled engine's ``ChangeBatch`` encodes itself, in Rust; the reference's list goes
+    through :func:`changes_json`."""
+    if isinstance(changes, list):
+        if selection is None:
+            return changes_json(changes)
+        wanted = selection.locations
+        return changes_json([change for change in changes if change.location in wanted])
+    return changes.to_json(None if selection is None else selection.native, compact=True)
+
+
+def _decoded(encoded: str) -> list[FrontierChange]:
+    """A history entry's changes back from their JSON (the reference engine keeps only that)."""
+    return [FrontierChange(Location(c["location"]["node"], c["location"]["port"], c["location"]["kind"]),
+                           tuple(c["time"]), c["diff"]) for c in json.loads(encoded)]
+
+
 class Listener(Protocol):
     """A subscriber to published versions (the streams' bounded queues, :mod:`api.streams`)."""
+
+    selection: Selection | None
+    """Only these locations' changes (versions without any are not offered), or all."""
 
     def offer(self, version: int, encoded: str) -> None:
         """Take one version's encoded changes; must never block."""
@@ -87,23 +123,51 @@ class Publication:
 
     def __init__(self, graph: Graph, history_limit: int = 100_000,
                  on_published: Callable[[int, str, float], None] | None = None,
-                 encoding: Encoding | None = None) -> None:
+                 encoding: Encoding | None = None, *,
+                 native: Engine | None = None,
+                 frontiers_at: Callable[[int], Mapping[Location, Iterable[Timestamp]] | None] | None = None
+                 ) -> None:
         """``on_published(version, encoded changes, at)`` is told of every version with changes
         (also during recovery), for the Delta ``frontier_changes`` table; ``encoding`` (a nested
-        dataflow's) replaces the flat JSON of locations and change lists."""
+        dataflow's) replaces the flat JSON of locations and change lists; ``native`` is the
+        compiled engine whose ``ChangeBatch`` es are published (for selections), and
+        ``frontiers_at(version)`` its frontiers if it is exactly at ``version`` (nothing applied
+        beyond), else ``None``: then the published frontier is read from the engine instead of
+        folding every version's changes into it."""
         self.graph = graph
         self.encoding = encoding
         self.history_limit = history_limit
         self.frontier_version = 0
         """The version the published frontier is exact for (-1: none computed yet)."""
         self.history: deque[tuple[int, int, str]] = deque()  # (version, number of changes, JSON)
+        self._batches: dict[int, ChangeBatch] = {}
+        """The compiled engine's batch of each version in the history (the collector does not
+        track them): a selection resuming re-encodes from it."""
         self.history_floor = 0
         """The oldest version the history can go back to."""
         self.subscribers: set[Listener] = set()
         self._history_changes = 0
         self._published: Frontier = {}
-        self._unfolded: list[list[FrontierChange]] = []
+        self._unfolded: list[list[FrontierChange] | ChangeBatch] = []
         self._on_published = on_published
+        self._native = native
+        self._frontiers_at = frontiers_at
+        self._selections: dict[frozenset[Location], Selection] = {}
+        self.selected_encodings = 0
+        """How many selection encodings publishing made (one per distinct selection per version)."""
+
+    def select(self, locations: Iterable[Location]) -> Selection:
+        """The :class:`Selection` of ``locations`` (ports of the graph), shared by every
+        subscriber naming the same set."""
+        key = frozenset(locations)
+        selection = self._selections.get(key)
+        if selection is None:
+            native = None
+            if self._native is not None:
+                index = {loc: i for i, loc in enumerate(sorted(self.graph.locations()))}  # engine_for's order
+                native = self._native.selection(sorted(index[loc] for loc in key))
+            selection = self._selections[key] = Selection(key, native)
+        return selection
 
     @property
     def published(self) -> Frontier:
@@ -121,7 +185,7 @@ class Publication:
         if floor is not None:
             self.history_floor = max(self.history_floor, floor)
 
-    def publish(self, version: int, changes: list[FrontierChange], *, notify: bool = True,
+    def publish(self, version: int, changes: list[FrontierChange] | ChangeBatch, *, notify: bool = True,
                 at: float | None = None) -> None:
         """Publish a durable version's changes: frontier, history, subscribers (if ``notify``;
         not while replaying a recovered log, when there is no event loop); ``at`` (default now)
@@ -132,24 +196,44 @@ class Publication:
         # One string per version rather than a tuple per change keeps the garbage collector's
         # full passes (and so the latency tail) short even with a long history.
         encoding = self.encoding
-        encoded = changes_json(changes) if encoding is None else encoding.changes_json(changes)
+        if encoding is None:
+            encoded = encode(changes)
+        else:
+            assert isinstance(changes, list)  # a nested dataflow's engine returns change lists
+            encoded = encoding.changes_json(changes)
         history = self.history
         history.append((version, len(changes), encoded))
+        if not isinstance(changes, list):
+            self._batches[version] = changes
         self._history_changes += len(changes)
         while len(history) > 1 and (
             len(history) > self.history_limit or self._history_changes > 10 * self.history_limit
         ):
             old_version, old_count, _ = history.popleft()
+            self._batches.pop(old_version, None)
             self._history_changes -= old_count
             self.history_floor = old_version
         if self._on_published is not None:
-            self._on_published(version, encoded if encoding is None else encoding.delta_changes_json(changes),
-                               time.time() if at is None else at)
+            rows = encoded if encoding is None else encoding.delta_changes_json(changes)  # type: ignore[arg-type]
+            self._on_published(version, rows, time.time() if at is None else at)
         self._unfolded.append(changes)
         if notify:
+            selected: dict[int, str] = {}  # id(selection) -> its encoding: once per distinct selection
             for subscriber in list(self.subscribers):
-                subscriber.offer(version, encoded)
-            if len(self._unfolded) == 1:  # scheduled after the subscribers' wake-ups, so after their sends
+                selection = subscriber.selection
+                if selection is None:
+                    subscriber.offer(version, encoded)
+                    continue
+                text = selected.get(id(selection))
+                if text is None:
+                    text = selected[id(selection)] = encode(changes, selection)
+                    self.selected_encodings += 1
+                if text != "[]":
+                    subscriber.offer(version, text)
+            if self._frontiers_at is None:
+                if len(self._unfolded) == 1:  # scheduled after the subscribers' wake-ups, so after their sends
+                    asyncio.get_running_loop().call_soon(self._fold)
+            elif len(self._unfolded) == 1024:  # the engine's batches are cheap to keep: fold when read
                 asyncio.get_running_loop().call_soon(self._fold)
         elif len(self._unfolded) >= 256:  # replaying a recovered history: no loop to schedule on
             self._fold()
@@ -164,8 +248,15 @@ class Publication:
         """
         if not self._unfolded:
             return
+        if self._frontiers_at is not None:
+            current = self._frontiers_at(self.frontier_version)
+            if current is not None:  # the engine is exactly at the published version: read it
+                self._published = {loc: set(times) for loc, times in current.items()}
+                self._unfolded = []
+                return
         published = self._published
-        for changes in self._unfolded:
+        for batch in self._unfolded:
+            changes = batch if isinstance(batch, list) else batch.to_list(labels=True)
             for location, when, diff in changes:
                 times = published.get(location)
                 if times is None:
@@ -204,17 +295,29 @@ class Publication:
                     view.setdefault(location, set()).add(tuple(change["time"]))
         return version, view
 
-    def changes_since(self, version: int) -> list[tuple[int, str]] | None:
-        """Encoded changes after ``version`` up to the published version, or ``None`` if the
-        history no longer reaches back that far (or ``version`` is in the future)."""
+    def changes_since(self, version: int, selection: Selection | None = None) -> list[tuple[int, str]] | None:
+        """Encoded changes after ``version`` up to the published version (at ``selection``'s
+        locations, skipping versions without any), or ``None`` if the history no longer reaches
+        back that far (or ``version`` is in the future)."""
         if version < self.history_floor or version > self.frontier_version:
             return None
-        return [(v, encoded) for v, _, encoded in self.history if v > version]
+        if selection is None:
+            return [(v, encoded) for v, _, encoded in self.history if v > version]
+        out = []
+        for v, _, encoded in self.history:
+            if v > version:
+                batch = self._batches.get(v)
+                text = encode(batch if batch is not None else _decoded(encoded), selection)
+                if text != "[]":
+                    out.append((v, text))
+        return out
 
-    def snapshot_json(self) -> tuple[int, str]:
-        """``(version, '{"version":..,"locations":[..]}')`` of the published frontier."""
+    def snapshot_json(self, selection: Selection | None = None) -> tuple[int, str]:
+        """``(version, '{"version":..,"locations":[..]}')`` of the published frontier (at
+        ``selection``'s locations only, if given)."""
+        where = None if selection is None else selection.locations.__contains__
         return self.frontier_version, json.dumps(
-            {"version": self.frontier_version, "locations": self.frontier_rows(self.published)},
+            {"version": self.frontier_version, "locations": self.frontier_rows(self.published, where)},
             separators=(",", ":"),
         )
 

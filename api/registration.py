@@ -19,6 +19,7 @@ non_incrementing_cycle [0]
 
 from __future__ import annotations
 
+import multiprocessing
 from typing import Any, Literal
 
 import msgspec
@@ -36,7 +37,7 @@ from tracker.graph import (
     Update,
 )
 from tracker.scope import NestedGraph, NonIncrementingCycle, ScopedLocation, ScopedUpdate
-from tracker.structure import find_cycles, summary_search_pairs, widest_summaries
+from tracker.structure import branching_locations, find_cycles, summary_search_pairs, widest_summaries
 from tracker.timestamp import PathSummary
 
 InitialRow = tuple[int, int, Literal["source", "target"], tuple[int, ...], int]
@@ -97,7 +98,44 @@ def registration_record(req: RegisterRequest) -> Spec:
     )
 
 
-def build_graph(record: Spec, *, new: bool = True) -> tuple[Graph, list[Update]]:
+BATCH_SECONDS = 0.025
+"""The most one pointstamp may cost the engine per batch (the antichain cost check's budget,
+:data:`tracker.structure.SUMMARY_COST_BASE` for the reference engine)."""
+TRIAL_SECONDS = 5.0
+"""How long the compiled engine's trial of a graph (:func:`compiled_cost`) may take in all."""
+
+
+def compiled_cost(graph: Graph) -> tuple[float, int] | None:
+    """The compiled engine's cost of one pointstamp at any branching location of ``graph``
+    (:func:`tracker.compiled.pointstamp_cost`: the slowest batch in seconds, the widest frontier),
+    measured in a separate process so that a graph whose antichains explode cannot stall or
+    exhaust the service: ``None`` if the trial did not finish within :data:`TRIAL_SECONDS`."""
+    context = multiprocessing.get_context("spawn")
+    receiver, sender = context.Pipe(duplex=False)
+    process = context.Process(target=_trial, args=(sender, graph), daemon=True)
+    process.start()
+    sender.close()
+    try:
+        if receiver.poll(TRIAL_SECONDS):
+            result: tuple[float, int] = receiver.recv()
+            return result
+        return None
+    except EOFError:  # the trial died (out of memory, say)
+        return None
+    finally:
+        if process.is_alive():
+            process.kill()
+        process.join()
+        receiver.close()
+
+
+def _trial(sender: Any, graph: Graph) -> None:
+    from tracker.compiled import pointstamp_cost
+
+    sender.send(pointstamp_cost(graph, branching_locations(graph)))
+
+
+def build_graph(record: Spec, *, new: bool = True, compiled: bool = False) -> tuple[Graph, list[Update]]:
     """Validate a registration: the graph, its cycles, its initial pointstamps.
 
     Pure CPU: run it off the event loop.
@@ -106,6 +144,10 @@ def build_graph(record: Spec, *, new: bool = True) -> tuple[Graph, list[Update]]
         record: the normalised registration.
         new: ``False`` (recovery) skips the summary-antichain check, so that a dataflow
             accepted before the check existed stays registered.
+        compiled: the compiled engine will track the graph (``--engine native``): a graph
+            over the reference's antichain cost budget (but with no antichain over
+            :data:`MAX_SUMMARY_ANTICHAIN` on the way) is accepted if the compiled engine's
+            measured cost (:func:`compiled_cost`) is under :data:`BATCH_SECONDS` per batch.
 
     Returns:
         The graph and its initial pointstamps (Naiad's input-vertex rule if none were named).
@@ -146,6 +188,23 @@ def build_graph(record: Spec, *, new: bool = True) -> tuple[Graph, list[Update]]
                 f"to {overflow.dest}: one time at {overflow.origin} would put that many times in the frontier "
                 f"at {overflow.dest}, and tracking it would stall the service; merge the parallel summaries "
                 "(connections with several summaries, or paths with different ones) into fewer")})
+        if overflow is not None and compiled:
+            measured = compiled_cost(graph)
+            if measured is not None and measured[0] <= BATCH_SECONDS and measured[1] <= MAX_SUMMARY_ANTICHAIN:
+                overflow = None
+            elif measured is not None and measured[1] > MAX_SUMMARY_ANTICHAIN:
+                raise RegistrationError({"error": "invalid_graph", "detail": (
+                    f"more than {MAX_SUMMARY_ANTICHAIN} incomparable minimal path summaries ({measured[1]}) lead "
+                    "from one location to another: one time there would put that many times in a frontier; "
+                    "merge the parallel summaries (connections with several summaries, or paths with different "
+                    "ones) into fewer")})
+            else:
+                cost = "more than 5 s" if measured is None else f"{measured[0] * 1e3:.0f} ms"
+                raise RegistrationError({"error": "invalid_graph", "detail": (
+                    f"too many incomparable minimal path summaries fan out from {overflow.origin}: one time "
+                    f"there costs the compiled engine {cost} per batch (the limit is "
+                    f"{BATCH_SECONDS * 1e3:.0f} ms), stalling the service; merge the parallel summaries "
+                    "(connections with several summaries, or paths with different ones) into fewer")})
         if overflow is not None:
             raise RegistrationError({"error": "invalid_graph", "detail": (
                 f"too many incomparable minimal path summaries fan out from {overflow.origin} (already "

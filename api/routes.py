@@ -17,7 +17,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from sse_starlette import EventSourceResponse
 
 from api import streams
-from api.deps import DataflowDep, PrincipalDep, ServiceDep, admin, require_json
+from api.deps import DataflowDep, PrincipalDep, ServiceDep, admin, require_json, selection
 from api.explain import explain, explain_nested
 from api.ingest import bad_body, submit
 from api.models import (
@@ -270,12 +270,15 @@ async def frontier_stream(
         alias="Last-Event-ID",
         description="the last version received: resume after it with no gap and no duplicate (a fresh "
                     "snapshot if the retained history no longer reaches back that far)")] = None,
+    locations: Annotated[str | None, Query(
+        max_length=100_000, description="only these locations: node:port:kind items separated by commas "
+                                        "(1:0:target,2:0:target), or a JSON list of {node, port, kind}")] = None,
 ) -> EventSourceResponse:
     """SSE stream; ``id`` = version; send ``Last-Event-ID`` to resume without gap or duplicate."""
     metrics = service.metrics
     gauge = metrics.subscribers.labels("sse")
     events = streams.sse_events(dataflow.publication, last_event_id, service.settings.subscriber_queue,
-                                metrics.resyncs.inc, gauge.inc)
+                                metrics.resyncs.inc, gauge.inc, selection(dataflow, locations))
     return EventSourceResponse(events, ping=15,
                                headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 

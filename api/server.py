@@ -17,7 +17,7 @@ import uvicorn
 
 from api.app import create_app
 from api.auth import load_admin_token
-from api.config import Settings
+from api.config import ENGINE_NAMES, Settings
 
 _STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime", "taskName"}
 
@@ -108,7 +108,7 @@ def serve(args: argparse.Namespace) -> int:
         return 2
     logging.getLogger("tracker.server").info(
         "starting", extra={"host": settings.host, "port": settings.port, "warehouse": str(settings.warehouse),
-                           "engine": settings.engine, "spark": settings.spark})
+                           "engine": ENGINE_NAMES[settings.engine], "spark": settings.spark})
     # A much shorter GIL switch interval than CPython's 5 ms: when a Delta thread holds the GIL
     # (building a commit), the event loop gets it back within 0.1 ms. Measured on the service
     # benchmark: p99 about 1.4 ms against up to 3.7 ms at 5 ms, p50 and throughput unchanged.

@@ -24,7 +24,7 @@ from datetime import UTC, datetime
 from api.auth import Principal, matches, new_token, token_hash
 from api.checks import spark_check
 from api.columns import RawBatch
-from api.config import Settings
+from api.config import ENGINE_NAMES, Settings
 from api.counts import CountsOnly
 from api.graphs import GraphWriter
 from api.live import LiveState
@@ -53,7 +53,7 @@ class Service:
 
     def __init__(self, settings: Settings, admin_token: str, store: Store | None = None) -> None:
         self.settings = settings
-        self.metrics = Metrics()
+        self.metrics = Metrics(ENGINE_NAMES[settings.engine])
         self.admin_hash = token_hash(admin_token)
         self.dataflows: dict[str, Tenant] = {}
         self.token_index: dict[str, str] = {}
@@ -107,7 +107,8 @@ class Service:
                 index, scope = next((i, s) for i, s in enumerate(spec.initial_scopes) if s)
                 raise RegistrationError({"error": "invalid_graph",
                                          "detail": f"initial pointstamps: update {index}: unknown scope {scope}"})
-            graph, initial = await asyncio.to_thread(build_graph, spec)
+            # The antichain cost limit follows the engine: ~25 ms per batch of whichever tracks the graph.
+            graph, initial = await asyncio.to_thread(build_graph, spec, compiled=self.settings.engine == "native")
             tracker = await asyncio.to_thread(self._tracker_with, graph, initial)
         token = new_token()
         record = Register(name=spec.name, arity=spec.arity, nodes=spec.nodes, edges=spec.edges,
@@ -127,9 +128,15 @@ class Service:
     def _new_tenant(self, record: Register, graph: Graph, tracker: FrontierEngine, initial: list[Update],
                     hosting: Hosting | None = None) -> Tenant:
         lag = DeltaLag()
-        tenant = Tenant(registration=record, graph=graph, live=LiveState(tracker),
-                        publication=Publication(graph, self.settings.history, lag.changes_published, hosting),
-                        lag=lag, engine_mode=self.settings.engine if hosting is None else "native", hosting=hosting)
+        live = LiveState(tracker)
+        # A nested dataflow is tracked natively even under `--engine spark` (its Spark check and
+        # audits are skipped: see api.scopes).
+        mode = "native" if hosting is not None and self.settings.engine == "spark" else self.settings.engine
+        tenant = Tenant(registration=record, graph=graph, live=live,
+                        publication=Publication(graph, self.settings.history, lag.changes_published, hosting,
+                                                native=live.native,
+                                                frontiers_at=None if live.native is None else live.frontiers_at),
+                        lag=lag, engine_mode=mode, hosting=hosting)
         tenant.reset_published()
         lag.batch_durable(0, "_initial", 0, initial, time.time())
         if not self._checks_in_spark:
@@ -239,7 +246,7 @@ class Service:
             lag.batch_durable(batch.v, worker, seq, RawBatch(batch.body, len(updates))
                               if updates and hosting is None else updates, batch.at)
         live.durable_version = live.version
-        if tenant.engine_mode == "native":
+        if tenant.engine_mode != "spark":
             tenant.reset_published()
             tenant.publication.history_floor = max(tenant.publication.history_floor, base)  # none before it
         if store is not None:
@@ -278,7 +285,7 @@ class Service:
             changes = tenant.live.replay(version, worker, seq, updates)
         except GraphError as error:
             raise GraphError(f"dataflow {tenant.id}: {error}") from None
-        if tenant.engine_mode == "native":
+        if tenant.engine_mode != "spark":
             tenant.publication.publish(version, changes, notify=False, at=at)
 
     def log_header(self) -> list[Record]:
@@ -289,18 +296,27 @@ class Service:
 
     def _tracker_with(self, graph: Graph, initial: list[Update], hosting: Hosting | None = None) -> FrontierEngine:
         """A frontier engine of ``graph`` (which :func:`build_graph` checked for cycles) holding
-        ``initial``; for a nested dataflow (``hosting``), one over its stand-ins, whatever the engine."""
+        ``initial``; for a nested dataflow (``hosting``), one over its stand-ins, with one flat
+        engine per scope of the kind the service runs."""
+        tracker: FrontierEngine
         if hosting is not None:
-            tracker: FrontierEngine = NestedEngine(hosting, ScopedTracker(hosting.nested, flat=self._scope_engine))
+            tracker = NestedEngine(hosting, ScopedTracker(hosting.nested, flat=self._scope_engine))
+        elif self.settings.engine == "spark":
+            tracker = CountsOnly(graph)
         else:
-            tracker = CountsOnly(graph) if self.settings.engine == "spark" else Tracker(graph, cycles_checked=True)
+            tracker = self._scope_engine(graph)
         tracker.apply(initial, validated=True)
         return tracker
 
-    @staticmethod
-    def _scope_engine(graph: Graph) -> FrontierEngine:
-        """The flat engine of one scope of a nested dataflow (its cycles checked per scope)."""
-        return Tracker(graph, cycles_checked=True)
+    def _scope_engine(self, graph: Graph) -> FrontierEngine:
+        """The flat engine of one graph whose cycles were checked (a flat dataflow's, or one
+        scope's of a nested dataflow): the Python reference under ``--engine reference``, else
+        the compiled engine (the settings checked that it imports)."""
+        if self.settings.engine == "reference":
+            return Tracker(graph, cycles_checked=True)
+        from tracker.compiled import CompiledTracker
+
+        return CompiledTracker(graph, cycles_checked=True)
 
     def _nested_with(self, record: Register | Spec, new: bool, *, empty: bool = False
                      ) -> tuple[Hosting, FrontierEngine, list[Update]]:

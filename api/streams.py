@@ -18,7 +18,7 @@ import json
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from api.publish import Publication
+from api.publish import Publication, Selection
 
 RESYNC = (-1, "")
 
@@ -33,10 +33,13 @@ class Subscriber:
     (True, True)
     """
 
-    def __init__(self, maxsize: int, on_lag: Callable[[], None] | None = None) -> None:
+    def __init__(self, maxsize: int, on_lag: Callable[[], None] | None = None,
+                 selection: Selection | None = None) -> None:
         self.queue: asyncio.Queue[tuple[int, str]] = asyncio.Queue(maxsize)
         self.lagged = False
         self.after = 0
+        self.selection = selection
+        """Only these locations (snapshot and changes), or every location."""
         self._on_lag = on_lag
 
     def offer(self, version: int, encoded: str) -> None:
@@ -55,19 +58,21 @@ class Subscriber:
 
 
 def attach(publication: Publication, last_event_id: str | None, maxsize: int,
-           on_lag: Callable[[], None] | None = None) -> tuple[Subscriber, list[tuple[str, int, str]]]:
-    """Subscribe and compute what to send first: a snapshot, or the missed changes.
+           on_lag: Callable[[], None] | None = None, selection: Selection | None = None
+           ) -> tuple[Subscriber, list[tuple[str, int, str]]]:
+    """Subscribe and compute what to send first: a snapshot, or the missed changes (of
+    ``selection``'s locations only, if given).
 
     Synchronous on purpose: between subscribing and reading the history nothing else runs, so
     the backlog and the queue together hold every version exactly once.
     Returns the subscriber and ``(event, version, data)`` items to send before the queue.
     """
-    subscriber = Subscriber(maxsize, on_lag)
+    subscriber = Subscriber(maxsize, on_lag, selection)
     publication.subscribers.add(subscriber)
     resume = _parse_event_id(last_event_id)
-    backlog = publication.changes_since(resume) if resume is not None else None
+    backlog = publication.changes_since(resume, selection) if resume is not None else None
     if backlog is None:
-        version, data = publication.snapshot_json()
+        version, data = publication.snapshot_json(selection)
         subscriber.after = version
         return subscriber, [("snapshot", version, data)]
     subscriber.after = publication.frontier_version
@@ -95,7 +100,7 @@ async def next_events(publication: Publication, subscriber: Subscriber) -> list[
     if (version, encoded) == RESYNC:
         # Re-arm before taking the snapshot: both happen without an await, so nothing is lost.
         subscriber.lagged = False
-        snap_version, data = publication.snapshot_json()
+        snap_version, data = publication.snapshot_json(subscriber.selection)
         subscriber.after = snap_version
         reason = json.dumps({"reason": "subscriber fell behind; a fresh snapshot follows", "version": snap_version})
         return [("resync", snap_version, reason), ("snapshot", snap_version, data)]
@@ -107,13 +112,14 @@ async def next_events(publication: Publication, subscriber: Subscriber) -> list[
 
 async def sse_events(publication: Publication, last_event_id: str | None, maxsize: int,
                      on_lag: Callable[[], None] | None = None,
-                     on_change: Callable[[int], None] | None = None) -> AsyncIterator[dict[str, Any]]:
+                     on_change: Callable[[int], None] | None = None, selection: Selection | None = None
+                     ) -> AsyncIterator[dict[str, Any]]:
     """The SSE event source: ``snapshot`` or the missed ``changes``, then live ``changes``.
 
     Subscribes when the response starts streaming and unsubscribes in ``finally``, so a client
     that goes away at any point leaves nothing behind; ``on_change(+1/-1)`` counts subscribers.
     """
-    subscriber, first = attach(publication, last_event_id, maxsize, on_lag)
+    subscriber, first = attach(publication, last_event_id, maxsize, on_lag, selection)
     if on_change is not None:
         on_change(1)
     try:

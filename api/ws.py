@@ -28,7 +28,7 @@ from fastapi.responses import JSONResponse
 
 from api import streams
 from api.auth import bearer
-from api.deps import lookup
+from api.deps import lookup, selection
 from api.ingest import Refused, submit
 from api.service import Service
 from api.tenant import Tenant
@@ -65,6 +65,7 @@ async def worker_socket(websocket: WebSocket, id: str) -> None:
             raise HTTPException(401, {"error": "unauthorized", "detail": "unknown token"})
         dataflow = lookup(service, caller, id)
         subscribe = _flag(websocket.query_params.get("subscribe", "true"), "subscribe")
+        wanted = selection(dataflow, websocket.query_params.get("locations"))
     except HTTPException as error:
         detail: Any = error.detail  # the JSON body: every HTTPException raised above carries a dict
         await _deny(websocket, error.status_code, detail)
@@ -83,7 +84,7 @@ async def worker_socket(websocket: WebSocket, id: str) -> None:
     metrics = service.metrics
     if subscribe:
         subscriber, first = streams.attach(dataflow.publication, None, service.settings.subscriber_queue,
-                                           metrics.resyncs.inc)
+                                           metrics.resyncs.inc, wanted)
         metrics.subscribers.labels("ws").inc()
         for event, _version, data in first:
             await send(_typed(event, data))

@@ -32,6 +32,8 @@ True
 
 from __future__ import annotations
 
+import time
+from collections import Counter
 from collections.abc import Iterable
 
 from progress_engine import Engine
@@ -41,7 +43,7 @@ from tracker.reachability import FrontierChange
 from tracker.structure import find_cycles
 from tracker.timestamp import Timestamp
 
-__all__ = ["CompiledTracker", "FrontierChange", "engine_for"]
+__all__ = ["CompiledTracker", "FrontierChange", "engine_for", "pointstamp_cost"]
 
 
 def location_json(location: Location) -> str:
@@ -115,3 +117,39 @@ class CompiledTracker:
         """True iff a notification for ``time`` at ``location`` is safe: no frontier element
         is ``<= time``."""
         return self.engine.can_notify(self._index[location], time)
+
+
+def pointstamp_cost(graph: Graph, origins: Iterable[Location]) -> tuple[float, int]:
+    """What one pointstamp costs the compiled engine: the slowest batch (seconds; the least of
+    three tries) placing one pointstamp at the zero time at any of ``origins``, or retracting
+    it, and the widest frontier
+    it makes at any location (the widest antichain of minimal path summaries from ``origins``).
+
+    Measured on a fresh engine, so graphs whose antichains multiply are judged by what the
+    engine really spends on them (:data:`tracker.structure.COMPILED_SUMMARY_COST_BASE`).
+
+    >>> from tracker.graph import Connection, Edge, Node
+    >>> from tracker.timestamp import PathSummary
+    >>> units = (PathSummary((1, 0)), PathSummary((0, 1)))
+    >>> g = Graph.build(2, [Node(i, 1, 1, connections=(Connection(0, 0, units),)) for i in range(3)],
+    ...                 [Edge(Location.source(i, 0), Location.target(i + 1, 0)) for i in range(2)])
+    >>> seconds, widest = pointstamp_cost(g, [Location.target(0, 0)])
+    >>> widest, seconds < 1
+    (4, True)
+    """
+    engine, order = engine_for(graph)
+    index = {loc: i for i, loc in enumerate(order)}
+    zero = [0] * graph.arity
+    slowest, widest = 0.0, 0
+    for origin in origins:
+        at = index[origin]
+        best = [float("inf"), float("inf")]  # the least of three tries: the engine's cost, not the scheduler's
+        for _ in range(3):
+            for k, delta in enumerate((1, -1)):
+                started = time.perf_counter()
+                batch = engine.apply_indexed([at], zero, [delta])
+                best[k] = min(best[k], time.perf_counter() - started)
+                if delta > 0 and len(batch):
+                    widest = max(widest, max(Counter(batch.locations()).values()))
+        slowest = max(slowest, *best)
+    return slowest, widest
