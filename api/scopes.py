@@ -254,7 +254,7 @@ class NestedEngine:
 
     def __init__(self, hosting: Hosting, engine: ScopedEngine) -> None:
         self.hosting = hosting
-        self.engine = engine
+        self.scoped = engine
 
     @property
     def graph(self) -> Graph:
@@ -273,19 +273,19 @@ class NestedEngine:
         except KeyError as error:
             raise GraphError(f"unknown location {error.args[0]}") from None
         flat = self.hosting._flat
-        return [FrontierChange(flat[c.location], c.time, c.diff) for c in self.engine.apply(batch, validated=validated)]
+        return [FrontierChange(flat[c.location], c.time, c.diff) for c in self.scoped.apply(batch, validated=validated)]
 
     def frontier(self, location: Location) -> list[Timestamp]:
-        return self.engine.frontier(self.hosting.scoped(location))
+        return self.scoped.frontier(self.hosting.scoped(location))
 
     def frontiers(self) -> dict[Location, list[Timestamp]]:
         flat = self.hosting._flat
-        return {flat[loc]: times for loc, times in self.engine.frontiers().items()}
+        return {flat[loc]: times for loc, times in self.scoped.frontiers().items()}
 
     def pointstamps(self) -> dict[tuple[Location, Timestamp], int]:
         flat = self.hosting._flat
-        return {(flat[loc], t): c for (loc, t), c in self.engine.pointstamps().items()}
+        return {(flat[loc], t): c for (loc, t), c in self.scoped.pointstamps().items()}
 
     def can_notify(self, location: Location, time: Timestamp) -> bool:
-        return self.engine.can_notify(self.hosting.scoped(location), time)
+        return self.scoped.can_notify(self.hosting.scoped(location), time)
 
