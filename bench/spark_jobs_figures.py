@@ -120,7 +120,7 @@ def cli(quick: bool) -> dict[str, float]:
     figures["cluster_workload_locations"] = location_count(big)
     root = _warehouse(big)
     figures["jobs_propagate_big_local2_s"] = _job("propagate", root, "local[2]", "--all")
-    from tests.cluster import start
+    from spark_jobs.cluster import start
 
     cluster = start(Path(tempfile.mkdtemp(prefix="bench-cluster-")), sys.executable)
     try:

@@ -208,22 +208,9 @@ def fetch(directory: Path | None = None, quiet: bool = False) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m spark_jobs.jars [--verify]``: fetch (idempotent); ``--verify`` then starts a
-    session and fails unless it loads every fetched package."""
-    argv = sys.argv[1:] if argv is None else argv
-    result = fetch()
-    if "--verify" in argv:
-        from spark_jobs.session import get_spark, has_delta_jvm, has_graphframes_jvm
-
-        spark = get_spark("local[1]")
-        loaded = {"delta-spark": has_delta_jvm(spark), "graphframes": has_graphframes_jvm(spark)}
-        spark.stop()
-        wanted = {name for name in loaded if any(name in c for c in result["fetched"])}
-        missing = [name for name in wanted if not loaded[name]]
-        if missing:
-            print(f"[setup] a Spark session does not load {missing}", file=sys.stderr)
-            return 1
-        print(f"[setup] a Spark session loads {sorted(n for n, ok in loaded.items() if ok)}", file=sys.stderr)
+    """``python -m spark_jobs.jars``: fetch (idempotent). ``python -m spark_jobs.session
+    --verify`` fetches too, then checks that a session loads every fetched package."""
+    fetch()
     return 0
 
 

@@ -170,3 +170,30 @@ def has_delta_jvm(spark: SparkSession) -> bool:
 def has_graphframes_jvm(spark: SparkSession) -> bool:
     """True iff GraphFrames' JVM package loads in this session (then SCC may use it)."""
     return _has_class(spark, GRAPHFRAMES_CLASS)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m spark_jobs.session --verify``: fetch the JVM packages (idempotent), then fail
+    unless a Spark session loads every package Maven Central served (the Docker build runs it)."""
+    import sys
+
+    from spark_jobs.jars import fetch
+
+    argv = sys.argv[1:] if argv is None else argv
+    result = fetch()
+    if "--verify" not in argv:
+        return 0
+    spark = get_spark("local[1]")
+    loaded = {"delta-spark": has_delta_jvm(spark), "graphframes": has_graphframes_jvm(spark)}
+    spark.stop()
+    wanted = {name for name in loaded if any(name in c for c in result["fetched"])}
+    missing = [name for name in wanted if not loaded[name]]
+    if missing:
+        print(f"[setup] a Spark session does not load {missing}", file=sys.stderr)
+        return 1
+    print(f"[setup] a Spark session loads {sorted(n for n, ok in loaded.items() if ok)}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -62,7 +62,7 @@ def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     """A standalone master and one 2-core worker, started on first use, stopped at the end."""
     import sys
 
-    from tests.cluster import start
+    from spark_jobs.cluster import start
 
     cluster = start(tmp_path_factory.mktemp("spark-cluster"), sys.executable)
     try:

@@ -1,5 +1,5 @@
-"""A Spark standalone cluster for the tests: one master and one worker on loopback, started from
-the project's pyspark, stopped (with every process they started) however the tests end.
+"""A Spark standalone cluster on loopback: one master and one worker started from the project's
+pyspark, stopped (with every process they started) however the caller ends (tests, benchmarks).
 
 >>> free_port() > 0
 True
