@@ -76,6 +76,10 @@ class _Batch(msgspec.Struct, forbid_unknown_fields=True, gc=False):
 
 
 _DECODER = msgspec.json.Decoder(_Batch)
+# The decoded wire form of a progress body, shared with api.scopes (nested dataflows).
+WireLocation = _Location
+WireUpdate = _Update
+BATCH_DECODER = _DECODER
 _LOCATIONS: dict[int, tuple[Graph, dict[_Location, Location]]] = {}
 _INDEXED: dict[int, tuple[Graph, list[Location], dict[_Location, int]]] = {}
 _PATH = re.compile(r"^(.*) - at `\$(.*)`$", re.S)

@@ -44,40 +44,20 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Iterable, Mapping
-from typing import Annotated, Any, Literal, NoReturn
+from typing import Any, NoReturn
 
 import msgspec
 
-from api.models import MAX_SEQ
-from api.parsing import MAX_UPDATES, InvalidRequest, MalformedJSON
+from api.parsing import BATCH_DECODER as _DECODER
+from api.parsing import InvalidRequest, MalformedJSON
+from api.parsing import WireLocation as _Location
+from api.parsing import WireUpdate as _Update
 from tracker.engine import ScopedEngine
-from tracker.graph import MAX_DELTA, Graph, GraphError, Location, Update
+from tracker.graph import Graph, GraphError, Location, Update
 from tracker.reachability import FrontierChange
 from tracker.scope import NestedGraph, ScopedLocation, ScopePath
 from tracker.scoped_paths import Step, flattened_steps
 from tracker.timestamp import MAX_TIME, Timestamp
-
-
-class _Location(msgspec.Struct, frozen=True, forbid_unknown_fields=True, gc=False):
-    node: int
-    port: int
-    kind: Literal["source", "target"]
-    scope: tuple[int, ...] = ()
-
-
-class _Update(msgspec.Struct, forbid_unknown_fields=True, gc=False):
-    location: _Location
-    time: tuple[int, ...]
-    delta: Annotated[int, msgspec.Meta(ge=-MAX_DELTA, le=MAX_DELTA)]
-
-
-class _Batch(msgspec.Struct, forbid_unknown_fields=True, gc=False):
-    worker: Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
-    seq: Annotated[int, msgspec.Meta(ge=0, le=MAX_SEQ)]
-    updates: Annotated[list[_Update], msgspec.Meta(max_length=MAX_UPDATES)]
-
-
-_DECODER = msgspec.json.Decoder(_Batch)
 
 
 class Hosting:
