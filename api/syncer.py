@@ -11,12 +11,15 @@ so syncing the segment the service wrote to through its own descriptor is enough
 
 Protocol on stdin/stdout: the service writes a segment number (``u32``, little endian) after
 writing that segment's records; the syncer answers with an errno (``u32``, 0 = durable). It
-exits when stdin closes, that is when the service stops or dies.
+exits when stdin closes, that is when the service stops or dies, and only then: it ignores the
+SIGINT and SIGTERM a terminal or a supervisor sends the whole process group (Ctrl-C on
+``tracker serve``), which would otherwise kill it while the service still logs its last records.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import struct
 import sys
 
@@ -57,4 +60,6 @@ def serve(directory: str, requests: int = 0, answers: int = 1) -> None:
 
 
 if __name__ == "__main__":
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     serve(sys.argv[1])
