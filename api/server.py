@@ -1,14 +1,19 @@
 """``tracker serve``: structured logging, the admin token, and uvicorn running the app.
 
 Guarantees: one process at a time serves a warehouse (a lock held for the app's lifetime); a
-warehouse that cannot be used stops the start with a clear message, not a traceback.
+warehouse that cannot be used, or a port another process listens on, stops the start with one
+line and exit code 2, not a traceback (the port is taken before anything else starts: no
+recovery, no Spark). SIGINT and SIGTERM stop the service within a couple of seconds whatever
+Spark is doing (:mod:`api.app`); an interrupted service exits with 130, like a shell would report.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import logging
+import socket
 import sys
 from datetime import UTC, datetime
 from typing import Any
@@ -89,6 +94,33 @@ def build(settings: Settings) -> Any:
     return app
 
 
+def listen(host: str, port: int) -> socket.socket:
+    """A socket bound to ``host:port`` (uvicorn listens on it). Raises :class:`StartupError` if
+    the port is busy or the address unusable.
+
+    >>> sock = listen("127.0.0.1", 0)
+    >>> try:
+    ...     listen("127.0.0.1", sock.getsockname()[1])
+    ... except StartupError as error:
+    ...     print(str(error).split(":")[0])
+    cannot listen on 127.0.0.1
+    >>> sock.close()
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn: a port in TIME_WAIT is free
+    try:
+        sock.bind((host, port))
+        sock.listen(2048)  # a bound socket alone does not make another SO_REUSEADDR bind fail
+    except OSError as error:
+        sock.close()
+        reason = "the port is busy (another process listens on it)" if error.errno == errno.EADDRINUSE else (
+            error.strerror or str(error))
+        raise StartupError(f"cannot listen on {host}:{port}: {reason}") from None
+    sock.set_inheritable(True)
+    return sock
+
+
 def app_from_env() -> Any:
     """Factory for ``uvicorn --factory api.server:app_from_env`` (settings from the environment)."""
     return build(Settings.from_env())
@@ -102,6 +134,7 @@ def serve(args: argparse.Namespace) -> int:
         print(f"tracker serve: error: {error}", file=sys.stderr)
         return 2
     try:
+        listener = listen(settings.host, settings.port)
         app = build(settings)
     except StartupError as error:
         print(f"tracker serve: error: {error}", file=sys.stderr)
@@ -117,5 +150,8 @@ def serve(args: argparse.Namespace) -> int:
                             ws_max_size=settings.max_body, ws_per_message_deflate=settings.ws_deflate,
                             lifespan="on", timeout_graceful_shutdown=5)
     server = uvicorn.Server(config)
-    server.run()
+    try:
+        server.run(sockets=[listener])
+    except KeyboardInterrupt:  # uvicorn raises the SIGINT it stopped for again, once stopped
+        return 130
     return 0 if server.started else 1
