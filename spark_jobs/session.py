@@ -12,6 +12,11 @@ driver; when delta-spark is among them, Delta's SQL extension and catalog are co
 DataFrame cycle closure). The classes are still *detected* by loading them (``has_delta_jvm``,
 ``has_graphframes_jvm``), so jars put on the classpath by other means count too.
 
+The JVM this process launches dies with it, however it ends: pyspark's gateway exits when its
+stdin closes, but only after Spark's shutdown hooks, which wait for running jobs (minutes, holding
+gigabytes). A watchdog process (:func:`tie_to_parent`) reads a pipe from this process and, once
+it closes (exit, crash, ``kill -9``), gives the JVM :data:`JVM_GRACE` seconds, then kills it.
+
 Example (starts a JVM, so not run as a doctest)::
 
     spark = get_spark("local[2]")
@@ -23,6 +28,8 @@ from __future__ import annotations
 import glob
 import os
 import re
+import subprocess
+import sys
 import tempfile
 import threading
 from pathlib import Path
@@ -36,6 +43,27 @@ _SESSION: SparkSession | None = None
 DELTA_CLASS = "io.delta.tables.DeltaTable"
 GRAPHFRAMES_CLASS = "org.graphframes.GraphFrame"
 SHUFFLE_PARTITIONS = 4
+JVM_GRACE = 1.5
+"""Seconds the JVM has to exit by itself after its parent ended, before the watchdog kills it."""
+_WATCHDOGS: dict[int, subprocess.Popen[bytes]] = {}  # by JVM pid; their stdin pipes stay open while we live
+
+# Run by the watchdog: wait for the pipe to close, then for the JVM, then kill it.
+_WATCHDOG = """
+import os, signal, sys, time
+pid, grace = int(sys.argv[1]), float(sys.argv[2])
+sys.stdin.buffer.read()
+deadline = time.monotonic() + grace
+def alive():
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+while alive() and time.monotonic() < deadline:
+    time.sleep(0.05)
+if alive():
+    os.kill(pid, signal.SIGKILL)
+"""
 
 
 def resolve_master(master: str | None = None) -> str:
@@ -143,12 +171,42 @@ def get_spark(master: str | None = None) -> SparkSession:
                 .config("spark.databricks.delta.writeChecksumFile.enabled", "false")
                 .config("spark.databricks.delta.stateReconstructionValidation.enabled", "false")
             )
+        _launch_tied_jvm(builder)
         spark = builder.getOrCreate()
         spark.sparkContext.setLogLevel("ERROR")
         checkpoint_dir = os.environ.get("TRACKER_SPARK_CHECKPOINT_DIR") or tempfile.mkdtemp(prefix="tracker-ckpt-")
         spark.sparkContext.setCheckpointDir(checkpoint_dir)
         _SESSION = spark
         return spark
+
+
+def tie_to_parent(pid: int, grace: float = JVM_GRACE) -> subprocess.Popen[bytes]:
+    """Start a watchdog that kills process ``pid`` (with SIGKILL) ``grace`` seconds after this
+    process ends, unless it exited by then. The watchdog runs in its own session, so the SIGINT
+    of a terminal's Ctrl-C does not reach it, and needs nothing but ``/proc`` (Linux)."""
+    watchdog = subprocess.Popen([sys.executable, "-c", _WATCHDOG, str(pid), str(grace)], stdin=subprocess.PIPE,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    _WATCHDOGS[pid] = watchdog
+    return watchdog
+
+
+def _launch_tied_jvm(builder: SparkSession.Builder) -> None:
+    """Launch the JVM gateway as ``getOrCreate`` would (same settings), tied to this process by
+    :func:`tie_to_parent` as soon as its pid is known; pyspark then uses it. Nothing if a
+    gateway runs already or off Linux (``/proc``)."""
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    if SparkContext._gateway is not None or sys.platform != "linux" or os.environ.get("SPARK_CONNECT_MODE_ENABLED"):
+        return
+    conf = SparkConf()
+    for key, value in builder._options.items():  # what getOrCreate hands to launch_gateway
+        conf.set(key, str(value))
+    gateway = launch_gateway(conf)
+    proc = getattr(gateway, "proc", None)
+    if proc is not None:
+        tie_to_parent(proc.pid)
+    SparkContext._ensure_initialized(gateway=gateway)
 
 
 def _has_class(spark: SparkSession, name: str) -> bool:
@@ -187,11 +245,15 @@ def main(argv: list[str] | None = None) -> int:
     loaded = {"delta-spark": has_delta_jvm(spark), "graphframes": has_graphframes_jvm(spark)}
     spark.stop()
     wanted = {name for name in loaded if any(name in c for c in result["fetched"])}
+    for name, ok in loaded.items():
+        state = "loaded" if ok else "fetched but does not load" if name in wanted else "not served"
+        if name == "graphframes" and not ok:
+            state += "; the DataFrame path does the cycle check"
+        print(f"[setup] {name}: {state}", file=sys.stderr)
     missing = [name for name in wanted if not loaded[name]]
     if missing:
         print(f"[setup] a Spark session does not load {missing}", file=sys.stderr)
         return 1
-    print(f"[setup] a Spark session loads {sorted(n for n, ok in loaded.items() if ok)}", file=sys.stderr)
     return 0
 
 
