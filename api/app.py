@@ -191,32 +191,37 @@ def create_app(settings: Settings, admin_token: str) -> FastAPI:
         gc.freeze()
         log.info("recovered", extra={"dataflows": len(service.dataflows),
                                      "seconds": round(time.perf_counter() - started, 3)})
-        loop = asyncio.get_running_loop()
         spark = service.spark
+        tasks = []
         if settings.spark:
-            loop.run_in_executor(spark.pool, spark.start)
+            tasks.append(asyncio.create_task(spark.open()))
         service.after_recovery()
         stop = asyncio.Event()
         flusher = asyncio.create_task(service.syncer.run(
             stop, flush_seconds=settings.flush_seconds, compact_seconds=settings.compact_seconds,
             tidy_seconds=settings.tidy_seconds))
-        tasks = []
         if settings.spark and settings.audit_seconds > 0:
-            tasks.append(asyncio.create_task(audit_loop(spark, service.metrics, service.dataflows,
-                                                        settings.audit_seconds)))
+            tasks.append(asyncio.create_task(audit_loop(spark, service.spark_turns, service.metrics,
+                                                        service.dataflows, settings.audit_seconds)))
         if settings.engine == "spark":
-            tasks.append(asyncio.create_task(microbatch_loop(spark, service.metrics, service.dataflows)))
+            tasks.append(asyncio.create_task(microbatch_loop(spark, service.spark_turns, service.metrics,
+                                                             service.dataflows)))
         yield
+        # Stop within a second or two whatever Spark is doing: no new Spark work, every Spark
+        # job cancelled, the session stopped on a thread of its own (not waited for long).
+        service.stopping = True
+        service.checker.cancel()
         for task in tasks:
             task.cancel()
+        spark_stopped = asyncio.create_task(spark.stop(wait=0.5))
         stop.set()  # the flusher finishes its commit in progress, flushes the rest and returns
         try:
             await asyncio.wait_for(flusher, 30)
         except Exception:
             log.exception("final Delta flush failed; the log still holds every batch")
+        await spark_stopped
         service.wal.close()
         service.delta_pool.shutdown(wait=False, cancel_futures=True)
-        spark.pool.shutdown(wait=False, cancel_futures=True)
 
     app = FastAPI(
         title="Timely progress tracker",

@@ -37,6 +37,32 @@ def port(text: str) -> int:
     return int(text)
 
 
+def _seconds(text: str) -> float:
+    """A finite number of seconds, at least 0.
+
+    >>> _seconds("2.5")
+    2.5
+    """
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not (0 <= value < float("inf")):
+        raise argparse.ArgumentTypeError(f"must be a number of seconds, at least 0, got {text!r}")
+    return value
+
+
+def _count(text: str) -> int:
+    """A whole number, at least 0.
+
+    >>> _count("10")
+    10
+    """
+    if not (text.isascii() and text.isdigit()):
+        raise argparse.ArgumentTypeError(f"must be a whole number, at least 0, got {text!r}")
+    return int(text)
+
+
 def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``serve`` to the ``tracker`` command's sub-parsers."""
     serve = commands.add_parser("serve", help="run the service (FastAPI + uvicorn)")
@@ -53,4 +79,10 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
                             "tracker, spark = Spark micro-batches; default native")
     serve.add_argument("--master", default=os.environ.get("SPARK_MASTER"),
                        help="Spark master URL (env SPARK_MASTER; default local[*])")
+    serve.add_argument("--spark-timeout", type=_seconds, default=None, metavar="SECONDS",
+                       help="cancel a Spark registration check or audit after this long and record it as timed "
+                            "out (env TRACKER_SPARK_TIMEOUT; default 300; 0 = no limit)")
+    serve.add_argument("--spark-max-locations", type=_count, default=None, metavar="N",
+                       help="do not send graphs with more locations than this to Spark (status: skipped, too "
+                            "large) (env TRACKER_SPARK_MAX_LOCATIONS; default 2000; 0 = no limit)")
     serve.set_defaults(func=_serve)

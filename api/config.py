@@ -65,6 +65,8 @@ class Settings:
     admin_token: str | None = None  # TRACKER_ADMIN_TOKEN
     spark: bool = True  # TRACKER_SPARK=0 disables Spark (registration check, audits)
     spark_check: bool = True  # TRACKER_SPARK_CHECK=0 skips the Spark registration check
+    spark_timeout: float = 300.0  # TRACKER_SPARK_TIMEOUT: seconds one Spark check or audit may run (0: no limit)
+    spark_max_locations: int = 2000  # TRACKER_SPARK_MAX_LOCATIONS: larger graphs are not sent to Spark (0: no limit)
     delta: bool = True  # TRACKER_DELTA=0 keeps everything in the write-ahead log only
     flush_seconds: float = 1.0  # TRACKER_FLUSH_SECONDS: WAL -> Delta progress
     compact_seconds: float = 5.0  # TRACKER_COMPACT_SECONDS: pointstamps/frontiers/frontier_changes
@@ -91,6 +93,8 @@ class Settings:
             admin_token=env.get("TRACKER_ADMIN_TOKEN") or None,
             spark=env.get("TRACKER_SPARK", "1").lower() not in ("0", "false", "no", "off"),
             spark_check=env.get("TRACKER_SPARK_CHECK", "1").lower() not in ("0", "false", "no", "off"),
+            spark_timeout=_env_float("TRACKER_SPARK_TIMEOUT", 300.0),
+            spark_max_locations=_env_int("TRACKER_SPARK_MAX_LOCATIONS", 2000),
             delta=env.get("TRACKER_DELTA", "1").lower() not in ("0", "false", "no", "off"),
             flush_seconds=_env_float("TRACKER_FLUSH_SECONDS", 1.0),
             compact_seconds=_env_float("TRACKER_COMPACT_SECONDS", 5.0),
@@ -110,6 +114,10 @@ class Settings:
             settings.warehouse = Path(args.warehouse)
             settings.engine = args.engine
             settings.master = args.master or settings.master
+            if getattr(args, "spark_timeout", None) is not None:
+                settings.spark_timeout = args.spark_timeout
+            if getattr(args, "spark_max_locations", None) is not None:
+                settings.spark_max_locations = args.spark_max_locations
         if settings.master:
             from spark_jobs.session import master_problem
 

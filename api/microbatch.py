@@ -8,7 +8,8 @@ Durable batches queue up per dataflow (:attr:`api.spark.SparkState.queue`), and
 
 Guarantees: the changes Spark returns are published under the micro-batch's last version, in
 version order, so the frontier (and every stream) trails the acknowledged version by about one
-micro-batch; versions folded into a micro-batch have no change event of their own, and
+micro-batch; micro-batches take their dataflow's turn at Spark (:mod:`api.sparkqueue`), with no
+time limit (the frontier depends on them); versions folded into a micro-batch have no change event of their own, and
 ``?version=N`` for such an ``N`` answers the frontier of the micro-batch before it. A failed
 micro-batch is retried with its batches still in order.
 """
@@ -22,6 +23,7 @@ from collections.abc import Mapping
 
 from api.metrics import Metrics
 from api.spark import Hosted, Spark
+from api.sparkqueue import SparkQueue
 from tracker.graph import Update
 from tracker.reachability import FrontierChange
 
@@ -38,10 +40,9 @@ def _apply_in_spark(spark: Spark, dataflow: Hosted, updates: list[Update]) -> li
     return changes
 
 
-async def microbatch_loop(spark: Spark, metrics: Metrics, dataflows: Mapping[str, Hosted],
+async def microbatch_loop(spark: Spark, turns: SparkQueue, metrics: Metrics, dataflows: Mapping[str, Hosted],
                           interval: float = 0.05) -> None:
     """Run one micro-batch per dataflow with queued batches, forever."""
-    loop = asyncio.get_running_loop()
     while True:
         await asyncio.sleep(interval)
         if spark.session is None:
@@ -55,7 +56,9 @@ async def microbatch_loop(spark: Spark, metrics: Metrics, dataflows: Mapping[str
             updates = [u for _, batch in queued for u in batch]
             started = time.perf_counter()
             try:
-                changes = await loop.run_in_executor(spark.pool, _apply_in_spark, spark, dataflow, updates)
+                async with turns.turn(dataflow.id):
+                    changes = await spark.run(f"micro-batch of {dataflow.id}", _apply_in_spark, spark, dataflow,
+                                              updates, limit=0)
             except Exception:
                 state.queue[:0] = queued  # retried next round, still in version order
                 metrics.delta_errors.inc()

@@ -185,7 +185,7 @@ class DataflowStatus(BaseModel):
     """What the service knows about a dataflow beyond its state."""
 
     state: str = "active"
-    spark_check: str = Field(description="pending | agreed | disagreed | skipped | error")
+    spark_check: str = Field(description="pending | running | agreed | disagreed | skipped | timed_out | error")
     spark_detail: str | None = None
     audit: dict[str, Any] | None = Field(default=None, description="last Spark audit of the live frontier")
     durable_version: int = 0

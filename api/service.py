@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 
 from api.auth import Principal, matches, new_token, token_hash
-from api.checks import spark_check
+from api.checks import Checker
 from api.columns import RawBatch
 from api.config import ENGINE_NAMES, Settings
 from api.counts import CountsOnly
@@ -35,6 +35,7 @@ from api.records import Batch, Check, Record, Register
 from api.registration import RegistrationError, Spec, build_graph, build_nested, is_nested, registration_record
 from api.scopes import Hosting, NestedEngine
 from api.spark import Hosted, Spark
+from api.sparkqueue import SparkQueue
 from api.store import Store
 from api.sync import DeltaLag, Syncer
 from api.tenant import Tenant
@@ -60,7 +61,10 @@ class Service:
         self.wal = WriteAheadLog(settings.warehouse / "_wal", on_sync=self.metrics.on_sync)
         self.store = store
         self.delta_pool = ThreadPoolExecutor(1, thread_name_prefix="delta")
-        self.spark = Spark(settings.master, enabled=settings.spark)
+        self.spark = Spark(settings.master, enabled=settings.spark, timeout=settings.spark_timeout,
+                           max_locations=settings.spark_max_locations)
+        self.spark_turns = SparkQueue()
+        self.checker = Checker(self.spark, self.spark_turns, store, self.metrics, self._remember_check)
         self.started = time.time()
         self.loop: asyncio.AbstractEventLoop | None = None  # the event loop serving requests
         self.checks: dict[str, Check] = {}  # dataflow id -> its logged Spark check result
@@ -70,6 +74,7 @@ class Service:
         self.graphs = GraphWriter(store, self.delta_pool, self.metrics, native_psi=not self._checks_in_spark)
         self._unstored: list[Tenant] = []  # recovered without their graph tables: write them
         self._unchecked: list[Tenant] = []  # recovered with no Spark check result: run it
+        self.stopping = False
 
     @property
     def _checks_in_spark(self) -> bool:
@@ -144,6 +149,11 @@ class Service:
         if hosting is not None:  # Spark's jobs know no scopes yet: tracked natively, not checked, not audited
             tenant.spark.check, tenant.spark.audited = "skipped", False
             tenant.spark.detail = "nested scopes: the Spark check and audits do not cover them yet"
+        elif mode != "spark" and (too_large := self.spark.too_large(graph)) is not None:
+            # Not sent to Spark at all: neither checked nor audited (the Spark engine has no choice).
+            tenant.spark.audited = False
+            if self._checks_in_spark:
+                tenant.spark.check, tenant.spark.detail = "skipped", too_large
         return tenant
 
     def _after_registration(self, tenant: Tenant) -> None:
@@ -154,27 +164,24 @@ class Service:
 
     def after_recovery(self) -> None:
         """Finish what a crash interrupted: graph tables never written, Spark checks never
-        concluded (each on its own thread, queued behind the Spark session's start)."""
+        concluded (queued behind the Spark session's start, checked together)."""
         self.graphs.queue(list(self._unstored))
         for tenant in self._unchecked:
             self._check_in_spark(tenant)
         self._unstored, self._unchecked = [], []
 
     def _check_in_spark(self, tenant: Tenant) -> None:
-        asyncio.get_running_loop().run_in_executor(self.spark.pool, spark_check, self.spark, self.store,
-                                                   self.metrics, tenant, self._remember_check)
+        self.checker.request(tenant)
 
     def _remember_check(self, dataflow: Hosted) -> None:
-        """Log a concluded Spark check (from any thread), so a restart reports it again
+        """Log a concluded Spark check (on the event loop), so a restart reports it again
         instead of running it again."""
-        if self.loop is not None:
-            record = Check(df=dataflow.id, result=dataflow.spark.check, detail=dataflow.spark.detail)
-            self.loop.call_soon_threadsafe(self._log_check, record)
-
-    def _log_check(self, record: Check) -> None:
+        record = Check(df=dataflow.id, result=dataflow.spark.check, detail=dataflow.spark.detail)
         self.checks[record.df] = record
+        if self.stopping:  # the log may be closed: the check runs again after the restart
+            return
         with contextlib.suppress(LogFailed):  # nobody waits: a check lost in a crash runs again after the restart
-            self.wal.enqueue(record).add_done_callback(lambda done: done.exception())
+            self.wal.enqueue(record).add_done_callback(lambda done: done.cancelled() or done.exception())
 
     # -- recovery -------------------------------------------------------------------------
 

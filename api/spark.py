@@ -1,9 +1,14 @@
-"""The Spark side of the service: the shared session, and what Spark knows of each dataflow.
+"""The Spark side of the service: the shared session, the thread its jobs run on, and what
+Spark knows of each dataflow.
 
 Guarantees: Spark never runs on the event loop or on the request path; every Spark job runs on
-the one ``spark`` thread (:attr:`Spark.pool`), so a slow job delays only other Spark jobs, and
-the session's start (5-10 s) delays nothing but them. The service works without Spark and says
-so (:meth:`Spark.health`).
+the one ``spark`` thread (:class:`SparkThread`), so a slow job delays only other Spark jobs, and
+the session's start (5-30 s) delays nothing but them. :meth:`Spark.run` bounds a job's time:
+past its limit the job's Spark job group is cancelled and the caller gets :class:`TimedOut`.
+The spark thread is a daemon and the session is stopped without waiting for it
+(:meth:`Spark.stop`), so no Spark job keeps the process from exiting; the JVM exits with the
+process however it ends (:mod:`spark_jobs.session` ties it to its parent). The service works
+without Spark and says so (:meth:`Spark.health`).
 
 >>> state = SparkState()
 >>> state.check, state.audit
@@ -12,17 +17,23 @@ so (:meth:`Spark.health`).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import itertools
 import logging
+import queue
+import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from api.live import Counts
 from api.publish import Publication
 from tracker.graph import Graph, Update
 
 log = logging.getLogger("tracker.spark")
+R = TypeVar("R")
 
 
 @dataclass(eq=False)
@@ -32,13 +43,14 @@ class SparkState:
     micro-batch and the engine running them (:mod:`api.microbatch`)."""
 
     check: str = "pending"
-    """pending | agreed | disagreed | skipped | error"""
+    """pending | running | agreed | disagreed | skipped | timed_out | error"""
     detail: str | None = None
     audit: dict[str, Any] | None = None
     queue: list[tuple[int, list[Update]]] = field(default_factory=list)
     engine: Any = None  # spark_jobs.incremental.SparkFrontierEngine, made on the spark thread
     audited: bool = True
-    """False for a dataflow with nested scopes: Spark's jobs know no scopes yet (no check, no audit)."""
+    """False for a dataflow Spark does not audit: nested scopes (Spark's jobs know no scopes
+    yet), a graph over the size limit, or one whose audit ran over the time limit."""
 
 
 class Hosted(Protocol):
@@ -60,24 +72,107 @@ class Hosted(Protocol):
         ...
 
 
-class Spark:
-    """The shared Spark session, started in the background, and the thread its jobs run on."""
+class TimedOut(Exception):
+    """A Spark job ran over its time limit and was cancelled."""
 
-    def __init__(self, master: str | None, *, enabled: bool) -> None:
+
+class Cancelled(Exception):
+    """Raised on the spark thread, between rounds of an iteration, once its job was cancelled."""
+
+
+class SparkThread:
+    """One daemon thread running jobs in order; :meth:`call` awaits one from the event loop.
+
+    Unlike a ``ThreadPoolExecutor`` (whose threads the interpreter joins at exit) a job still
+    running when the service stops does not hold the process, and a result arriving after the
+    event loop closed is dropped instead of raising ``RuntimeError: Event loop is closed``.
+    """
+
+    def __init__(self, name: str = "spark") -> None:
+        self._jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            self._jobs.get()()
+
+    async def call(self, fn: Callable[..., R], *args: Any) -> R:
+        """``fn(*args)`` on the thread, after the jobs before it; its result or its exception."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[R] = loop.create_future()
+
+        def job() -> None:
+            try:
+                outcome: tuple[bool, Any] = (True, fn(*args))
+            except BaseException as error:  # handed to the awaiting coroutine
+                outcome = (False, error)
+            with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits any more
+                loop.call_soon_threadsafe(_settle, future, *outcome)
+
+        self._jobs.put(job)
+        return await future
+
+
+def _retrieved(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled():
+        task.exception()
+
+
+def _settle(future: asyncio.Future[Any], ok: bool, value: Any) -> None:
+    if future.done():
+        return
+    if ok:
+        future.set_result(value)
+    else:
+        future.set_exception(value)
+
+
+class Spark:
+    """The shared Spark session, started in the background, and the thread its jobs run on.
+
+    ``timeout`` bounds each check and audit (seconds; 0 = no limit) and ``max_locations`` is the
+    size over which a graph is not sent to Spark at all (0 = no limit).
+    """
+
+    def __init__(self, master: str | None, *, enabled: bool, timeout: float = 0.0, max_locations: int = 0) -> None:
         self.master = master
         self.enabled = enabled
-        self.pool = ThreadPoolExecutor(1, thread_name_prefix="spark")
+        self.timeout = timeout
+        self.max_locations = max_locations
+        self.thread = SparkThread()
         self.session: Any = None  # a pyspark SparkSession once started
         self.error: str | None = None
+        self.stopping = False
+        self.started = asyncio.Event()
+        """Set once :meth:`open` finished, whether the session started or not."""
+        self._cancelled = threading.Event()  # the running job's: set once it is being cancelled
+        self._groups = itertools.count()
+
+    async def open(self) -> None:
+        """Start the session on the spark thread (:meth:`start`), then set :attr:`started`."""
+        try:
+            await self.thread.call(self.start)
+        finally:
+            self.started.set()
 
     def start(self) -> None:
-        """Start the session (about 5-10 s); runs on :attr:`pool` at start-up."""
+        """Start the session (5-30 s); runs on :attr:`thread` at start-up."""
+        if self.stopping:
+            return
         try:
-            from spark_jobs.session import get_spark
+            from spark_jobs.session import get_spark, has_graphframes_jvm
 
             started = time.perf_counter()
-            self.session = get_spark(self.master)
+            session = get_spark(self.master)
+            if self.stopping:  # stopped while starting: nobody will stop it later
+                session.stop()
+                return
+            self.session = session
             log.info("spark session ready", extra={"seconds": round(time.perf_counter() - started, 2)})
+            if not has_graphframes_jvm(session):
+                log.info("GraphFrames is unavailable (its JVM package is not served); the DataFrame path "
+                         "does the cycle check")
         except Exception as error:  # the service works without Spark; say so in the status
             self.error = f"{type(error).__name__}: {error}"
             log.exception("spark session failed to start")
@@ -87,3 +182,101 @@ class Spark:
         if self.session is not None:
             return "ready"
         return self.error or ("starting" if self.enabled else "disabled")
+
+    def too_large(self, graph: Graph) -> str | None:
+        """Why ``graph`` is not sent to Spark (over :attr:`max_locations`), or ``None``.
+
+        >>> from tracker.graph import Graph, Node
+        >>> Spark(None, enabled=True, max_locations=1).too_large(Graph.build(1, [Node(0, 0, 1)], []))
+        >>> Spark(None, enabled=True, max_locations=1).too_large(Graph.build(1, [Node(0, 1, 1)], []))
+        'too large: 2 locations, over the limit of 1 (TRACKER_SPARK_MAX_LOCATIONS); not sent to Spark'
+        """
+        size = len(graph.locations())
+        if self.max_locations and size > self.max_locations:
+            return (f"too large: {size} locations, over the limit of {self.max_locations} "
+                    "(TRACKER_SPARK_MAX_LOCATIONS); not sent to Spark")
+        return None
+
+    def check_cancelled(self, *_: object) -> None:
+        """Raise :class:`Cancelled` if the running job is being cancelled (a ``Progress``
+        callback: iterations stop between rounds, where no Spark job is left to cancel)."""
+        if self._cancelled.is_set():
+            raise Cancelled()
+
+    async def run(self, label: str, fn: Callable[..., R], *args: Any, limit: float | None = None) -> R:
+        """``fn(*args)`` as one Spark job group on the spark thread, cancelled after ``limit``
+        seconds (default :attr:`timeout`; 0 or ``None`` with no default: unbounded).
+
+        Raises:
+            TimedOut: the limit passed; the job group was cancelled and the thread is free again
+                (or, if Spark ignored the cancellation, the next job queues behind it).
+        """
+        await self.started.wait()
+        if self.session is None or self.stopping:
+            raise RuntimeError(self.error or "no Spark session")
+        limit = self.timeout if limit is None else limit
+        group = f"tracker-{next(self._groups)}"
+        cancelled = threading.Event()
+
+        def job() -> R:
+            self._cancelled = cancelled
+            if cancelled.is_set():  # given up on before it started
+                raise Cancelled()
+            context = self.session.sparkContext
+            context.setJobGroup(group, label, interruptOnCancel=True)
+            try:
+                return fn(*args)
+            finally:
+                with contextlib.suppress(Exception):  # the session may have been stopped meanwhile
+                    context.setJobGroup(f"{group}-done", "idle")
+
+        task = asyncio.ensure_future(self.thread.call(job))
+        task.add_done_callback(_retrieved)  # its outcome may arrive after the caller gave up on it
+        try:
+            return await asyncio.wait_for(asyncio.shield(task), limit or None)
+        except TimeoutError:
+            cancelled.set()
+            self._cancel(group)
+            # Wait (briefly) for the thread to come back, so the next job really starts next.
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(task, 5.0)
+            raise TimedOut(f"{label} ran over {limit:g} s and was cancelled") from None
+        except asyncio.CancelledError:
+            cancelled.set()
+            self._cancel(group)
+            raise
+
+    def _cancel(self, group: str) -> None:
+        with contextlib.suppress(Exception):  # the session may be stopping
+            self.session.sparkContext.cancelJobGroup(group)
+
+    async def stop(self, wait: float = 1.0) -> None:
+        """Cancel every Spark job and stop the session on a thread of its own, waiting at most
+        ``wait`` seconds: a job that ignores cancellation does not hold the caller (the JVM
+        then exits with the process)."""
+        self.stopping = True
+        self._cancelled.set()
+        session = self.session
+        if session is None:
+            return
+        loop = asyncio.get_running_loop()
+        done = loop.create_future()
+
+        def stopped() -> None:
+            if not done.done():
+                done.set_result(None)
+
+        def stop() -> None:
+            try:
+                session.sparkContext.cancelAllJobs()
+                session.stop()
+            except Exception:  # the JVM may be gone already
+                log.debug("spark session stop failed", exc_info=True)
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(stopped)
+
+        threading.Thread(target=stop, name="spark-stop", daemon=True).start()
+        try:
+            await asyncio.wait_for(done, wait)
+        except TimeoutError:
+            log.info("spark session still stopping; leaving it to exit with the process")

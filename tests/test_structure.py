@@ -45,7 +45,7 @@ LAYERS: list[tuple[str, ...]] = [
     # Delta sync: tables, flush, compaction, log retirement, tidying, graph tables.
     ("api.store", "api.tidy", "api.sync", "api.graphs"),
     # Spark tasks: the session, registration checks, audits, micro-batches.
-    ("api.spark", "api.checks", "api.audit", "api.microbatch"),
+    ("api.spark", "api.sparkqueue", "api.checks", "api.audit", "api.microbatch"),
     # The service and its use cases.
     ("api.tenant", "api.ingest", "api.service"),
     # HTTP: dependencies, routes, the app, the command.
