@@ -207,19 +207,26 @@ class Spark:
         """``fn(*args)`` as one Spark job group on the spark thread, cancelled after ``limit``
         seconds (default :attr:`timeout`; 0 or ``None`` with no default: unbounded).
 
+        The limit counts from the moment the job starts on the thread.
+
         Raises:
             TimedOut: the limit passed; the job group was cancelled and the thread is free again
-                (or, if Spark ignored the cancellation, the next job queues behind it).
+                (or, if Spark is slow to let go of it, the next job waits for it).
         """
         await self.started.wait()
         if self.session is None or self.stopping:
             raise RuntimeError(self.error or "no Spark session")
         limit = self.timeout if limit is None else limit
         group = f"tracker-{next(self._groups)}"
-        cancelled = threading.Event()
+        cancelled, finished = threading.Event(), threading.Event()
+
+        loop = asyncio.get_running_loop()
+        began = loop.create_future()
 
         def job() -> R:
             self._cancelled = cancelled
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(_settle, began, True, None)
             if cancelled.is_set():  # given up on before it started
                 raise Cancelled()
             context = self.session.sparkContext
@@ -227,28 +234,48 @@ class Spark:
             try:
                 return fn(*args)
             finally:
+                finished.set()
                 with contextlib.suppress(Exception):  # the session may have been stopped meanwhile
                     context.setJobGroup(f"{group}-done", "idle")
 
         task = asyncio.ensure_future(self.thread.call(job))
         task.add_done_callback(_retrieved)  # its outcome may arrive after the caller gave up on it
         try:
+            # The limit counts from the job's start: one that Spark was slow to let go of
+            # (cancellation is cooperative) delays the next, but does not eat its time.
+            await began
             return await asyncio.wait_for(asyncio.shield(task), limit or None)
         except TimeoutError:
             cancelled.set()
-            self._cancel(group)
+            self._cancel(group, finished)
+            asked = time.perf_counter()
             # Wait (briefly) for the thread to come back, so the next job really starts next.
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(task, 5.0)
+                await asyncio.wait_for(asyncio.shield(task), 5.0)
+            log.info("spark job cancelled", extra={"job": label, "released": task.done(),
+                                                   "seconds": round(time.perf_counter() - asked, 2)})
             raise TimedOut(f"{label} ran over {limit:g} s and was cancelled") from None
         except asyncio.CancelledError:
             cancelled.set()
-            self._cancel(group)
+            self._cancel(group, finished)
             raise
 
-    def _cancel(self, group: str) -> None:
-        with contextlib.suppress(Exception):  # the session may be stopping
-            self.session.sparkContext.cancelJobGroup(group)
+    def _cancel(self, group: str, finished: threading.Event) -> None:
+        """Cancel ``group``'s Spark jobs until its job returns, on a thread of its own.
+
+        ``cancelJobGroup`` cancels the jobs running at that moment only; the job's driver code
+        (building frames, planning) goes on to start the next one, which the next call cancels.
+        A cancelled Spark job raises in the job's thread, which ends it.
+        """
+        def cancel() -> None:
+            while not finished.is_set() and not self.stopping:
+                try:
+                    self.session.sparkContext.cancelJobGroup(group)
+                except Exception:  # the session is stopping or gone
+                    return
+                finished.wait(0.25)
+
+        threading.Thread(target=cancel, name=f"spark-cancel-{group}", daemon=True).start()
 
     async def stop(self, wait: float = 1.0) -> None:
         """Cancel every Spark job and stop the session on a thread of its own, waiting at most

@@ -109,3 +109,18 @@ def test_a_restart_reports_the_spark_check_without_running_it_again(service: Ser
         spark = client.get("/healthz").json()["spark"]
     assert status["spark_check"] == "agreed" and "agree" in status["spark_detail"], status
     assert spark != "ready", "Spark was up already when the status was read: the test proves nothing"
+
+
+def test_registrations_waiting_together_share_one_spark_check(service: ServiceProcess) -> None:
+    """Registrations made while Spark is busy (or starting) are checked by one batched job."""
+    registered = [register(service, loop_graph(operators=2 + i, name=f"burst-{i}")) for i in range(3)]
+    details = []
+    for dataflow_id, token in registered:
+        with service.client(token) as client:
+            path = f"/v1/dataflows/{dataflow_id}"
+            status = wait_for("the Spark check", lambda c=client, p=path: (s := c.get(p).json()["status"])[
+                "spark_check"] not in ("pending", "running") and s)
+        assert status["spark_check"] == "agreed", status
+        details.append(status["spark_detail"])
+    shared = [int(d.split("one Spark job for ")[1].split(" ")[0]) for d in details]
+    assert max(shared) >= 2, details  # the first may go alone; the others wait for it and go together
