@@ -28,7 +28,7 @@ from tests.helpers import ROOT, ServiceProcess, ServiceStarter, loop_graph, regi
 pytestmark = [pytest.mark.service, pytest.mark.spark]
 
 
-def _wait_for(what: str, probe: Callable[[], Any], service: ServiceProcess, timeout: float = 240.0) -> Any:
+def _wait_for(what: str, probe: Callable[[], Any], service: ServiceProcess, timeout: float = 600.0) -> Any:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = probe()
@@ -92,7 +92,7 @@ def test_a_busy_port_fails_at_once_before_anything_starts(tmp_path: Path) -> Non
     assert not (tmp_path / "wh").exists(), "the service got as far as its warehouse before noticing the port"
 
 
-def _concluded(service: ServiceProcess, dataflow_id: str, timeout: float = 240.0) -> dict[str, Any]:
+def _concluded(service: ServiceProcess, dataflow_id: str, timeout: float = 600.0) -> dict[str, Any]:
     return _wait_for("a Spark check", lambda: (s := _status(service, dataflow_id))["spark_check"] not in (
         "pending", "running") and s, service, timeout=timeout)
 
@@ -139,9 +139,9 @@ def test_sigint_during_a_slow_check_then_the_time_limit(start_service: ServiceSt
         answer = client.post(f"/v1/dataflows/{small}/progress", json={"worker": "w", "seq": 0, "updates": [
             update(0, 0, "source", [0], -1), update(0, 0, "source", [1], 1)]})
         assert answer.json()["version"] == 1
-    status = _concluded(service, slow, timeout=limit + 60)
+    status = _concluded(service, slow, timeout=limit + 300)
     assert status["spark_check"] == "timed_out" and f"ran over {limit} s" in status["spark_detail"], status
-    status = _concluded(service, small, timeout=2 * limit + 60)
+    status = _concluded(service, small, timeout=2 * limit + 300)
     assert status["spark_check"] == "agreed", f"{status}\n{service.log_tail()}"
     metrics = httpx.get(service.url + "/metrics").text
     assert 'tracker_spark_registration_checks_total{result="timed_out"} 1.0' in metrics
