@@ -19,7 +19,7 @@ from sse_starlette import EventSourceResponse
 from api import streams
 from api.deps import DataflowDep, PrincipalDep, ServiceDep, admin, require_json, selection
 from api.explain import explain, explain_nested
-from api.ingest import bad_body, submit
+from api.ingest import bad_body, gone, submit
 from api.models import (
     DataflowDetail,
     DataflowSummary,
@@ -36,6 +36,7 @@ from api.models import (
 from api.parsing import InvalidRequest, MalformedJSON, parse_registration
 from api.scopes import Hosting, parse_scope
 from api.tenant import Tenant
+from api.wal import LogFailed
 from tracker.graph import Graph, Location
 from tracker.scope import ScopedLocation
 from tracker.structure import summaries_by_origin
@@ -81,9 +82,41 @@ async def register(request: Request, service: ServiceDep) -> JSONResponse:
 
 
 @router.get("/dataflows", response_model=list[DataflowSummary], responses=_ERRORS, summary="List dataflows")
-async def list_dataflows(service: ServiceDep, caller: PrincipalDep) -> list[dict[str, Any]]:
-    """Every dataflow the token may see (the admin: all; a dataflow token: its own)."""
-    return [d.summary() for d in service.dataflows.values() if d.ready and caller.may_access(d.id)]
+async def list_dataflows(
+    service: ServiceDep, caller: PrincipalDep,
+    state: Annotated[Literal["running", "complete", "stalled", "violation", "deleted"] | None, Query(
+        description="only dataflows in this state (default: every state but deleted)")] = None,
+    name: Annotated[str | None, Query(max_length=200, description="only dataflows registered with this name")] = None,
+) -> list[dict[str, Any]]:
+    """Every dataflow the token may see (the admin: all; a dataflow token: its own), oldest
+    first, filtered by ``state`` and ``name``; deleted ones only with ``state=deleted``."""
+    found = []
+    for dataflow in service.dataflows.values():
+        if not (dataflow.ready and caller.may_access(dataflow.id)) or (name is not None and dataflow.name != name):
+            continue
+        now = dataflow.lifecycle()["state"]
+        if now == state or (state is None and now != "deleted"):
+            found.append(dataflow.summary(now))
+    return sorted(found, key=lambda d: d["created_at"])
+
+
+@router.delete("/dataflows/{id}", status_code=204, response_class=Response, dependencies=[Depends(admin)],
+               responses={**_ERRORS, 410: {"model": ErrorBody, "description": "already deleted"},
+                          503: {"model": ErrorBody, "description": "the write-ahead log failed"}},
+               summary="Delete a dataflow")
+async def delete_dataflow(dataflow: DataflowDep, service: ServiceDep) -> Response:
+    """Stop the dataflow for good (admin token only): from then on its progress is refused with
+    410 (POST and WebSocket), its SSE streams end with a ``deleted`` event, its WebSockets close
+    with code 4410; it keeps answering reads, with ``status.state`` ``deleted``, also after a
+    restart. Its Delta rows stay, with ``dataflows.deleted_at`` set. 410 if already deleted."""
+    if dataflow.deleted_at is not None:
+        raise gone(dataflow)
+    try:
+        await service.delete(dataflow)
+    except LogFailed:
+        raise HTTPException(503, {"error": "log_failed", "detail": "the write-ahead log failed; restart the service"}
+                            ) from None
+    return Response(status_code=204)
 
 
 @router.get("/dataflows/{id}", response_model=DataflowDetail, responses=_ERRORS, summary="A dataflow")
@@ -274,7 +307,10 @@ async def frontier_stream(
         max_length=100_000, description="only these locations: node:port:kind items separated by commas "
                                         "(1:0:target,2:0:target), or a JSON list of {node, port, kind}")] = None,
 ) -> EventSourceResponse:
-    """SSE stream; ``id`` = version; send ``Last-Event-ID`` to resume without gap or duplicate."""
+    """SSE stream; ``id`` = version; send ``Last-Event-ID`` to resume without gap or duplicate.
+    A ``deleted`` event ends it when the dataflow is deleted (410 for a deleted one)."""
+    if dataflow.publication.ended:
+        raise gone(dataflow)
     metrics = service.metrics
     gauge = metrics.subscribers.labels("sse")
     events = streams.sse_events(dataflow.publication, last_event_id, service.settings.subscriber_queue,

@@ -30,6 +30,7 @@ TABLES: dict[str, pa.Schema] = {
             ("timestamp_arity", _INT),
             ("graph_version", _LONG),
             ("created_at", _TS),
+            ("deleted_at", _TS),
         ]
     ),
     "nodes": pa.schema([("dataflow_id", _STR), ("node", _INT), ("name", _STR), ("inputs", _INT), ("outputs", _INT)]),

@@ -35,7 +35,7 @@ LAYERS: list[tuple[str, ...]] = [
     # one through a Protocol or a callback it defines itself.
     # Parse and models: request bodies, registration checks, settings, metrics.
     ("api.config", "api.models", "api.parsing", "api.registration", "api.auth", "api.metrics", "api.columns",
-     "api.explain", "api.scopes"),
+     "api.explain", "api.scopes", "api.lifecycle"),
     # Live state: the frontier engine, versions, workers.
     ("api.live", "api.counts"),
     # Durability: typed log records, framing and segment names, the group-committed log.
