@@ -131,6 +131,7 @@ async def get_dataflow(dataflow: DataflowDep) -> dict[str, Any]:
              openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
                  "schema": {"$ref": "#/components/schemas/ProgressRequest"}}}}},
              responses={**_ERRORS, 409: {"model": ErrorBody, "description": "sequence gap; see `expected`"},
+                        410: {"model": ErrorBody, "description": "the dataflow was deleted"},
                         415: {"model": ErrorBody, "description": "the body is declared as something else than JSON"},
                         503: {"model": ErrorBody, "description": "the write-ahead log failed: not acknowledged"}})
 async def progress(request: Request, dataflow: DataflowDep, service: ServiceDep) -> JSONResponse:
@@ -292,7 +293,8 @@ async def frontier_explain(
                                                 tuple(parts)))
 
 
-@router.get("/dataflows/{id}/frontier/stream", response_class=EventSourceResponse, responses={**_ERRORS, 200: {
+@router.get("/dataflows/{id}/frontier/stream", response_class=EventSourceResponse, responses={
+    **_ERRORS, 410: {"model": ErrorBody, "description": "the dataflow was deleted"}, 200: {
     "content": {"text/event-stream": {"schema": {"type": "string"}}},
     "description": "SSE: `snapshot` (or the missed `changes` after `Last-Event-ID`), then `changes`; "
                    "`resync` + `snapshot` if the subscriber fell behind"}},
