@@ -21,8 +21,7 @@ arrived) into the ``status`` fields ``state``, ``violations``,
 Guarantee: :func:`assess` is a pure function of its arguments (no clock of its own), so a
 status is reproducible; it never reports ``complete`` while a count is negative.
 
->>> from api import models
-from tracker.graph import Location
+>>> from tracker.graph import Location
 >>> here = Location.target(1, 0)
 >>> rules = Rules(stall_seconds=60, violation_seconds=5)
 >>> assess(rules, {}, last_change=0.0, last_batch=0.0, now=1.0)["state"]
