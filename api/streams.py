@@ -76,7 +76,10 @@ def attach(publication: Publication, last_event_id: str | None, maxsize: int,
     Returns the subscriber and ``(event, version, data)`` items to send before the queue.
     """
     subscriber = Subscriber(maxsize, on_lag, selection)
-    publication.subscribers.add(subscriber)
+    if publication.ended:  # deleted since the request was accepted: end after the first events
+        subscriber.end()
+    else:
+        publication.subscribers.add(subscriber)
     resume = _parse_event_id(last_event_id)
     backlog = publication.changes_since(resume, selection) if resume is not None else None
     if backlog is None:

@@ -98,6 +98,8 @@ async def worker_socket(websocket: WebSocket, id: str) -> None:
         tasks.append(asyncio.create_task(close_deleted()))
 
     dataflow.publication.on_end.add(deleted)
+    if dataflow.publication.ended:  # deleted while the handshake was answered
+        deleted()
     subscriber = None
     metrics = service.metrics
     if subscribe:
