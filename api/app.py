@@ -36,9 +36,11 @@ from api import dashboard
 from api.audit import audit_loop
 from api.config import ENGINE_NAMES, Settings
 from api.ingest import Refused
+from api.limits import Limits, Registrations, Subscriptions
 from api.microbatch import microbatch_loop
 from api.models import ErrorBody, ProgressRequest, RegisterRequest
 from api.routes import router as rest
+from api.security import SecurityHeaders, csp_with_scripts
 from api.service import RegistrationError, Service
 from api.store import Store
 from api.ws import router as sockets
@@ -48,7 +50,7 @@ _DOCUMENTED_ERRORS = {"400": "malformed JSON", "401": "missing or unknown token"
                       "403": "the token may not access this", "404": "unknown dataflow or version",
                       "413": "body too large", "422": "invalid request"}
 _NAMES = {400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found", 405: "method_not_allowed",
-          409: "conflict", 413: "body_too_large", 422: "invalid_request"}
+          409: "conflict", 413: "body_too_large", 422: "invalid_request", 429: "rate_limited"}
 
 
 class BodyLimit:
@@ -228,6 +230,9 @@ def create_app(settings: Settings, admin_token: str) -> FastAPI:
         redoc_url=None,
     )
     app.state.service = service
+    app.state.limits = Limits(
+        Registrations(settings.register_rate, settings.register_burst, settings.max_dataflows),
+        Subscriptions(settings.max_subscribers_per_dataflow, settings.max_subscribers))
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, error: RequestValidationError) -> JSONResponse:
@@ -276,13 +281,16 @@ def create_app(settings: Settings, admin_token: str) -> FastAPI:
     @app.get("/docs", include_in_schema=False)
     async def docs() -> Response:
         """Swagger UI over ``/openapi.json``, its script and style vendored (works offline)."""
-        return get_swagger_ui_html(openapi_url="/openapi.json", title=app.title + " - API",
+        page = get_swagger_ui_html(openapi_url="/openapi.json", title=app.title + " - API",
                                    swagger_js_url="/static/vendor/swagger-ui-bundle.js",
                                    swagger_css_url="/static/vendor/swagger-ui.css", swagger_favicon_url="data:,")
+        page.headers["Content-Security-Policy"] = csp_with_scripts(bytes(page.body).decode())
+        return page
 
     app.include_router(rest)
     app.include_router(sockets)
     app.include_router(dashboard.router)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     app.add_middleware(BodyLimit, limit=settings.max_body)
+    app.add_middleware(SecurityHeaders)  # outermost: the body limit's 413 carries the headers too
     return app

@@ -30,12 +30,16 @@ from api import streams
 from api.auth import bearer
 from api.deps import lookup, selection
 from api.ingest import Refused, submit
+from api.limits import LimitExceeded, Limits, Slot
+from api.publish import Selection
 from api.service import Service
 from api.tenant import Tenant
 
 router = APIRouter(prefix="/v1")
 log = logging.getLogger("tracker.ws")
 MAX_PIPELINED = 1024
+TRY_AGAIN_LATER = 1013
+"""The close code of a subscription over the subscriber limits (its reason says which)."""
 
 
 def _typed(kind: str, data: str) -> str:
@@ -70,6 +74,25 @@ async def worker_socket(websocket: WebSocket, id: str) -> None:
         detail: Any = error.detail  # the JSON body: every HTTPException raised above carries a dict
         await _deny(websocket, error.status_code, detail)
         return
+    limits: Limits = websocket.app.state.limits
+    try:
+        slot = limits.subscriptions.admit(dataflow.id) if subscribe else Slot(None)
+    except LimitExceeded as refused:
+        # Accepted, then closed with 1013 (try again later): unlike an HTTP refusal of the
+        # handshake, a close code and its reason reach a browser's script.
+        log.info("websocket refused", extra={"status": 429, "error": refused.body["error"],
+                                             "path": websocket.url.path})
+        await websocket.accept()
+        await websocket.close(code=TRY_AGAIN_LATER, reason=refused.reason)
+        return
+    try:
+        await _serve(websocket, service, dataflow, subscribe, wanted)
+    finally:
+        slot.release()
+
+
+async def _serve(websocket: WebSocket, service: Service, dataflow: Tenant, subscribe: bool,
+                 wanted: Selection | None) -> None:
     await websocket.accept()
     send_lock = asyncio.Lock()
 
