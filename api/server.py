@@ -18,12 +18,16 @@ import uvicorn
 from api.app import create_app
 from api.auth import load_admin_token
 from api.config import ENGINE_NAMES, Settings
+from api.protocol import guarded_http
+from api.security import redact
 
 _STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime", "taskName"}
 
 
 class JsonFormatter(logging.Formatter):
-    """One JSON object per line: time, level, logger, message, and every ``extra`` field."""
+    """One JSON object per line: time, level, logger, message, and every ``extra`` field, with
+    token values redacted (:func:`api.security.redact`: uvicorn logs each WebSocket handshake
+    with its query string, which holds a browser's ``?token=``)."""
 
     def format(self, record: logging.LogRecord) -> str:
         entry: dict[str, Any] = {
@@ -37,7 +41,7 @@ class JsonFormatter(logging.Formatter):
                 entry[key] = value
         if record.exc_info:
             entry["exc"] = self.formatException(record.exc_info)
-        return json.dumps(entry, default=str)
+        return redact(json.dumps(entry, default=str))
 
 
 def _not_a_denied_handshake(record: logging.LogRecord) -> bool:
@@ -115,7 +119,8 @@ def serve(args: argparse.Namespace) -> int:
     sys.setswitchinterval(0.0001)
     config = uvicorn.Config(app, host=settings.host, port=settings.port, log_config=None, access_log=False,
                             ws_max_size=settings.max_body, ws_per_message_deflate=settings.ws_deflate,
-                            lifespan="on", timeout_graceful_shutdown=5)
+                            lifespan="on", timeout_graceful_shutdown=5,
+                            http=guarded_http(settings.max_header_bytes, settings.header_timeout))
     server = uvicorn.Server(config)
     server.run()
     return 0 if server.started else 1
