@@ -131,14 +131,22 @@ class GuardedHttp(HttpToolsProtocol):
         self._head_timer = None
         if self.transport.is_closing() or not self._in_head:
             return
-        if self._raw_head:
+        if self._raw_head and not self._answering():
             self._answer(408, "request_timeout", f"the request line and headers must arrive within "
                                                  f"{self.head_timeout:g} s (TRACKER_HEADER_TIMEOUT)")
         self.transport.close()
 
+    def _answering(self) -> bool:
+        """An earlier request's answer is still being sent (a pipelined head came meanwhile):
+        nothing may be written between its bytes, so a refusal only closes."""
+        return self.cycle is not None and not self.cycle.response_complete
+
     def _refuse(self) -> None:
         self._refused = True
         self._stop_head_timer()
+        if self._answering():
+            self.transport.close()
+            return
         self._answer(431, "headers_too_large", f"the request line and headers are limited to {self.max_head} bytes "
                                                "(TRACKER_MAX_HEADER_BYTES)")
         # Half-close: the client reads the answer and the end of the stream, while whatever it is

@@ -294,12 +294,13 @@ class _Held(EventSourceResponse):
             self.slot.release()
 
 
-@router.get("/dataflows/{id}/frontier/stream", response_class=EventSourceResponse, responses={**_ERRORS, **_LIMITED,
-                                                                                              200: {
-    "content": {"text/event-stream": {"schema": {"type": "string"}}},
-    "description": "SSE: `snapshot` (or the missed `changes` after `Last-Event-ID`), then `changes`; "
-                   "`resync` + `snapshot` if the subscriber fell behind"}},
-    summary="Frontier changes as Server-Sent Events")
+_EVENTS = {"content": {"text/event-stream": {"schema": {"type": "string"}}},
+           "description": "SSE: `snapshot` (or the missed `changes` after `Last-Event-ID`), then `changes`; "
+                          "`resync` + `snapshot` if the subscriber fell behind"}
+
+
+@router.get("/dataflows/{id}/frontier/stream", response_class=EventSourceResponse,
+            responses={**_ERRORS, **_LIMITED, 200: _EVENTS}, summary="Frontier changes as Server-Sent Events")
 async def frontier_stream(
     dataflow: DataflowDep, service: ServiceDep, limits: LimitsDep,
     last_event_id: Annotated[str | None, Header(
