@@ -19,7 +19,7 @@ from api.app import create_app
 from api.auth import load_admin_token
 from api.config import ENGINE_NAMES, Settings
 from api.protocol import guarded_http
-from api.security import redact
+from api.security import HEADERS, redact
 
 _STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime", "taskName"}
 
@@ -94,7 +94,9 @@ def build(settings: Settings) -> Any:
 
 
 def app_from_env() -> Any:
-    """Factory for ``uvicorn --factory api.server:app_from_env`` (settings from the environment)."""
+    """Factory for ``uvicorn --factory api.server:app_from_env`` (settings from the environment).
+    The head limits are uvicorn's protocol, not the app's: add ``--http api.protocol:GuardedHttp``
+    (64 KiB, 10 s) to keep them; ``tracker serve`` does it with the configured values."""
     return build(Settings.from_env())
 
 
@@ -119,7 +121,7 @@ def serve(args: argparse.Namespace) -> int:
     sys.setswitchinterval(0.0001)
     config = uvicorn.Config(app, host=settings.host, port=settings.port, log_config=None, access_log=False,
                             ws_max_size=settings.max_body, ws_per_message_deflate=settings.ws_deflate,
-                            lifespan="on", timeout_graceful_shutdown=5,
+                            lifespan="on", timeout_graceful_shutdown=5, headers=HEADERS,
                             http=guarded_http(settings.max_header_bytes, settings.header_timeout))
     server = uvicorn.Server(config)
     server.run()
