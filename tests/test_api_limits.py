@@ -75,7 +75,7 @@ def _sse(stack: ExitStack, service: ServiceProcess, dataflow_id: str, token: str
     return stack.enter_context(client.stream("GET", f"/v1/dataflows/{dataflow_id}/frontier/stream"))
 
 
-def _admitted_sse(service: ServiceProcess, dataflow_id: str, token: str, timeout: float = 5.0) -> None:
+def _admitted_sse(service: ServiceProcess, dataflow_id: str, token: str, timeout: float = 15.0) -> None:
     """Until a new SSE subscription of ``dataflow_id`` is admitted (a released slot is freed when
     the server notices the client went away)."""
     deadline = time.monotonic() + timeout
@@ -185,9 +185,9 @@ def test_oversized_heads_get_431_without_buffering_them(service: ServiceProcess)
 def test_incomplete_heads_are_timed_out_and_kept_alive_connections_are_not(service: ServiceProcess) -> None:
     partial, waited = _raw(service, b"GET /healthz HTTP/1.1\r\nHost: x\r\n")  # never finished
     assert _status(partial) == 408 and _body(partial)["error"] == "request_timeout", partial
-    assert HEAD_TIMEOUT * 0.8 <= waited < HEAD_TIMEOUT + 3, waited
+    assert HEAD_TIMEOUT * 0.8 <= waited < HEAD_TIMEOUT + 5, waited
     silent, waited = _raw(service, b"")  # connected, never sent a byte
-    assert silent == b"" and HEAD_TIMEOUT * 0.8 <= waited < HEAD_TIMEOUT + 3, waited
+    assert silent == b"" and HEAD_TIMEOUT * 0.8 <= waited < HEAD_TIMEOUT + 5, waited
     # A kept-alive connection idle for longer than the head timeout serves its next request.
     with socket.create_connection(("127.0.0.1", service.port)) as sock:
         sock.settimeout(5)
