@@ -167,7 +167,8 @@ of the same UTF-8 JSON); the server sends `{"type": "snapshot", "version", "loca
 then `{"type": "changes", "version", "changes"}` and one `{"type": "ack", "worker", "seq",
 "applied", "duplicate", "version"}` or `{"type": "error", "status", "error", "detail"}` per batch,
 in the order sent, and `{"type": "resync", ...}` followed by a fresh snapshot if the client fell
-behind. A refused handshake answers the same 401/403/404 as the REST routes."""
+behind. A refused handshake answers the same 401/403/404 as the REST routes; a subscribing
+socket beyond the subscriber limits is accepted and closed with 1013 (try again later) and a reason."""
 
 
 def create_app(settings: Settings, admin_token: str) -> FastAPI:

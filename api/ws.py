@@ -6,8 +6,9 @@ UTF-8 JSON). Messages to the client (JSON text):
 ``{"type": "changes", "version", "changes"}``, ``{"type": "ack", "worker", "seq", "applied",
 "duplicate", "version"}`` per batch in the order sent, ``{"type": "error", "status", "error",
 "detail", ...}`` for a refused batch, and ``{"type": "resync", ...}`` + a snapshot if the client
-fell behind. Batches are pipelined: the next one is read while earlier ones wait for their
-group commit, and acks still go out in order.
+fell behind. A subscribing socket beyond the subscriber limits (:mod:`api.limits`) is accepted
+and closed at once with 1013 and a reason naming the limit. Batches are pipelined: the next
+one is read while earlier ones wait for their group commit, and acks still go out in order.
 
 Guarantees: a batch sent here goes through exactly the use case of ``POST .../progress``
 (:func:`api.ingest.submit`), so it is answered the same, acks in the order sent; a client that
