@@ -2,7 +2,8 @@
 
 The same three attacks against the service with its head limits (the defaults: 64 KiB of request
 line and headers, 10 s to send them; ``--quick``: 2 s) and without them
-(``TRACKER_MAX_HEADER_BYTES=0 TRACKER_HEADER_TIMEOUT=0``, both off, i.e. what uvicorn's httptools protocol does alone):
+(``TRACKER_MAX_HEADER_BYTES=0 TRACKER_HEADER_TIMEOUT=0``: what uvicorn's httptools protocol does
+alone):
 
 * ``half_open``: 2,000 connections (500 with ``--quick``) each send an unfinished head and wait;
   the figures are ``/healthz`` latency while they are held and how long until the service has
