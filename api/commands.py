@@ -37,30 +37,46 @@ def port(text: str) -> int:
     return int(text)
 
 
-def _seconds(text: str) -> float:
-    """A finite number of seconds, at least 0.
+def count(text: str) -> int:
+    """A whole number of at least 0 (0: no limit).
 
-    >>> _seconds("2.5")
-    2.5
-    """
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not (0 <= value < float("inf")):
-        raise argparse.ArgumentTypeError(f"must be a number of seconds, at least 0, got {text!r}")
-    return value
-
-
-def _count(text: str) -> int:
-    """A whole number, at least 0.
-
-    >>> _count("10")
-    10
+    >>> count("100")
+    100
     """
     if not (text.isascii() and text.isdigit()):
-        raise argparse.ArgumentTypeError(f"must be a whole number, at least 0, got {text!r}")
+        raise argparse.ArgumentTypeError(f"must be a whole number of at least 0, got {text!r}")
     return int(text)
+
+
+def rate(text: str) -> float:
+    """A finite number of at least 0 (0: no limit).
+
+    >>> rate("0.5")
+    0.5
+    """
+    try:
+        number = float(text)
+    except ValueError:
+        number = -1.0
+    if not (0 <= number < float("inf")):
+        raise argparse.ArgumentTypeError(f"must be a finite number of at least 0, got {text!r}")
+    return number
+
+
+_LIMIT_OPTIONS: list[tuple[str, object, str]] = [
+    ("--register-rate", rate, "registrations per second per token, refilled continuously (env TRACKER_REGISTER_RATE; "
+                              "default 10)"),
+    ("--register-burst", count, "registrations per token at once (env TRACKER_REGISTER_BURST; default 100)"),
+    ("--max-dataflows", count, "live dataflows (env TRACKER_MAX_DATAFLOWS; default 1000)"),
+    ("--max-subscribers", count, "stream subscribers, SSE and WebSocket, in all (env TRACKER_MAX_SUBSCRIBERS; "
+                                 "default 1000)"),
+    ("--max-subscribers-per-dataflow", count, "stream subscribers of one dataflow (env "
+                                              "TRACKER_MAX_SUBSCRIBERS_PER_DATAFLOW; default 100)"),
+    ("--max-header-bytes", count, "request line and headers, bytes; 431 beyond (env TRACKER_MAX_HEADER_BYTES; "
+                                  "default 65536)"),
+    ("--header-timeout", rate, "seconds a client may take to send a request's line and headers "
+                               "(env TRACKER_HEADER_TIMEOUT; default 10)"),
+]
 
 
 def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -79,10 +95,13 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
                             "tracker, spark = Spark micro-batches; default native")
     serve.add_argument("--master", default=os.environ.get("SPARK_MASTER"),
                        help="Spark master URL (env SPARK_MASTER; default local[*])")
-    serve.add_argument("--spark-timeout", type=_seconds, default=None, metavar="SECONDS",
+    serve.add_argument("--spark-timeout", type=rate, default=None, metavar="SECONDS",
                        help="cancel a Spark registration check or audit after this long and record it as timed "
                             "out (env TRACKER_SPARK_TIMEOUT; default 300; 0 = no limit)")
-    serve.add_argument("--spark-max-locations", type=_count, default=None, metavar="N",
+    serve.add_argument("--spark-max-locations", type=count, default=None, metavar="N",
                        help="do not send graphs with more locations than this to Spark (status: skipped, too "
                             "large) (env TRACKER_SPARK_MAX_LOCATIONS; default 2000; 0 = no limit)")
+    limits = serve.add_argument_group("limits", "0 means no limit; see docs/service.md, \"Limits\"")
+    for flag, kind, text in _LIMIT_OPTIONS:
+        limits.add_argument(flag, type=kind, default=None, help=text)  # type: ignore[arg-type]
     serve.set_defaults(func=_serve)
