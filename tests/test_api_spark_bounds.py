@@ -99,7 +99,7 @@ def _concluded(service: ServiceProcess, dataflow_id: str, timeout: float = 600.0
 
 def test_sigint_during_a_slow_check_then_the_time_limit(start_service: ServiceStarter) -> None:
     service = start_service(spark=True, SPARK_MASTER="local[1]", TRACKER_AUDIT_SECONDS="0",
-                            TRACKER_SPARK_MAX_LOCATIONS="1200")
+                            TRACKER_SPARK_MAX_LOCATIONS="1200", TRACKER_SPARK_TIMEOUT="0")
     # A small check first: how long one takes on this machine now sets the time limit below.
     first, _ = register(service, loop_graph(operators=2, name="first"))
     status = _concluded(service, first)
