@@ -36,6 +36,8 @@ class Metrics:
         self.wal_group = Histogram("tracker_wal_group_records", "Records per group commit",
                                    buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256), registry=r)
         self.dataflows = Gauge("tracker_dataflows", "Registered dataflows", registry=r)
+        self.damaged = Gauge("tracker_dataflows_damaged",
+                             "Dataflows recovery refused (a damaged log record or lost Delta state)", registry=r)
         self.flush_lag = Gauge("tracker_delta_lag_versions", "Durable versions not yet in the Delta progress table",
                                registry=r)
         self.delta_errors = Counter("tracker_delta_errors", "Failed Delta flushes or compactions", registry=r)

@@ -77,6 +77,56 @@ class Store:
         found = self.warehouse.max_of("progress", dataflow_id, "version")
         return -1 if found is None else found
 
+    def snapshots(self, dataflow_ids: Iterable[str]) -> dict[str, tuple[int, dict[tuple[Location, Timestamp], int]]]:
+        """:meth:`snapshot` of many dataflows from one read of the ``pointstamps`` table (one
+        table version, so each dataflow's counts and version belong together)."""
+        from deltalake import DeltaTable
+
+        from spark_jobs.storage import POINTSTAMPS_APP
+
+        path = self.warehouse.path("pointstamps")
+        if not DeltaTable.is_deltatable(path):
+            return {}
+        delta = DeltaTable(path)
+        marks = {i: delta.transaction_version(POINTSTAMPS_APP + i) for i in dataflow_ids}
+        wanted = [i for i, mark in marks.items() if mark is not None]
+        if not wanted:
+            return {}
+        names = ["dataflow_id", "node", "port", "kind", "time", "count"]
+        data = delta.to_pyarrow_table(columns=names, filters=[("dataflow_id", "in", wanted)])
+        found: dict[str, tuple[int, dict[tuple[Location, Timestamp], int]]] = {}
+        for i in wanted:
+            mark = marks[i]
+            assert mark is not None
+            found[i] = (mark, {})
+        for dataflow_id, node, port, kind, time, count in zip(*(data.column(n).to_pylist() for n in names),
+                                                              strict=True):
+            counts = found[dataflow_id][1]
+            key = (Location(node, port, kind), tuple(time))
+            counts[key] = counts.get(key, 0) + count
+        return {i: (mark, {k: c for k, c in counts.items() if c != 0}) for i, (mark, counts) in found.items()}
+
+    def max_versions(self, table: str) -> dict[str, int]:
+        """The highest ``version`` of every dataflow in ``table`` (``progress`` or
+        ``frontier_changes``), from the file statistics in the Delta log: no data file is read,
+        unless a file has no statistics (then that table's two columns are)."""
+        from deltalake import DeltaTable
+
+        path = self.warehouse.path(table)
+        if not DeltaTable.is_deltatable(path):
+            return {}
+        delta = DeltaTable(path)
+        files = pa.table(delta.get_add_actions(flatten=True))
+        if "max.version" in files.column_names and files.column("max.version").null_count == 0:
+            keys, values = files.column("partition.dataflow_id"), files.column("max.version")
+        else:
+            files = delta.to_pyarrow_table(columns=["dataflow_id", "version"])
+            keys, values = files.column("dataflow_id"), files.column("version")
+        if len(keys) == 0:
+            return {}
+        best = pa.table({"d": keys, "v": values}).group_by("d").aggregate([("v", "max")])
+        return dict(zip(best.column("d").to_pylist(), best.column("v_max").to_pylist(), strict=True))
+
     def max_change_version(self, dataflow_id: str) -> int:
         """The highest version in ``frontier_changes`` for this dataflow (-1 if none)."""
         found = self.warehouse.max_of("frontier_changes", dataflow_id, "version")

@@ -95,7 +95,7 @@ class Tenant:
             "engine": self.engine_mode,
             "graph_stored": self.lag.graph_stored,
             "delta_version": self.lag.delta_version,
-            "workers": {w: s for w, (s, _) in sorted(self.live.workers.items())},
+            "workers": {w: s for w, (s, _) in sorted(self.live.durable_workers.items())},
         }
 
     def summary(self) -> dict[str, Any]:

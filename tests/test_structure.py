@@ -47,7 +47,7 @@ LAYERS: list[tuple[str, ...]] = [
     # Spark tasks: the session, registration checks, audits, micro-batches.
     ("api.spark", "api.checks", "api.audit", "api.microbatch"),
     # The service and its use cases.
-    ("api.tenant", "api.ingest", "api.service"),
+    ("api.tenant", "api.ingest", "api.recovery", "api.service"),
     # HTTP: dependencies, routes, the app, the command.
     ("api.deps", "api.routes", "api.ws", "api.dashboard", "api.app", "api.server", "api.commands", "api"),
     # Measurements.
