@@ -33,7 +33,7 @@ holding one is never deleted); bytes whose owner cannot be known stop the start-
 ...     wal.open()
 ...     await wal.enqueue(Check(df="d1", result="agreed", detail=None))
 ...     wal.close()
-...     return [record for _, record in WriteAheadLog(directory).recover()]
+...     return [record for _, record in WriteAheadLog(directory).recover().records]
 >>> with tempfile.TemporaryDirectory() as directory:
 ...     asyncio.run(main(Path(directory)))
 [Check(df='d1', result='agreed', detail=None)]
@@ -52,7 +52,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from api.records import Record, attribution, decode, encode
+from api.records import ATTRIBUTION, Record, attribution, decode, encode
 from api.segments import Damage, Scan, frame, scan, segment_name, segments
 
 log = logging.getLogger("tracker.wal")
@@ -69,8 +69,8 @@ def read_segment(path: Path) -> tuple[list[Record], Scan]:
         try:
             records.append(decode(payload))
         except ValueError:
-            found.damaged.append(Damage(offset, offset, attribution(payload[:41]) if len(payload) >= 41 else None,
-                                        "a record that does not decode"))
+            owner = attribution(payload[:ATTRIBUTION.size]) if len(payload) >= ATTRIBUTION.size else None
+            found.damaged.append(Damage(offset, offset + len(payload), owner, "a record that does not decode"))
     found.damaged.sort(key=lambda d: d.start)
     return records, found
 
@@ -155,8 +155,9 @@ class WriteAheadLog:
         found = self.segments()
         for index, (number, path) in enumerate(found):
             intact, read = read_segment(path)
-            if read.unreadable is not None:
-                raise UnreadableLog(path, read.unreadable)
+            unowned = next((d for d in read.damaged if d.attribution is None), None)
+            if unowned is not None:
+                raise UnreadableLog(path, unowned)
             if read.torn is not None and index == len(found) - 1:
                 log.warning("wal: cutting a torn tail (an incomplete final record, never acknowledged)",
                             extra={"segment": number, "at": read.torn, "size": path.stat().st_size})

@@ -38,17 +38,26 @@ async def _populate(service: ServiceProcess, count: int) -> dict[str, str]:
     """Register ``count`` dataflows and send each ``BATCHES`` batches; ``{id: token}``."""
     tokens: dict[str, str] = {}
     limit = asyncio.Semaphore(CONCURRENCY)
-    async with httpx.AsyncClient(base_url=service.url, timeout=120,
+    # Short keep-alive: reusing a connection the server is just closing fails the request.
+    async with httpx.AsyncClient(base_url=service.url, timeout=120, limits=httpx.Limits(keepalive_expiry=1.0),
                                  headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}) as client:
+        async def post(url: str, body: dict[str, Any]) -> httpx.Response:
+            for _ in range(5):  # a batch is idempotent (seq); a registration retried may register twice
+                try:
+                    answer = await client.post(url, json=body)
+                except httpx.TransportError:
+                    continue
+                answer.raise_for_status()
+                return answer
+            raise RuntimeError(f"{url}: no answer after 5 attempts")
+
         async def one(index: int) -> None:
             async with limit:
-                answer = await client.post("/v1/dataflows", json=loop_graph(3, name=f"restart-{index}"))
-                answer.raise_for_status()
+                answer = await post("/v1/dataflows", loop_graph(3, name=f"restart-{index}"))
                 dataflow_id, token = answer.json()["id"], answer.json()["token"]
                 for seq in range(BATCHES):
-                    sent = await client.post(f"/v1/dataflows/{dataflow_id}/progress", json={
+                    await post(f"/v1/dataflows/{dataflow_id}/progress", {
                         "worker": "w", "seq": seq, "updates": [update(1, 0, "target", [seq], 1)]})
-                    sent.raise_for_status()
                 tokens[dataflow_id] = token
 
         await asyncio.gather(*(one(i) for i in range(count)))
