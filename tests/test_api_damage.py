@@ -115,7 +115,6 @@ def test_a_damaged_record_refuses_its_dataflow_alone_and_nothing_is_cut(start_se
         for dataflow_id, _ in flows:
             assert _state(client, dataflow_id)[0] == 3
         assert _send(client, flows[0][0], "w", 3, []) == 4
-    with service.client() as client:
         frontier = client.get(f"/v1/dataflows/{flows[1][0]}/frontier").json()
     counts = oracle.accumulate([initial, *(as_updates(b) for b in sent[flows[1][0]])])
     assert frontier_map(frontier) == oracle.frontiers(graph, counts)
@@ -178,8 +177,8 @@ def test_each_delta_table_lost_in_turn_under_load_then_kill_9_keeps_exactly_once
             _send(client, idle, "w0", seq, batch)
     workers = [_Worker(service, dataflow_id, f"w{i}") for i, dataflow_id in enumerate(busy)]
     warehouse = service.warehouse
-    rounds = [["pointstamps"], ["frontier_changes", "frontiers"],
-              ["dataflows", "nodes", "connections", "edges", "summaries"], ["progress"]]
+    rounds = [["pointstamps"], ["frontier_changes", "frontiers", "dataflows", "nodes", "connections", "edges",
+                               "summaries"], ["progress"]]
     try:
         for worker in workers:
             worker.start()
