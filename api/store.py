@@ -75,17 +75,6 @@ class Store:
         files = files.filter(pc.greater(files.column("num_records"), 0))
         return set(files.column("partition.dataflow_id").to_pylist())
 
-    def worker_positions(self, dataflow_id: str) -> dict[str, tuple[int, int]]:
-        """Every worker's last ``(seq, version)`` in the ``progress`` table (computed by Arrow)."""
-        data = self.warehouse.columns("progress", dataflow_id, ["worker", "seq", "version"])
-        data = data.filter(pc.greater(data.column("version"), 0))  # version 0: the registration's initial counts
-        if data.num_rows == 0:
-            return {}
-        last = data.group_by("worker").aggregate([("seq", "max"), ("version", "max")])
-        # A worker's seqs and versions grow together, so the two maxima belong to one batch.
-        return {w: (s, v) for w, s, v in zip(last.column("worker").to_pylist(), last.column("seq_max").to_pylist(),
-                                             last.column("version_max").to_pylist(), strict=True)}
-
     def snapshot(self, dataflow_id: str) -> tuple[int, dict[tuple[Location, Timestamp], int]] | None:
         """The compacted counts and the version they are exact for, if compaction wrote any."""
         return self.warehouse.pointstamps_snapshot(dataflow_id)
