@@ -74,6 +74,8 @@ class LiveState:
     durable_workers: dict[str, tuple[int, int]] = field(default_factory=dict)
     """The same as of :attr:`durable_version`: what the workers were acknowledged (a batch
     whose log record never became durable does not use up its seq here)."""
+    last_batch_at: float | None = None
+    """When the last applied batch arrived (POSIX seconds), ``None`` before the first."""
     _recent: dict[tuple[str, int], int] = field(default_factory=dict)
     _pending: dict[int, Pending] = field(default_factory=dict)
     native: Any = field(init=False, default=None)
@@ -117,6 +119,7 @@ class LiveState:
     def apply(self, pending: Pending) -> list[FrontierChange] | ChangeBatch:
         """Apply an admitted, validated batch whose log record is on its way to disk."""
         self._pending[pending.version] = pending
+        self.last_batch_at = pending.received
         return self._apply(pending.updates)
 
     def made_durable(self, version: int) -> None:

@@ -5,11 +5,12 @@ Guarantees: :func:`decode` inverts :func:`encode` for every record; anything els
 which framing copies into the record's header (:mod:`api.segments`), so that a damaged record
 is still known to be, say, dataflow ``d1``'s batch at version 3.
 
-Four kinds, told apart by their ``"t"`` field: a :class:`Register` (a dataflow's registration,
+Five kinds, told apart by their ``"t"`` field: a :class:`Register` (a dataflow's registration,
 also the first records of every new segment), a :class:`Checkpoint` (a dataflow's worker
 positions as of a durable version, after its registration in every new segment), a
-:class:`Batch` (an acknowledged progress batch) and a :class:`Check` (the concluded Spark check
-of a registration). After the attribution, a record's payload is its compact JSON; a batch's is
+:class:`Batch` (an acknowledged progress batch), a :class:`Check` (the concluded Spark check
+of a registration) and a :class:`Delete` (a dataflow's deletion, also repeated at the start of
+every new segment). After the attribution, a record's payload is its compact JSON; a batch's is
 followed by a newline and the request body exactly as received (compact JSON never contains a
 raw newline, so the first one separates the two), which spares the hot path re-encoding every
 update.
@@ -21,6 +22,8 @@ b'{"t":"batch","df":"d1","v":3,"at":1.5}\\n{"worker":"w","seq":0,"updates":[]}'
 ((2, 3, 'd1'), True)
 >>> decode(encode(Check(df="d1", result="agreed", detail=None)))
 Check(df='d1', result='agreed', detail=None)
+>>> decode(encode(Delete(df="d1", at=2.5)))
+Delete(df='d1', at=2.5)
 """
 
 from __future__ import annotations
@@ -74,15 +77,23 @@ class Checkpoint(msgspec.Struct, frozen=True, tag="checkpoint", tag_field="t"):
     workers: dict[str, tuple[int, int]]
 
 
-Record = Register | Batch | Check | Checkpoint
-REGISTER, BATCH, CHECK, CHECKPOINT = 1, 2, 3, 4
+class Delete(msgspec.Struct, frozen=True, tag="delete", tag_field="t"):
+    """Dataflow ``df`` was deleted at ``at`` (POSIX seconds): it stays deleted after a restart."""
+
+    df: str
+    at: float
+
+
+Record = Register | Batch | Check | Checkpoint | Delete
+REGISTER, BATCH, CHECK, CHECKPOINT, DELETE = 1, 2, 3, 4, 5
 """The kinds an attribution names."""
 ATTRIBUTION = struct.Struct("<BQ32s")
 """kind, version (a batch's or a checkpoint's, else 0), dataflow id (ASCII, at most 32 bytes)."""
-KIND_NAMES = {REGISTER: "registration", BATCH: "batch", CHECK: "Spark check", CHECKPOINT: "checkpoint"}
-_KINDS: dict[type, int] = {Register: REGISTER, Batch: BATCH, Check: CHECK, Checkpoint: CHECKPOINT}
+KIND_NAMES = {REGISTER: "registration", BATCH: "batch", CHECK: "Spark check", CHECKPOINT: "checkpoint",
+              DELETE: "deletion"}
+_KINDS: dict[type, int] = {Register: REGISTER, Batch: BATCH, Check: CHECK, Checkpoint: CHECKPOINT, Delete: DELETE}
 _ENCODER = msgspec.json.Encoder()
-_DECODER = msgspec.json.Decoder(Register | _BatchHead | Check | Checkpoint)
+_DECODER = msgspec.json.Decoder(Register | _BatchHead | Check | Checkpoint | Delete)
 
 
 def attribution(data: bytes) -> tuple[int, int, str]:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from api.records import BATCH, KIND_NAMES, REGISTER, Batch, Check, Checkpoint, Register
+from api.records import BATCH, DELETE, KIND_NAMES, REGISTER, Batch, Check, Checkpoint, Delete, Register
 from api.segments import Damage, segment_name
 from api.wal import LogContents
 
@@ -43,6 +43,10 @@ class Evidence:
     def damaged_batches(self) -> list[int]:
         """Versions of its batches whose records are damaged."""
         return [d.attribution[1] for _, d in self.damaged if d.attribution is not None and d.attribution[0] == BATCH]
+
+    def damaged_deletion(self) -> bool:
+        """Whether a damaged record of it is its deletion."""
+        return any(d.attribution is not None and d.attribution[0] == DELETE for _, d in self.damaged)
 
     def where_damaged(self) -> str:
         """Where its damaged records are, for an error message."""
@@ -67,13 +71,17 @@ class Damaged:
     name: str | None = None
 
 
-def gather(contents: LogContents) -> tuple[dict[str, Evidence], dict[str, Check]]:
-    """The log's evidence by dataflow, and the Spark check results it logged."""
+def gather(contents: LogContents) -> tuple[dict[str, Evidence], dict[str, Check], dict[str, Delete]]:
+    """The log's evidence by dataflow, and the Spark check results and deletions it logged."""
     evidence: dict[str, Evidence] = {}
     checks: dict[str, Check] = {}
+    deletions: dict[str, Delete] = {}
     for _segment, record in contents.records:
         if isinstance(record, Check):
             checks[record.df] = record
+            continue
+        if isinstance(record, Delete):
+            deletions.setdefault(record.df, record)
             continue
         found = evidence.setdefault(record.df, Evidence())
         if isinstance(record, Register):
@@ -86,7 +94,7 @@ def gather(contents: LogContents) -> tuple[dict[str, Evidence], dict[str, Check]
     for segment, damage in contents.damaged:
         assert damage.attribution is not None
         evidence.setdefault(damage.attribution[2], Evidence()).damaged.append((segment, damage))
-    return evidence, checks
+    return evidence, checks, deletions
 
 
 def span(evidence: Evidence, snapshot: int, in_delta: int) -> tuple[int, int, list[int]]:

@@ -121,7 +121,7 @@ def test_recover_cuts_only_the_newest_segments_torn_tail_and_keeps_damaged_bytes
     assert old.read_bytes() == bytes(old_bytes)  # damaged bytes stay
     assert new.read_bytes() == new_bytes  # the torn tail is cut
     assert [(s, d.attribution) for s, d in contents.damaged] == [(1, (BATCH, 1, "d1"))]
-    evidence, _ = gather(contents)
+    evidence, _, _ = gather(contents)
     assert sorted(evidence["d1"].batches) == [2, 3, 4] and evidence["d1"].damaged_batches() == [1]
     # With its checkpoint at version 2, d1 needs versions 3-4 only, which the log holds: the
     # damaged batch 1 is covered by the checkpoint and a snapshot at 2 or above.
