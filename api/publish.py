@@ -29,6 +29,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
+from api.fanout import FanOut
 from tracker.graph import Graph, Location
 from tracker.reachability import FrontierChange
 from tracker.timestamp import Timestamp
@@ -153,8 +154,13 @@ class Publication:
         self._native = native
         self._frontiers_at = frontiers_at
         self._selections: dict[frozenset[Location], Selection] = {}
-        self.selected_encodings = 0
+        self.fanout = FanOut(self.subscribers, encode)
+        """Hands each published version to the subscribers, a bounded slice per turn of the loop."""
+
+    @property
+    def selected_encodings(self) -> int:
         """How many selection encodings publishing made (one per distinct selection per version)."""
+        return self.fanout.selected_encodings
 
     def select(self, locations: Iterable[Location]) -> Selection:
         """The :class:`Selection` of ``locations`` (ports of the graph), shared by every
@@ -218,18 +224,7 @@ class Publication:
             self._on_published(version, rows, time.time() if at is None else at)
         self._unfolded.append(changes)
         if notify:
-            selected: dict[int, str] = {}  # id(selection) -> its encoding: once per distinct selection
-            for subscriber in list(self.subscribers):
-                selection = subscriber.selection
-                if selection is None:
-                    subscriber.offer(version, encoded)
-                    continue
-                text = selected.get(id(selection))
-                if text is None:
-                    text = selected[id(selection)] = encode(changes, selection)
-                    self.selected_encodings += 1
-                if text != "[]":
-                    subscriber.offer(version, text)
+            self.fanout.push(version, changes, encoded)
             if self._frontiers_at is None:
                 if len(self._unfolded) == 1:  # scheduled after the subscribers' wake-ups, so after their sends
                     asyncio.get_running_loop().call_soon(self._fold)

@@ -84,7 +84,7 @@ async def worker_socket(websocket: WebSocket, id: str) -> None:
     metrics = service.metrics
     if subscribe:
         subscriber, first = streams.attach(dataflow.publication, None, service.settings.subscriber_queue,
-                                           metrics.resyncs.inc, wanted)
+                                           metrics.resyncs.inc, wanted, service.settings.subscriber_bytes)
         metrics.subscribers.labels("ws").inc()
         for event, _version, data in first:
             await send(_typed(event, data))

@@ -1,0 +1,126 @@
+"""The frontier as of a past version (``GET .../frontier?version=N``), rewound in slices.
+
+Guarantees: the answer is exact for ``N`` (the published frontier, copied at one instant, with
+the retained history's changes after ``N`` undone, newest first); it raises
+:class:`LookupError` for a version in the future or older than the retained history, and
+:class:`TooFarBack` when more than :data:`REWIND_CHANGES` changes would have to be undone (the
+route answers 410 ``version_too_old`` naming the oldest version it can answer); no slice of the
+rewind holds the event loop for more than :data:`SLICE_CHANGES` changes, so a query reaching
+far back stalls nobody else's acknowledgements, and its total work is bounded.
+
+Why on the loop, in slices, rather than in a thread: the undo is Python over ``json.loads`` of
+each version's changes, which holds the GIL anyway; a thread contending for it at the
+service's 0.1 ms switch interval slowed every request, while a slice between two turns of the
+loop costs the other connections at most one slice (~1-2 ms). The history is copied (one list
+of references) before the first slice, so publishing may go on meanwhile.
+
+>>> import asyncio
+>>> from tracker.graph import Edge, Graph, Node
+>>> from tracker.reachability import FrontierChange
+>>> graph = Graph.build(1, [Node(0, 0, 1), Node(1, 1, 0)], [Edge(Location.source(0, 0), Location.target(1, 0))])
+>>> here = Location.target(1, 0)
+>>> publication = Publication(graph)
+>>> publication.reset({here: [(0,)]}, version=0)
+>>> for version in range(1, 4):
+...     publication.publish(version, [FrontierChange(here, (version - 1,), -1), FrontierChange(here, (version,), 1)],
+...                         notify=False)
+>>> [asyncio.run(frontier_as_of(publication, v))[1][here] for v in (0, 2, 3)]
+[{(0,)}, {(2,)}, {(3,)}]
+>>> _oldest([(1, 150_000, ""), (2, 50_000, ""), (3, 100_000, ""), (5, 100_000, "")], floor=0)  # undo 3 and 5
+2
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import json
+from collections.abc import Callable
+from itertools import accumulate
+from operator import itemgetter
+from typing import Any
+
+from api.publish import Frontier, Publication
+from tracker.graph import Location
+
+SLICE_CHANGES = 500
+"""Changes undone per turn of the event loop (~1-3 ms of ``json.loads`` and set operations)."""
+REWIND_CHANGES = 200_000
+"""The most changes one query undoes (~1 s of slices on a quiet machine): further back is 410."""
+
+
+class TooFarBack(LookupError):
+    """``version`` is retained but more than :data:`REWIND_CHANGES` changes back; ``oldest`` is
+    the oldest version that can be answered now."""
+
+    def __init__(self, version: int, oldest: int) -> None:
+        super().__init__(f"version {version} is more than {REWIND_CHANGES} frontier changes back; the oldest "
+                         f"version answered now is {oldest} (older states: the Delta frontier_changes table)")
+        self.oldest = oldest
+
+
+async def frontier_as_of(publication: Publication, version: int) -> tuple[int, Frontier]:
+    """``(version, frontier)``: the published frontier as of ``version``.
+
+    Raises:
+        LookupError: ``version`` is older than the retained history or newer than the
+            published version.
+    """
+    current = publication.frontier_version
+    if version == current:
+        return publication.frontier_at()
+    if version > current:
+        raise LookupError(f"version {version} has not happened yet (current version is {current})")
+    if version < publication.history_floor:
+        raise LookupError(f"version {version} is older than the retained history "
+                          f"(oldest: {publication.history_floor})")
+    # One instant: the frontier and the history it is exact with.
+    entries = list(publication.history)
+    first = bisect.bisect_right(entries, version, key=lambda entry: entry[0])
+    oldest = _oldest(entries, publication.history_floor)
+    if version < oldest:
+        raise TooFarBack(version, oldest)
+    view = {loc: set(ts) for loc, ts in publication.published.items()}
+    location_of = _locator(publication)
+    work = 0
+    for index in range(len(entries) - 1, first - 1, -1):
+        _, count, encoded = entries[index]
+        entries[index] = (0, 0, "")  # let go of what is undone
+        for change in json.loads(encoded):
+            location = location_of(change["location"])
+            times = view.get(location)
+            if times is None:
+                times = view[location] = set()
+            if change["diff"] > 0:
+                times.discard(tuple(change["time"]))
+            else:
+                times.add(tuple(change["time"]))
+        work += count
+        if work >= SLICE_CHANGES:
+            work = 0
+            await asyncio.sleep(0)
+    return version, view
+
+
+def _oldest(entries: list[tuple[int, int, str]], floor: int) -> int:
+    """The oldest version whose rewind undoes at most :data:`REWIND_CHANGES` changes (C-level
+    passes over the history copy: no Python loop per entry)."""
+    undone = list(accumulate(reversed(list(map(itemgetter(1), entries)))))
+    undoable = bisect.bisect_right(undone, REWIND_CHANGES)  # the newest entries within the bound
+    return floor if undoable >= len(entries) else entries[len(entries) - undoable - 1][0]
+
+
+def _locator(publication: Publication) -> Callable[[dict[str, Any]], Location]:
+    """A change's ``location`` JSON -> the location it names, decoded once per distinct location."""
+    encoding = publication.encoding
+    places: dict[object, Location] = {}
+
+    def location_of(where: dict[str, Any]) -> Location:
+        key: object = (where["node"], where["port"], where["kind"]) if encoding is None else json.dumps(where)
+        found = places.get(key)
+        if found is None:
+            found = places[key] = (Location(where["node"], where["port"], where["kind"]) if encoding is None
+                                   else encoding.location(where))
+        return found
+
+    return location_of
