@@ -8,8 +8,8 @@ route answers 410 ``version_too_old`` naming the oldest version it can answer); 
 rewind holds the event loop for more than :data:`SLICE_CHANGES` changes, so a query reaching
 far back stalls nobody else's acknowledgements, and its total work is bounded.
 
-Why on the loop, in slices, rather than in a thread: the undo is Python over ``json.loads`` of
-each version's changes, which holds the GIL anyway; a thread contending for it at the
+Why on the loop, in slices, rather than in a thread: the undo is Python over each version's
+decoded changes, which holds the GIL anyway; a thread contending for it at the
 service's 0.1 ms switch interval slowed every request, while a slice between two turns of the
 loop costs the other connections at most one slice (~1-2 ms). The history is copied (one list
 of references) before the first slice, so publishing may go on meanwhile.
@@ -34,17 +34,21 @@ from __future__ import annotations
 
 import asyncio
 import bisect
-import json
+import time
 from collections.abc import Callable
 from itertools import accumulate
 from operator import itemgetter
 from typing import Any
 
+import msgspec
+
 from api.publish import Frontier, Publication
 from tracker.graph import Location
 
 SLICE_CHANGES = 500
-"""Changes undone per turn of the event loop (~1-3 ms of ``json.loads`` and set operations)."""
+"""At most this many changes undone per turn of the event loop..."""
+SLICE_SECONDS = 0.001
+"""...and for at most about this long (a slice ends after the version that crosses it)."""
 REWIND_CHANGES = 200_000
 """The most changes one query undoes (~1 s of slices on a quiet machine): further back is 410."""
 
@@ -82,23 +86,23 @@ async def frontier_as_of(publication: Publication, version: int) -> tuple[int, F
         raise TooFarBack(version, oldest)
     view = {loc: set(ts) for loc, ts in publication.published.items()}
     location_of = _locator(publication)
-    work = 0
+    work, began = 0, time.perf_counter()
     for index in range(len(entries) - 1, first - 1, -1):
         _, count, encoded = entries[index]
         entries[index] = (0, 0, "")  # let go of what is undone
-        for change in json.loads(encoded):
-            location = location_of(change["location"])
+        for change in _DECODE(encoded):
+            location = location_of(change.location)
             times = view.get(location)
             if times is None:
                 times = view[location] = set()
-            if change["diff"] > 0:
-                times.discard(tuple(change["time"]))
+            if change.diff > 0:
+                times.discard(change.time)
             else:
-                times.add(tuple(change["time"]))
+                times.add(change.time)
         work += count
-        if work >= SLICE_CHANGES:
-            work = 0
+        if work >= SLICE_CHANGES or time.perf_counter() - began >= SLICE_SECONDS:
             await asyncio.sleep(0)
+            work, began = 0, time.perf_counter()
     return version, view
 
 
@@ -110,17 +114,41 @@ def _oldest(entries: list[tuple[int, int, str]], floor: int) -> int:
     return floor if undoable >= len(entries) else entries[len(entries) - undoable - 1][0]
 
 
-def _locator(publication: Publication) -> Callable[[dict[str, Any]], Location]:
-    """A change's ``location`` JSON -> the location it names, decoded once per distinct location."""
-    encoding = publication.encoding
-    places: dict[object, Location] = {}
+class _Where(msgspec.Struct, frozen=True):
+    """A change's location as encoded (frozen: hashable, so it keys the decoded locations)."""
 
-    def location_of(where: dict[str, Any]) -> Location:
-        key: object = (where["node"], where["port"], where["kind"]) if encoding is None else json.dumps(where)
-        found = places.get(key)
+    node: int
+    port: int
+    kind: str
+    scope: tuple[int, ...] | None = None
+
+
+class _Change(msgspec.Struct):
+    location: _Where
+    time: tuple[int, ...]
+    diff: int
+
+
+_DECODE = msgspec.json.Decoder(list[_Change]).decode
+"""A version's change list: typed structs decoded in C, ~3x faster than ``json.loads`` to dicts."""
+
+
+def _locator(publication: Publication) -> Callable[[_Where], Location]:
+    """A change's encoded location -> the location it names, decoded once per distinct location."""
+    encoding = publication.encoding
+    places: dict[_Where, Location] = {}
+
+    def location_of(where: _Where) -> Location:
+        found = places.get(where)
         if found is None:
-            found = places[key] = (Location(where["node"], where["port"], where["kind"]) if encoding is None
-                                   else encoding.location(where))
+            if encoding is None:
+                found = Location(where.node, where.port, where.kind)  # type: ignore[arg-type]
+            else:
+                raw: dict[str, Any] = {"node": where.node, "port": where.port, "kind": where.kind}
+                if where.scope is not None:
+                    raw["scope"] = list(where.scope)
+                found = encoding.location(raw)
+            places[where] = found
         return found
 
     return location_of
