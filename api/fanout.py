@@ -11,8 +11,10 @@ the event loop's next turn, all of them, before any socket is read again. With 5
 subscribers that turn took tens of milliseconds, during which no other dataflow's batch was
 read or acknowledged (and the poster's own next batch waited too). A small audience (at most
 one slice, nothing pending) is still offered inline, as before; a larger one is handed a slice
-per turn of the loop by a task of its own, so the turns stay short and every other
-connection's I/O is served between them. A subscriber that joins while a fan-out is under way
+per turn of the loop by a task of its own, which then rests as long as the slice's sends took,
+so the turns stay short, every other connection's I/O is served between them, and under
+overload versions published meanwhile go out together (one wake-up, and for SSE one write,
+per subscriber for several versions). A subscriber that joins while a fan-out is under way
 missed nothing: it attached at the published version (:func:`api.streams.attach`), which
 covers every version already published, and skips the offers of those it already has.
 
@@ -34,6 +36,7 @@ covers every version already published, and skips the offers of those it already
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable, Set
 from typing import Any, Protocol
 
@@ -90,8 +93,12 @@ class FanOut:
                 listeners = list(self.subscribers)
                 selected: dict[tuple[int, int], str] = {}
                 for start in range(0, len(listeners), SLICE):
+                    began = time.perf_counter()
                     self._offer(listeners[start:start + SLICE], batch, selected)
                     await asyncio.sleep(0)  # the offered ones send in the next turn; others' I/O too
+                    # Then rest as long as that took: at most half of the loop's time goes to a
+                    # big audience, and versions published meanwhile join the next round.
+                    await asyncio.sleep(min(time.perf_counter() - began, 0.005))
         finally:
             self._task = None
 

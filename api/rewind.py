@@ -5,8 +5,9 @@ the retained history's changes after ``N`` undone, newest first); it raises
 :class:`LookupError` for a version in the future or older than the retained history, and
 :class:`TooFarBack` when more than :data:`REWIND_CHANGES` changes would have to be undone (the
 route answers 410 ``version_too_old`` naming the oldest version it can answer); no slice of the
-rewind holds the event loop for more than :data:`SLICE_CHANGES` changes, so a query reaching
-far back stalls nobody else's acknowledgements, and its total work is bounded.
+rewind holds the event loop for more than :data:`SLICE_CHANGES` changes (or about
+:data:`SLICE_SECONDS`), and it rests as long between slices, so a query reaching far back
+stalls nobody else's acknowledgements, and its total work is bounded.
 
 Why on the loop, in slices, rather than in a thread: the undo is Python over each version's
 decoded changes, which holds the GIL anyway; a thread contending for it at the
@@ -100,8 +101,11 @@ async def frontier_as_of(publication: Publication, version: int) -> tuple[int, F
             else:
                 times.add(change.time)
         work += count
-        if work >= SLICE_CHANGES or time.perf_counter() - began >= SLICE_SECONDS:
-            await asyncio.sleep(0)
+        spent = time.perf_counter() - began
+        if work >= SLICE_CHANGES or spent >= SLICE_SECONDS:
+            # Rest as long as the slice took: at most half of the loop's time goes to rewinds,
+            # and turns of the loop that serve others' acknowledgements mostly run without one.
+            await asyncio.sleep(min(spent, 0.005))
             work, began = 0, time.perf_counter()
     return version, view
 
