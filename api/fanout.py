@@ -4,13 +4,13 @@ Guarantees: every subscriber present when a version's fan-out reaches it is offe
 version (in version order, each version once, at its selection's locations); a version's
 change list is encoded once per distinct selection, shared by every subscriber naming it;
 and handing a version to many subscribers never holds the event loop for more than one slice
-(:data:`SLICE` subscribers) at a time.
+(at most :data:`SLICE` subscribers, as many as send in about :data:`TURN_SECONDS`) at a time.
 
 Why slices: offering a version wakes each subscriber's sending task, and those wake-ups run in
 the event loop's next turn, all of them, before any socket is read again. With 500 SSE
 subscribers that turn took tens of milliseconds, during which no other dataflow's batch was
-read or acknowledged (and the poster's own next batch waited too). A small audience (at most
-one slice, nothing pending) is still offered inline, as before; a larger one is handed a slice
+read or acknowledged (and the poster's own next batch waited too). A small audience
+(:data:`INLINE`, nothing pending) is still offered inline, as before; a larger one is handed a slice
 per turn of the loop by a task of its own, which then rests as long as the slice's sends took,
 so the turns stay short, every other connection's I/O is served between them, and under
 overload versions published meanwhile go out together (one wake-up, and for SSE one write,
@@ -41,7 +41,12 @@ from collections.abc import Callable, Set
 from typing import Any, Protocol
 
 SLICE = 32
-"""Subscribers offered a version per turn of the event loop (each offer schedules one send)."""
+"""At most this many subscribers offered a version per turn of the event loop (each offer
+schedules one send); fewer when their sends are slow (:data:`TURN_SECONDS`)."""
+INLINE = 8
+"""An audience of at most this many, with nothing pending, is offered inline."""
+TURN_SECONDS = 0.002
+"""What one slice's sends should take."""
 
 Pending = tuple[int, Any, str]
 """``(version, its changes as published, their JSON)``."""
@@ -64,6 +69,7 @@ class FanOut:
         self._encode = encode
         self._pending: list[Pending] = []
         self._task: asyncio.Task[None] | None = None
+        self._size = SLICE
         self.selected_encodings = 0
         """How many selection encodings were made (one per distinct selection per version)."""
 
@@ -72,7 +78,7 @@ class FanOut:
         nothing pending, else in slices, after what is pending (so the order holds)."""
         if not self.subscribers and self._task is None:
             return
-        if self._task is None and len(self.subscribers) <= SLICE:
+        if self._task is None and len(self.subscribers) <= INLINE:
             self._offer(list(self.subscribers), [(version, changes, encoded)], {})
             return
         self._pending.append((version, changes, encoded))
@@ -92,13 +98,18 @@ class FanOut:
                 batch, self._pending = self._pending, []
                 listeners = list(self.subscribers)
                 selected: dict[tuple[int, int], str] = {}
-                for start in range(0, len(listeners), SLICE):
+                start = 0
+                while start < len(listeners):
                     began = time.perf_counter()
-                    self._offer(listeners[start:start + SLICE], batch, selected)
-                    await asyncio.sleep(0)  # the offered ones send in the next turn; others' I/O too
-                    # Then rest as long as that took: at most half of the loop's time goes to a
-                    # big audience, and versions published meanwhile join the next round.
-                    await asyncio.sleep(min(time.perf_counter() - began, 0.005))
+                    self._offer(listeners[start:start + self._size], batch, selected)
+                    start += self._size
+                    await asyncio.sleep(0)  # the offered ones send in this next turn; others' I/O too
+                    spent = time.perf_counter() - began
+                    # Size the next slice so that its sends take about TURN_SECONDS (a send to a
+                    # client that does not read costs up to ~1 ms), then rest as long as this
+                    # one took: at most half of the loop goes to a big audience.
+                    self._size = max(1, min(SLICE, int(self._size * TURN_SECONDS / max(spent, 1e-6))))
+                    await asyncio.sleep(min(spent, 0.005))
         finally:
             self._task = None
 

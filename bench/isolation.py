@@ -26,11 +26,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import multiprocessing
 import socket
 import statistics
 import tempfile
 import time
 from collections.abc import Awaitable, Callable, Coroutine
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -137,6 +139,21 @@ async def _raw_sse(service: ServiceProcess, tenant: _Tenant, last_event_id: str 
     return writer, None
 
 
+async def _raw_ws(service: ServiceProcess, tenant: _Tenant) -> Any:
+    """A subscribed WebSocket whose client never reads (a 4 KB receive buffer): the handshake
+    request only."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.setblocking(False)
+    await asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", service.port))
+    _reader, writer = await asyncio.open_connection(sock=sock)
+    writer.write(f"GET /v1/dataflows/{tenant.id}/ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n"
+                 "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+                 f"Sec-WebSocket-Version: 13\r\nAuthorization: Bearer {tenant.token}\r\n\r\n".encode())
+    await writer.drain()
+    return writer, None
+
+
 async def _close(connections: list[Any]) -> None:
     for writer, task in connections:
         if task is not None:
@@ -144,13 +161,24 @@ async def _close(connections: list[Any]) -> None:
         writer.close()
 
 
-async def _probe(tenant: _Tenant, seconds: float) -> list[float]:
+def _probe(ws_url: str, dataflow_id: str, token: str, first_seq: int, seconds: float) -> list[float]:
+    """The probe, in a process of its own (so the abusers' clients in this one cannot delay its
+    measurements): one batch every :data:`PROBE_PERIOD`, the seconds each ack took."""
+    from websockets.sync.client import connect as sync_connect
+
     samples: list[float] = []
-    async with tenant.ws() as ws:
-        until = time.monotonic() + seconds
+    url = f"{ws_url}/v1/dataflows/{dataflow_id}/ws?subscribe=false"
+    with sync_connect(url, additional_headers={"Authorization": f"Bearer {token}"}, compression=None) as ws:
+        seq, until = first_seq, time.monotonic() + seconds
         while time.monotonic() < until:
-            samples.append(await tenant.acked(ws))
-            await asyncio.sleep(PROBE_PERIOD)
+            started = time.perf_counter()
+            ws.send(_advance(seq))
+            reply = ws.recv()
+            if '"ack"' not in str(reply)[:24]:
+                raise RuntimeError(f"probe batch refused: {reply!r:.200}")
+            samples.append(time.perf_counter() - started)
+            seq += 1
+            time.sleep(PROBE_PERIOD)
     return samples
 
 
@@ -180,7 +208,10 @@ async def _scenario(service: ServiceProcess, probe: _Tenant, seconds: float, abu
     abuser: asyncio.Task[Any] = asyncio.create_task(abuse(stop, ready, counter))
     await asyncio.wait([asyncio.create_task(ready.wait()), abuser], return_when=asyncio.FIRST_COMPLETED)
     await asyncio.sleep(0.5)  # the abuse under way
-    samples = await _probe(probe, seconds)
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        samples = await asyncio.get_running_loop().run_in_executor(
+            pool, _probe, service.ws_url, probe.id, probe.token, probe.seq, seconds)
+    probe.seq += len(samples)
     stop.set()
     extra = await abuser
     await sampler
@@ -249,14 +280,12 @@ async def _run(service: ServiceProcess, quick: bool) -> dict[str, dict[str, Any]
 
         async def idle_websockets(stop: asyncio.Event, ready: asyncio.Event, counter: list[int]
                                   ) -> dict[str, float]:
-            sockets = [await busy.ws(subscribe=True).__aenter__() for _ in range(200 if quick else 1000)]
+            sockets = [await _raw_ws(service, busy) for _ in range(300 if quick else 1000)]
             ready.set()
             try:
                 return await posting(stop, counter)
             finally:
-                for ws in sockets:
-                    with contextlib.suppress(Exception):
-                        await ws.close()
+                await _close(sockets)
 
         results["idle_websockets"] = await _scenario(service, probe, seconds, idle_websockets)
 
