@@ -17,7 +17,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from sse_starlette import EventSourceResponse
 
 from api import streams
-from api.admission import parse_registration_sliced
+from api.admission import collector_paused, parse_registration_sliced
 from api.deps import DataflowDep, PrincipalDep, ServiceDep, admin, require_json, selection
 from api.explain import explain, explain_nested
 from api.ingest import bad_body, submit
@@ -74,12 +74,13 @@ async def register(request: Request, service: ServiceDep) -> JSONResponse:
     The body (schema ``RegisterRequest``) is parsed by :func:`api.parsing.parse_registration`,
     strictly, as the progress bodies are: JSON that is not one document is 400."""
     require_json(request.headers.get("content-type"))
-    try:
-        # Off the loop and in slices: a 50,000-node body took 2.2 s of validation in one call.
-        body = await asyncio.to_thread(parse_registration_sliced, await request.body())
-    except (MalformedJSON, InvalidRequest) as error:
-        raise bad_body(error) from None
-    dataflow, token = await service.register(body)
+    with collector_paused():
+        try:
+            # Off the loop and in slices: a 50,000-node body took 2.2 s of validation in one call.
+            body = await asyncio.to_thread(parse_registration_sliced, await request.body())
+        except (MalformedJSON, InvalidRequest) as error:
+            raise bad_body(error) from None
+        dataflow, token = await service.register(body)
     return JSONResponse({"id": dataflow.id, "token": token}, status_code=201)
 
 
