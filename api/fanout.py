@@ -25,7 +25,7 @@ covers every version already published, and skips the offers of those it already
 ...     def offer(self, version: int, encoded: str) -> None: self.got.append(version)
 >>> async def main() -> list[list[int]]:
 ...     listeners = {Listener() for _ in range(3 * SLICE)}
-...     fanout = FanOut(listeners, lambda changes, selection: "[]")
+...     fanout = FanOut(lambda: listeners, lambda changes, selection: "[]")
 ...     fanout.push(1, [], "[1]"); fanout.push(2, [], "[2]")
 ...     await fanout.idle()
 ...     return sorted({tuple(listener.got) for listener in listeners})
@@ -61,11 +61,12 @@ class Listener(Protocol):
 
 
 class FanOut:
-    """Offers published versions to ``subscribers`` (the publication's own set, read live)."""
+    """Offers published versions to the subscribers ``subscribers()`` returns (the
+    publication's own set, read at each version: a deleted dataflow's is replaced)."""
 
-    def __init__(self, subscribers: Set[Listener], encode: Callable[[Any, Any], str]) -> None:
+    def __init__(self, subscribers: Callable[[], Set[Listener]], encode: Callable[[Any, Any], str]) -> None:
         """``encode(changes, selection)`` is the JSON of ``changes`` at ``selection``'s locations."""
-        self.subscribers = subscribers
+        self._subscribers = subscribers
         self._encode = encode
         self._pending: list[Pending] = []
         self._task: asyncio.Task[None] | None = None
@@ -76,10 +77,11 @@ class FanOut:
     def push(self, version: int, changes: Any, encoded: str) -> None:
         """Hand one published version to every subscriber: inline for a small audience with
         nothing pending, else in slices, after what is pending (so the order holds)."""
-        if not self.subscribers and self._task is None:
+        subscribers = self._subscribers()
+        if not subscribers and self._task is None:
             return
-        if self._task is None and len(self.subscribers) <= INLINE:
-            self._offer(list(self.subscribers), [(version, changes, encoded)], {})
+        if self._task is None and len(subscribers) <= INLINE:
+            self._offer(list(subscribers), [(version, changes, encoded)], {})
             return
         self._pending.append((version, changes, encoded))
         if self._task is None:
@@ -96,7 +98,7 @@ class FanOut:
                 # Everything pushed meanwhile goes out together: a busy dataflow's fan-out
                 # catches up instead of queueing one round per version.
                 batch, self._pending = self._pending, []
-                listeners = list(self.subscribers)
+                listeners = list(self._subscribers())
                 selected: dict[tuple[int, int], str] = {}
                 start = 0
                 while start < len(listeners):

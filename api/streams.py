@@ -24,6 +24,7 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from api.publish import Publication, Selection
 
 RESYNC = (-1, "")
+END = (-2, "")
 MAX_BYTES = 4 * 1024 * 1024
 """Default bound on the bytes of events queued for one subscriber (``TRACKER_SUBSCRIBER_BYTES``)."""
 
@@ -58,6 +59,13 @@ class Subscriber:
         """Characters of the encoded changes in :attr:`queue` (shared with the history while it
         holds them, but a subscriber must not pin evicted ones without bound)."""
         self._on_lag = on_lag
+
+    def end(self) -> None:
+        """Queue the end of the stream (the dataflow was deleted) without ever blocking; a full
+        queue makes room for it (the stream ends either way)."""
+        if self.queue.full():
+            self.take(self.queue.get_nowait())
+        self.queue.put_nowait(END)
 
     def offer(self, version: int, encoded: str) -> None:
         """Queue an event without ever blocking the publisher."""
@@ -103,7 +111,10 @@ def attach(publication: Publication, last_event_id: str | None, maxsize: int,
     client that does not read pins one event's payload, not a copy of the backlog.
     """
     subscriber = Subscriber(maxsize, on_lag, selection, max_bytes)
-    publication.subscribers.add(subscriber)
+    if publication.ended:  # deleted since the request was accepted: end after the first events
+        subscriber.end()
+    else:
+        publication.subscribers.add(subscriber)
     resume = _parse_event_id(last_event_id)
     backlog = None
     if resume is not None and _within(publication, resume, maxsize, max_bytes):
@@ -147,14 +158,18 @@ def _parse_event_id(value: str | None) -> int | None:
 
 async def next_events(publication: Publication, subscriber: Subscriber) -> list[tuple[str, int, str]]:
     """Wait for the subscriber's next item, then take every item already queued (a subscriber
-    that fell behind catches up in one send); a resync becomes ``resync`` + ``snapshot``."""
+    that fell behind catches up in one send); a resync becomes ``resync`` + ``snapshot``, the
+    end of the stream one ``deleted`` event (nothing follows it)."""
     items = [await subscriber.queue.get()]
-    while not subscriber.queue.empty() and items[-1] != RESYNC:
+    while not subscriber.queue.empty() and items[-1] not in (RESYNC, END):
         items.append(subscriber.queue.get_nowait())
     events: list[tuple[str, int, str]] = []
     for version, encoded in items:
         subscriber.take((version, encoded))
-        if (version, encoded) == RESYNC:
+        if (version, encoded) == END:
+            events.append(("deleted", publication.frontier_version, json.dumps(
+                {"reason": "the dataflow was deleted; this stream ends", "version": publication.frontier_version})))
+        elif (version, encoded) == RESYNC:
             # Re-arm before taking the snapshot: both happen without an await, so nothing is lost.
             subscriber.lagged = False
             snap_version, data = publication.snapshot_json(subscriber.selection)
@@ -173,7 +188,8 @@ async def sse_events(publication: Publication, last_event_id: str | None, maxsiz
                      on_change: Callable[[int], None] | None = None, selection: Selection | None = None,
                      max_bytes: int = MAX_BYTES) -> AsyncIterator[bytes]:
     """The SSE event source: ``snapshot`` or the missed ``changes``, then live ``changes``, as
-    encoded SSE frames (several events a subscriber fell behind on go out as one write).
+    encoded SSE frames (several events a subscriber fell behind on go out as one write); a
+    ``deleted`` event and the end of the response when the dataflow is deleted.
 
     Subscribes when the response starts streaming and unsubscribes in ``finally``, so a client
     that goes away at any point leaves nothing behind; ``on_change(+1/-1)`` counts subscribers.
@@ -185,10 +201,11 @@ async def sse_events(publication: Publication, last_event_id: str | None, maxsiz
         for event, version, data in first:
             yield _frame(event, version, data)
         while True:
-            frames = b"".join(_frame(event, version, data)
-                              for event, version, data in await next_events(publication, subscriber))
-            if frames:
-                yield frames
+            events = await next_events(publication, subscriber)
+            if events:
+                yield b"".join(_frame(event, version, data) for event, version, data in events)
+            if any(event == "deleted" for event, _, _ in events):
+                return
     finally:
         publication.subscribers.discard(subscriber)
         if on_change is not None:

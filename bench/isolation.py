@@ -10,8 +10,9 @@ input's capability on an 8,000-operator chain (8,000 frontier changes each) back
 registrations of a 50,000-node chain and of a refused 200,000-port graph back to back. The
 service's resident memory (``VmRSS`` of its process, from ``/proc``) is sampled throughout and
 read again once the abuse's connections closed. The service runs ``--engine native`` with
-Spark and Delta off (the event loop and memory are what is measured) and a 16 MiB body limit
-(so that the huge registration reaches the parser).
+Spark and Delta off (the event loop and memory are what is measured), a 16 MiB body limit
+(so that the huge registration reaches the parser) and the subscriber and registration-rate
+limits off (so that the abuses reach what they abuse).
 
 Targets: the probe's p99 at most twice its baseline p99 (or 5 ms, whichever is larger: the
 baseline p99 on a loaded 2-core machine can be under 2 ms), and the service's RSS below
@@ -331,8 +332,13 @@ async def _run(service: ServiceProcess, quick: bool) -> dict[str, dict[str, Any]
 def run(quick: bool) -> dict[str, Any]:
     """Measure, print a table, return the figures."""
     warehouse = Path(tempfile.mkdtemp(prefix="bench-isolation-")) / "warehouse"
+    # The service's limits (subscribers per dataflow, registrations per second) would refuse the
+    # abuses measured here before they reach what they abuse: off (0) or raised.
     service = ServiceProcess(warehouse, env={"TRACKER_LOG_LEVEL": "warning", "TRACKER_DELTA": "0",
-                                             "TRACKER_MAX_BODY": str(16 * 1024 * 1024)})
+                                             "TRACKER_MAX_BODY": str(16 * 1024 * 1024),
+                                             "TRACKER_MAX_SUBSCRIBERS": "0",
+                                             "TRACKER_MAX_SUBSCRIBERS_PER_DATAFLOW": "0",
+                                             "TRACKER_REGISTER_RATE": "1000", "TRACKER_REGISTER_BURST": "1000"})
     try:
         service.start()
         results = asyncio.run(_run(service, quick))

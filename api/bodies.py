@@ -57,6 +57,13 @@ def parse_registration_sliced(data: bytes) -> RegisterRequest:
         InvalidRequest: not of the shape of :class:`~api.models.RegisterRequest`.
     """
     try:
+        return _sliced(data)
+    except RecursionError:  # nested too deeply for the interpreter: the whole-body parser says so
+        return parse_registration(data)
+
+
+def _sliced(data: bytes) -> RegisterRequest:
+    try:
         top = msgspec.json.decode(data, type=dict[str, msgspec.Raw])
     except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError):
         return parse_registration(data)  # malformed or not an object: cheap to refuse, exact message
@@ -106,7 +113,10 @@ def _validated(schema: pydantic.TypeAdapter[Any], value: Any, where: tuple[str, 
         loc = list(first["loc"])
         if where:
             loc[0] = int(loc[0]) + offset
-        raise InvalidRequest(".".join(str(part) for part in ("body", *where, *loc)), first["msg"]) from None
+        place = ".".join(str(part) for part in ("body", *where, *loc))
+        if len(place) > 200:  # as api.parsing: pydantic's depth limit names every level on the way down
+            place = place[:100] + " ... " + place[-95:]
+        raise InvalidRequest(place, first["msg"]) from None
 
 
 _pauses = 0
