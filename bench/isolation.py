@@ -169,7 +169,8 @@ def _probe(ws_url: str, dataflow_id: str, token: str, first_seq: int, seconds: f
 
     samples: list[float] = []
     url = f"{ws_url}/v1/dataflows/{dataflow_id}/ws?subscribe=false"
-    with sync_connect(url, additional_headers={"Authorization": f"Bearer {token}"}, compression=None) as ws:
+    with sync_connect(url, additional_headers={"Authorization": f"Bearer {token}"}, compression=None,
+                      open_timeout=120) as ws:
         seq, until = first_seq, time.monotonic() + seconds
         while time.monotonic() < until:
             started = time.perf_counter()
