@@ -79,6 +79,7 @@ class Settings:
     vacuum_hours: float = 24.0  # TRACKER_VACUUM_HOURS: how long files of old table versions are kept (time travel)
     segment_bytes: int = 64 * 1024 * 1024  # TRACKER_WAL_SEGMENT_BYTES: WAL rotation size
     subscriber_queue: int = 1024  # TRACKER_SUBSCRIBER_QUEUE: events buffered per subscriber
+    subscriber_bytes: int = 4 * 1024 * 1024  # TRACKER_SUBSCRIBER_BYTES: bytes of events buffered per subscriber
     history: int = 100_000  # TRACKER_HISTORY: versions of frontier changes kept in memory
     max_body: int = 1024 * 1024  # TRACKER_MAX_BODY: request and WebSocket message limit, bytes
     log_level: str = "info"  # TRACKER_LOG_LEVEL
@@ -115,6 +116,7 @@ class Settings:
             vacuum_hours=_env_float("TRACKER_VACUUM_HOURS", 24.0),
             segment_bytes=_env_int("TRACKER_WAL_SEGMENT_BYTES", 64 * 1024 * 1024),
             subscriber_queue=_env_int("TRACKER_SUBSCRIBER_QUEUE", 1024),
+            subscriber_bytes=_env_int("TRACKER_SUBSCRIBER_BYTES", 4 * 1024 * 1024),
             history=_env_int("TRACKER_HISTORY", 100_000),
             max_body=_env_int("TRACKER_MAX_BODY", 1024 * 1024),
             log_level=env.get("TRACKER_LOG_LEVEL", "info"),
