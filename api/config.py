@@ -77,6 +77,7 @@ class Settings:
     max_body: int = 1024 * 1024  # TRACKER_MAX_BODY: request and WebSocket message limit, bytes
     log_level: str = "info"  # TRACKER_LOG_LEVEL
     ws_deflate: bool = False  # TRACKER_WS_DEFLATE=1 enables permessage-deflate on WebSockets
+    metrics_per_dataflow: bool = False  # TRACKER_METRICS_PER_DATAFLOW=1: /metrics series labelled by dataflow id
 
     @classmethod
     def from_env(cls, args: argparse.Namespace | None = None) -> Settings:
@@ -103,6 +104,7 @@ class Settings:
             max_body=_env_int("TRACKER_MAX_BODY", 1024 * 1024),
             log_level=env.get("TRACKER_LOG_LEVEL", "info"),
             ws_deflate=env.get("TRACKER_WS_DEFLATE", "0").lower() in ("1", "true", "yes", "on"),
+            metrics_per_dataflow=env.get("TRACKER_METRICS_PER_DATAFLOW", "0").lower() in ("1", "true", "yes", "on"),
         )
         if args is not None:
             settings.host = args.host
@@ -110,6 +112,7 @@ class Settings:
             settings.warehouse = Path(args.warehouse)
             settings.engine = args.engine
             settings.master = args.master or settings.master
+            settings.metrics_per_dataflow |= bool(getattr(args, "metrics_per_dataflow", False))
         if settings.master:
             from spark_jobs.session import master_problem
 
