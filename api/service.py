@@ -157,6 +157,7 @@ class Service:
                                                 frontiers_at=None if live.native is None else live.frontiers_at,
                                                 moved=ages.frontier_moved),
                         lag=lag, engine_mode=mode, hosting=hosting, ages=ages)
+        ages.counts = tenant.counts
         tenant.reset_published()
         lag.batch_durable(0, "_initial", 0, initial, time.time())
         ages.batch_durable(ages.created, None, initial)
