@@ -13,15 +13,26 @@ from collections.abc import AsyncIterator, Callable
 from time import time as time_now
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, Header, HTTPException, Query, Request
+from fastapi import APIRouter, Header, HTTPException, Query, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from sse_starlette import EventSourceResponse
 
 from api import streams
-from api.deps import DataflowDep, PrincipalDep, ServiceDep, admin, require_json, selection
+from api.deps import (
+    AdminDep,
+    DataflowDep,
+    LimitsDep,
+    PrincipalDep,
+    ServiceDep,
+    registration_slot,
+    require_json,
+    selection,
+    subscriber_slot,
+)
 from api.explain import explain, explain_nested
 from api.ingest import bad_body, submit
 from api.lag import blamer, lag_report
+from api.limits import Slot
 from api.models import (
     DataflowDetail,
     DataflowSummary,
@@ -54,6 +65,9 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
     413: {"model": ErrorBody, "description": "body too large"},
     422: {"model": ErrorBody, "description": "invalid request"},
 }
+_LIMITED: dict[int | str, dict[str, Any]] = {429: {
+    "model": ErrorBody, "description": "a limit is reached (see `error`); retry after `Retry-After` seconds",
+    "headers": {"Retry-After": {"schema": {"type": "integer"}, "description": "seconds to wait"}}}}
 PSI_LOCATIONS = 2_000  # the whole of Psi is quadratic (streamed): beyond this, ask for one origin at a time
 NodeQ = Annotated[int | None, Query(ge=0, le=2**31 - 1)]
 KindQ = Annotated[Literal["source", "target"] | None, Query()]
@@ -62,24 +76,29 @@ ScopeQ = Annotated[str | None, Query(max_length=200, description="a scope path o
 
 
 @router.post("/dataflows", status_code=201, response_model=RegisterResponse,
-             responses={**_ERRORS, 415: {"model": ErrorBody, "description": "the body is declared as something else "
-                                                                          "than JSON"}},
+             responses={**_ERRORS, **_LIMITED, 415: {"model": ErrorBody, "description": "the body is declared as "
+                                                                                     "something else than JSON"}},
              openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
                  "schema": {"$ref": "#/components/schemas/RegisterRequest"}}}}},
-             dependencies=[Depends(admin)], summary="Register a dataflow graph")
-async def register(request: Request, service: ServiceDep) -> JSONResponse:
+             summary="Register a dataflow graph")
+async def register(request: Request, service: ServiceDep, caller: AdminDep, limits: LimitsDep) -> JSONResponse:
     """Validate the graph (422 naming the problem or the offending cycle), store it durably and
     return its id and token. The Spark cycle check and summaries run in the background; see
     ``status.spark_check``.
 
     The body (schema ``RegisterRequest``) is parsed by :func:`api.parsing.parse_registration`,
-    strictly, as the progress bodies are: JSON that is not one document is 400."""
-    require_json(request.headers.get("content-type"))
+    strictly, as the progress bodies are: JSON that is not one document is 400. Admission comes
+    first (429 ``rate_limited`` or ``too_many_dataflows``), so that a flood costs no parsing."""
+    slot = registration_slot(limits, service, caller)
     try:
-        body = parse_registration(await request.body())
-    except (MalformedJSON, InvalidRequest) as error:
-        raise bad_body(error) from None
-    dataflow, token = await service.register(body)
+        require_json(request.headers.get("content-type"))
+        try:
+            body = parse_registration(await request.body())
+        except (MalformedJSON, InvalidRequest) as error:
+            raise bad_body(error) from None
+        dataflow, token = await service.register(body)
+    finally:
+        slot.release()
     return JSONResponse({"id": dataflow.id, "token": token}, status_code=201)
 
 
@@ -271,13 +290,31 @@ async def lag(dataflow: DataflowDep) -> JSONResponse:
     return JSONResponse(lag_report(dataflow, time_now()))
 
 
-@router.get("/dataflows/{id}/frontier/stream", response_class=EventSourceResponse, responses={**_ERRORS, 200: {
-    "content": {"text/event-stream": {"schema": {"type": "string"}}},
-    "description": "SSE: `snapshot` (or the missed `changes` after `Last-Event-ID`), then `changes`; "
-                   "`resync` + `snapshot` if the subscriber fell behind"}},
-    summary="Frontier changes as Server-Sent Events")
+class _Held(EventSourceResponse):
+    """An SSE response holding a subscriber slot until it ends, however it ends (Starlette
+    always runs the response it is given, even for a client already gone, whereas the event
+    generator's ``finally`` does not run if it never started)."""
+
+    def __init__(self, content: Any, slot: Slot, **kwargs: Any) -> None:
+        super().__init__(content, **kwargs)
+        self.slot = slot
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self.slot.release()
+
+
+_EVENTS = {"content": {"text/event-stream": {"schema": {"type": "string"}}},
+           "description": "SSE: `snapshot` (or the missed `changes` after `Last-Event-ID`), then `changes`; "
+                          "`resync` + `snapshot` if the subscriber fell behind"}
+
+
+@router.get("/dataflows/{id}/frontier/stream", response_class=EventSourceResponse,
+            responses={**_ERRORS, **_LIMITED, 200: _EVENTS}, summary="Frontier changes as Server-Sent Events")
 async def frontier_stream(
-    dataflow: DataflowDep, service: ServiceDep,
+    dataflow: DataflowDep, service: ServiceDep, limits: LimitsDep,
     last_event_id: Annotated[str | None, Header(
         alias="Last-Event-ID",
         description="the last version received: resume after it with no gap and no duplicate (a fresh "
@@ -286,13 +323,15 @@ async def frontier_stream(
         max_length=100_000, description="only these locations: node:port:kind items separated by commas "
                                         "(1:0:target,2:0:target), or a JSON list of {node, port, kind}")] = None,
 ) -> EventSourceResponse:
-    """SSE stream; ``id`` = version; send ``Last-Event-ID`` to resume without gap or duplicate."""
+    """SSE stream; ``id`` = version; send ``Last-Event-ID`` to resume without gap or duplicate.
+    429 ``too_many_subscribers`` beyond the subscriber limits."""
     metrics = service.metrics
     gauge = metrics.subscribers.labels("sse")
+    wanted = selection(dataflow, locations)
+    slot = subscriber_slot(limits, dataflow)
     events = streams.sse_events(dataflow.publication, last_event_id, service.settings.subscriber_queue,
-                                metrics.resyncs.inc, gauge.inc, selection(dataflow, locations))
-    return EventSourceResponse(events, ping=15,
-                               headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+                                metrics.resyncs.inc, gauge.inc, wanted)
+    return _Held(events, slot, ping=15, headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
 
 def _time(text: str, arity: int) -> tuple[int, ...]:

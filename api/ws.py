@@ -6,8 +6,9 @@ UTF-8 JSON). Messages to the client (JSON text):
 ``{"type": "changes", "version", "changes"}``, ``{"type": "ack", "worker", "seq", "applied",
 "duplicate", "version"}`` per batch in the order sent, ``{"type": "error", "status", "error",
 "detail", ...}`` for a refused batch, and ``{"type": "resync", ...}`` + a snapshot if the client
-fell behind. Batches are pipelined: the next one is read while earlier ones wait for their
-group commit, and acks still go out in order.
+fell behind. A subscribing socket beyond the subscriber limits (:mod:`api.limits`) is accepted
+and closed at once with 1013 and a reason naming the limit. Batches are pipelined: the next
+one is read while earlier ones wait for their group commit, and acks still go out in order.
 
 Guarantees: a batch sent here goes through exactly the use case of ``POST .../progress``
 (:func:`api.ingest.submit`), so it is answered the same, acks in the order sent; a client that
@@ -30,12 +31,16 @@ from api import streams
 from api.auth import bearer
 from api.deps import lookup, selection
 from api.ingest import Refused, submit
+from api.limits import LimitExceeded, Limits, Slot
+from api.publish import Selection
 from api.service import Service
 from api.tenant import Tenant
 
 router = APIRouter(prefix="/v1")
 log = logging.getLogger("tracker.ws")
 MAX_PIPELINED = 1024
+TRY_AGAIN_LATER = 1013
+"""The close code of a subscription over the subscriber limits (its reason says which)."""
 
 
 def _typed(kind: str, data: str) -> str:
@@ -70,6 +75,25 @@ async def worker_socket(websocket: WebSocket, id: str) -> None:
         detail: Any = error.detail  # the JSON body: every HTTPException raised above carries a dict
         await _deny(websocket, error.status_code, detail)
         return
+    limits: Limits = websocket.app.state.limits
+    try:
+        slot = limits.subscriptions.admit(dataflow.id) if subscribe else Slot(None)
+    except LimitExceeded as refused:
+        # Accepted, then closed with 1013 (try again later): unlike an HTTP refusal of the
+        # handshake, a close code and its reason reach a browser's script.
+        log.info("websocket refused", extra={"status": 429, "error": refused.body["error"],
+                                             "path": websocket.url.path})
+        await websocket.accept()
+        await websocket.close(code=TRY_AGAIN_LATER, reason=refused.reason)
+        return
+    try:
+        await _serve(websocket, service, dataflow, subscribe, wanted)
+    finally:
+        slot.release()
+
+
+async def _serve(websocket: WebSocket, service: Service, dataflow: Tenant, subscribe: bool,
+                 wanted: Selection | None) -> None:
     await websocket.accept()
     send_lock = asyncio.Lock()
 
