@@ -79,8 +79,9 @@ def too_many(refused: LimitExceeded) -> HTTPException:
 
 
 def registration_slot(limits: Limits, service: Service, caller: Principal) -> Slot:
-    """Admit one registration by ``caller`` (429 ``rate_limited`` or ``too_many_dataflows``)."""
-    live = sum(1 for dataflow in service.dataflows.values() if dataflow.ready)
+    """Admit one registration by ``caller`` (429 ``rate_limited`` or ``too_many_dataflows``;
+    deleted dataflows do not count)."""
+    live = sum(1 for dataflow in service.dataflows.values() if dataflow.ready and dataflow.deleted_at is None)
     try:
         return limits.registrations.admit("admin" if caller.admin else f"dataflow:{caller.dataflow_id}", live)
     except LimitExceeded as refused:

@@ -30,7 +30,7 @@ from api.deps import (
     subscriber_slot,
 )
 from api.explain import explain, explain_nested
-from api.ingest import bad_body, submit
+from api.ingest import bad_body, gone, submit
 from api.lag import blamer, lag_report
 from api.limits import Slot
 from api.models import (
@@ -50,6 +50,7 @@ from api.models import (
 from api.parsing import InvalidRequest, MalformedJSON, parse_registration
 from api.scopes import Hosting, parse_scope
 from api.tenant import Tenant
+from api.wal import LogFailed
 from tracker.graph import Graph, Location
 from tracker.scope import ScopedLocation
 from tracker.structure import summaries_by_origin
@@ -103,9 +104,41 @@ async def register(request: Request, service: ServiceDep, caller: AdminDep, limi
 
 
 @router.get("/dataflows", response_model=list[DataflowSummary], responses=_ERRORS, summary="List dataflows")
-async def list_dataflows(service: ServiceDep, caller: PrincipalDep) -> list[dict[str, Any]]:
-    """Every dataflow the token may see (the admin: all; a dataflow token: its own)."""
-    return [d.summary() for d in service.dataflows.values() if d.ready and caller.may_access(d.id)]
+async def list_dataflows(
+    service: ServiceDep, caller: PrincipalDep,
+    state: Annotated[Literal["running", "complete", "stalled", "violation", "deleted"] | None, Query(
+        description="only dataflows in this state (default: every state but deleted)")] = None,
+    name: Annotated[str | None, Query(max_length=200, description="only dataflows registered with this name")] = None,
+) -> list[dict[str, Any]]:
+    """Every dataflow the token may see (the admin: all; a dataflow token: its own), oldest
+    first, filtered by ``state`` and ``name``; deleted ones only with ``state=deleted``."""
+    found = []
+    for dataflow in service.dataflows.values():
+        if not (dataflow.ready and caller.may_access(dataflow.id)) or (name is not None and dataflow.name != name):
+            continue
+        now = dataflow.lifecycle()["state"]
+        if now == state or (state is None and now != "deleted"):
+            found.append(dataflow.summary(now))
+    return sorted(found, key=lambda d: d["created_at"])
+
+
+@router.delete("/dataflows/{id}", status_code=204, response_class=Response,
+               responses={**_ERRORS, 410: {"model": ErrorBody, "description": "already deleted"},
+                          503: {"model": ErrorBody, "description": "the write-ahead log failed"}},
+               summary="Delete a dataflow")
+async def delete_dataflow(dataflow: DataflowDep, service: ServiceDep, _caller: AdminDep) -> Response:
+    """Stop the dataflow for good (admin token only): from then on its progress is refused with
+    410 (POST and WebSocket), its SSE streams end with a ``deleted`` event, its WebSockets close
+    with code 4410; it keeps answering reads, with ``status.state`` ``deleted``, also after a
+    restart. Its Delta rows stay, with ``dataflows.deleted_at`` set. 410 if already deleted."""
+    if dataflow.deleted_at is not None:
+        raise gone(dataflow)
+    try:
+        await service.delete(dataflow)
+    except LogFailed:
+        raise HTTPException(503, {"error": "log_failed", "detail": "the write-ahead log failed; restart the service"}
+                            ) from None
+    return Response(status_code=204)
 
 
 @router.get("/dataflows/{id}", response_model=DataflowDetail, responses=_ERRORS, summary="A dataflow")
@@ -120,6 +153,7 @@ async def get_dataflow(dataflow: DataflowDep) -> dict[str, Any]:
              openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
                  "schema": {"$ref": "#/components/schemas/ProgressRequest"}}}}},
              responses={**_ERRORS, 409: {"model": ErrorBody, "description": "sequence gap; see `expected`"},
+                        410: {"model": ErrorBody, "description": "the dataflow was deleted"},
                         415: {"model": ErrorBody, "description": "the body is declared as something else than JSON"},
                         503: {"model": ErrorBody, "description": "the write-ahead log failed: not acknowledged"}})
 async def progress(request: Request, dataflow: DataflowDep, service: ServiceDep) -> JSONResponse:
@@ -312,7 +346,8 @@ _EVENTS = {"content": {"text/event-stream": {"schema": {"type": "string"}}},
 
 
 @router.get("/dataflows/{id}/frontier/stream", response_class=EventSourceResponse,
-            responses={**_ERRORS, **_LIMITED, 200: _EVENTS}, summary="Frontier changes as Server-Sent Events")
+            responses={**_ERRORS, **_LIMITED, 410: {"model": ErrorBody, "description": "the dataflow was deleted"},
+                       200: _EVENTS}, summary="Frontier changes as Server-Sent Events")
 async def frontier_stream(
     dataflow: DataflowDep, service: ServiceDep, limits: LimitsDep,
     last_event_id: Annotated[str | None, Header(
@@ -324,7 +359,10 @@ async def frontier_stream(
                                         "(1:0:target,2:0:target), or a JSON list of {node, port, kind}")] = None,
 ) -> EventSourceResponse:
     """SSE stream; ``id`` = version; send ``Last-Event-ID`` to resume without gap or duplicate.
-    429 ``too_many_subscribers`` beyond the subscriber limits."""
+    A ``deleted`` event ends it when the dataflow is deleted (410 for a deleted one); 429
+    ``too_many_subscribers`` beyond the subscriber limits."""
+    if dataflow.publication.ended:
+        raise gone(dataflow)
     metrics = service.metrics
     gauge = metrics.subscribers.labels("sse")
     wanted = selection(dataflow, locations)

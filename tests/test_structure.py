@@ -36,7 +36,7 @@ LAYERS: list[tuple[str, ...]] = [
     # Parse and models: request bodies, registration checks, settings, metrics.
     ("api.config", "api.models", "api.parsing", "api.registration", "api.auth", "api.metrics", "api.columns",
      "api.limits",
-     "api.explain", "api.scopes"),
+     "api.explain", "api.scopes", "api.lifecycle"),
     # Live state: the frontier engine, versions, workers.
     ("api.live", "api.counts", "api.ages"),
     # Durability: typed log records, framing and segment names, the group-committed log.
