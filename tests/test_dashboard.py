@@ -75,6 +75,19 @@ class Example:
         raise AssertionError(f"version {version} did not reach the Delta tables within {timeout}s")
 
 
+def wait_js(page: Page, expression: str, arg: Any = None, timeout_ms: int = WAIT_MS) -> None:
+    """Until the JavaScript ``expression`` (or function of ``arg``) is truthy in the page.
+
+    Polled with ``page.evaluate`` rather than ``page.wait_for_function``, whose polling runs
+    the predicate through ``eval`` inside the page, which the service's Content-Security-Policy
+    (``script-src 'self'``, no ``unsafe-eval``) refuses."""
+    deadline = time.monotonic() + timeout_ms / 1000
+    while not page.evaluate(expression, arg):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not true within {timeout_ms} ms: {expression}")
+        time.sleep(0.1)
+
+
 def frontier_cell(page: Page, loc: str) -> Any:
     """The frontier table's cell of location ``node:port:kind``."""
     return page.locator(f'#frontiers tr[data-loc="{loc}"] td.frontier')
@@ -120,7 +133,7 @@ def test_live_graph_frontiers_plots_and_screenshot(service: ServiceProcess, brow
 
     # The graph: 4 operators (compound nodes), 8 ports, 4 edges and 4 internal connections,
     # one of which advances time (the loop), all drawn on Cytoscape's canvas.
-    page.wait_for_function("window.dashboard.cy && window.dashboard.cy.nodes('.port').length === 8", timeout=WAIT_MS)
+    wait_js(page, "window.dashboard.cy && window.dashboard.cy.nodes('.port').length === 8")
     counts = page.evaluate("""() => { const cy = window.dashboard.cy; return {
         operators: cy.nodes('.operator').length, edges: cy.edges('.edge').length,
         internal: cy.edges('.internal').length, loops: cy.edges('.loop').map(e => e.data('label')) }; }""")
@@ -132,18 +145,15 @@ def test_live_graph_frontiers_plots_and_screenshot(service: ServiceProcess, brow
     # The live frontier as of the first batch: the input holds epoch 1; op2's input sees 1 and
     # op1's loop input sees 2 (the feedback adds one).
     expect(frontier_cell(page, "2:0:target")).to_have_text("{(1)}", timeout=WAIT_MS)
-    page.wait_for_function("window.dashboard.cy.getElementById('t-1-0').data('label') === 'in 0 {(2)}'",
-                           timeout=WAIT_MS)
+    wait_js(page, "window.dashboard.cy.getElementById('t-1-0').data('label') === 'in 0 {(2)}'")
     # What holds op2's input back: the input operator's capability at epoch 1.
     expect(page.locator('#held tr[data-loc="2:0:target"]')).to_contain_text("1 × (0,0,source)@(1)", timeout=WAIT_MS)
 
     # Progress posted now must show up on screen through the SSE stream, without a reload.
     example.advance()
     expect(frontier_cell(page, "2:0:target")).to_have_text("{(2)}", timeout=WAIT_MS)
-    page.wait_for_function("window.dashboard.cy.getElementById('t-2-0').data('label') === 'in 0 {(2)}'",
-                           timeout=WAIT_MS)
-    page.wait_for_function("window.dashboard.cy.getElementById('t-1-0').data('label') === 'in 0 {(3)}'",
-                           timeout=WAIT_MS)
+    wait_js(page, "window.dashboard.cy.getElementById('t-2-0').data('label') === 'in 0 {(2)}'")
+    wait_js(page, "window.dashboard.cy.getElementById('t-1-0').data('label') === 'in 0 {(3)}'")
     expect(page.locator('#held tr[data-loc="2:0:target"]')).to_contain_text("(0,0,source)@(2)", timeout=WAIT_MS)
     expect(page.locator("#status")).to_contain_text("version 2", timeout=WAIT_MS)
 
@@ -153,8 +163,8 @@ def test_live_graph_frontiers_plots_and_screenshot(service: ServiceProcess, brow
 
     # Epochs plot (one series per operator: its inputs' earliest open epoch): history replayed
     # from Delta plus live samples, epochs rising to 2 for op2.
-    page.wait_for_function("(() => { const s = window.dashboard.series; "
-                           "return s.ys[s.keys.indexOf('2')].includes(2); })()", timeout=WAIT_MS)
+    wait_js(page, "(() => { const s = window.dashboard.series; "
+                           "return s.ys[s.keys.indexOf('2')].includes(2); })()")
     series = page.evaluate("() => window.dashboard.series")
     op2 = series["keys"].index("2")
     assert next(y for y in series["ys"][op2] if y is not None) == 0  # from version 0, before the page opened
@@ -164,7 +174,7 @@ def test_live_graph_frontiers_plots_and_screenshot(service: ServiceProcess, brow
     # Throughput plot: Delta history (1 batch in its second) and live samples from version polling.
     for _ in range(3):
         example.advance()
-    page.wait_for_function("window.dashboard.rate.batches.some((b, i) => i > 0 && b > 0)", timeout=WAIT_MS)
+    wait_js(page, "window.dashboard.rate.batches.some((b, i) => i > 0 && b > 0)")
     expect(frontier_cell(page, "2:0:target")).to_have_text("{(5)}", timeout=WAIT_MS)
 
     OUTPUT.mkdir(exist_ok=True)
@@ -211,7 +221,7 @@ def test_a_nested_dataflow_is_drawn_with_its_scopes(service: ServiceProcess, bro
     page.click("#save-token")
     page.locator(f'#dataflows li[data-id="{dataflow}"]').click(timeout=WAIT_MS)
     # Ports: root 1 + 2 + 1, scope [1]: 2 boundary + 3 + 2 + 2, scope [1,2]: 2 boundary + 2.
-    page.wait_for_function("window.dashboard.cy && window.dashboard.cy.nodes('.port').length === 17", timeout=WAIT_MS)
+    wait_js(page, "window.dashboard.cy && window.dashboard.cy.nodes('.port').length === 17")
     drawn = page.evaluate("""() => { const cy = window.dashboard.cy; return {
         scopes: cy.nodes('.scope').map(n => [n.id(), n.data('label')]),
         parent: cy.getElementById('op-1_2-1').parent().id(), crossing: cy.edges('.crossing').length}; }""")
@@ -228,8 +238,7 @@ def test_a_nested_dataflow_is_drawn_with_its_scopes(service: ServiceProcess, bro
         ]}).status_code == 200
     expect(frontier_cell(page, "2:0:target")).to_have_text("{(1)}", timeout=WAIT_MS)
     expect(frontier_cell(page, "1/1:1:target")).to_have_text("{(1, 5), (3, 1)}", timeout=WAIT_MS)
-    page.wait_for_function("window.dashboard.cy.getElementById('t-1-1-in-1').data('label') === 'in 1 {(1, 5), (3, 1)}'",
-                           timeout=WAIT_MS)
+    wait_js(page, "window.dashboard.cy.getElementById('t-1-1-in-1').data('label') === 'in 1 {(1, 5), (3, 1)}'")
     page.locator('#frontiers tr[data-loc="2:0:target"]').click(timeout=WAIT_MS)
     expect(page.locator("#explain")).to_contain_text("[1,2](1,0,source)", timeout=WAIT_MS)
     expect(page.locator('#held tr[data-loc="2:0:target"]')).to_contain_text("[1,2](1,0,source)@(1, 4, 2)",
@@ -281,15 +290,14 @@ def test_a_running_worker_example_is_drawn_and_moves_on_screen(service: ServiceP
             page.click("#save-token")
         page.locator(f'#dataflows li[data-id="{dataflow_id}"]').click(timeout=WAIT_MS)
         # edges, the loop scope (a compound node holding cc and the feedback), sink.
-        page.wait_for_function("window.dashboard.cy && window.dashboard.cy.nodes('.operator').length === 5 "
-                               "&& window.dashboard.cy.nodes('.scope').length === 1", timeout=WAIT_MS)
+        wait_js(page, "window.dashboard.cy && window.dashboard.cy.nodes('.operator').length === 5 "
+                               "&& window.dashboard.cy.nodes('.scope').length === 1")
         assert page.evaluate("window.dashboard.cy.edges('.loop').length") >= 1  # the feedback loop is drawn
         status = page.locator("#status")
         expect(status).to_contain_text("version", timeout=WAIT_MS)
         first = status.inner_text()
         # The workers keep reporting progress: the version shown must move without a reload.
-        page.wait_for_function("(t) => document.querySelector('#status').innerText !== t", arg=first,
-                               timeout=WAIT_MS)
+        wait_js(page, "(t) => document.querySelector('#status').innerText !== t", first)
         page.screenshot(path=str(OUTPUT / "dashboard-example.png"), full_page=True)
         page.close()
     finally:
@@ -377,7 +385,7 @@ def test_history_plots_survive_a_restart(service: ServiceProcess, browser: Brows
     page, problems = open_dashboard(service, browser)
     page.locator(f'#dataflows li[data-id="{example.id}"]').click(timeout=WAIT_MS)
     expect(frontier_cell(page, "2:0:target")).to_have_text("{(3)}", timeout=WAIT_MS)
-    page.wait_for_function("window.dashboard.series.x.length >= 2", timeout=WAIT_MS)
+    wait_js(page, "window.dashboard.series.x.length >= 2")
     series = page.evaluate("() => window.dashboard.series")
     op2 = [y for y in series["ys"][series["keys"].index("2")] if y is not None]
     assert op2[0] == 0 and op2[-1] == 3 and sorted(op2) == op2  # epochs 0, 1, 2, 3 in order, from before the restart
