@@ -133,7 +133,8 @@ class Publication:
                  on_published: Callable[[int, str, float], None] | None = None,
                  encoding: Encoding | None = None, *,
                  native: Engine | None = None,
-                 frontiers_at: Callable[[int], Mapping[Location, Iterable[Timestamp]] | None] | None = None
+                 frontiers_at: Callable[[int], Mapping[Location, Iterable[Timestamp]] | None] | None = None,
+                 moved: Callable[[list[FrontierChange] | ChangeBatch, float], None] | None = None
                  ) -> None:
         """``on_published(version, encoded changes, at)`` is told of every version with changes
         (also during recovery), for the Delta ``frontier_changes`` table; ``encoding`` (a nested
@@ -141,7 +142,8 @@ class Publication:
         compiled engine whose ``ChangeBatch`` es are published (for selections), and
         ``frontiers_at(version)`` its frontiers if it is exactly at ``version`` (nothing applied
         beyond), else ``None``: then the published frontier is read from the engine instead of
-        folding every version's changes into it."""
+        folding every version's changes into it; ``moved(changes, at)`` is told of every
+        version with changes too (the lag bookkeeping, :class:`api.ages.Ages`)."""
         self.graph = graph
         self.encoding = encoding
         self.history_limit = history_limit
@@ -168,6 +170,7 @@ class Publication:
         self._on_published = on_published
         self._native = native
         self._frontiers_at = frontiers_at
+        self._moved = moved
         self._selections: dict[frozenset[Location], Selection] = {}
         self.fanout = FanOut(lambda: self.subscribers, encode)
         """Hands each published version to the subscribers, a bounded slice per turn of the loop."""
@@ -235,9 +238,12 @@ class Publication:
             self._batches.pop(old_version, None)
             self._history_changes -= old_count
             self.history_floor = old_version
+        stamp = time.time() if at is None else at
+        if self._moved is not None:
+            self._moved(changes, stamp)
         if self._on_published is not None:
             rows = encoded if encoding is None else encoding.delta_changes_json(changes)  # type: ignore[arg-type]
-            self._on_published(version, rows, time.time() if at is None else at)
+            self._on_published(version, rows, stamp)
         self._unfolded.append(changes)
         self._unfolded_changes += len(changes)
         if notify:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator, Callable
+from time import time as time_now
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Header, HTTPException, Query, Request
@@ -31,6 +32,7 @@ from api.deps import (
 )
 from api.explain import explain, explain_nested
 from api.ingest import bad_body, gone, submit
+from api.lag import blamer, lag_report
 from api.limits import Slot
 from api.models import (
     DataflowDetail,
@@ -38,6 +40,7 @@ from api.models import (
     ErrorBody,
     ExplainResponse,
     FrontierResponse,
+    LagResponse,
     PointstampRow,
     ProgressResponse,
     RegisterResponse,
@@ -320,7 +323,16 @@ async def frontier_explain(
     # A search per blocking origin: off the loop, on a consistent copy of the state.
     frontier = sorted(view.get(location, ()))
     return JSONResponse(await asyncio.to_thread(explain, dataflow.graph, counts, frontier, version, location,
-                                                tuple(parts)))
+                                                tuple(parts), blamer(dataflow, time_now())))
+
+
+@router.get("/dataflows/{id}/lag", response_model=LagResponse, responses=_ERRORS,
+            summary="How long each frontier has waited, and its oldest pointstamp")
+async def lag(dataflow: DataflowDep) -> JSONResponse:
+    """Every location (scope-qualified) with its operator's name, its frontier, the wall-clock
+    seconds since that frontier last changed (``null`` once empty), and its oldest live
+    pointstamp with the worker that last reported it and its age."""
+    return JSONResponse(lag_report(dataflow, time_now()))
 
 
 class _Held(EventSourceResponse):
@@ -395,8 +407,10 @@ async def _explain_nested(dataflow: Tenant, hosting: Hosting, location: ScopedLo
     version, view = dataflow.publication.frontier_at()
     counts = {(hosting.scoped(loc), t): c for (loc, t), c in dataflow.counts().items()}
     frontier = sorted(view.get(here, ()))
-    return JSONResponse(await asyncio.to_thread(lambda: explain_nested(hosting.steps, counts, frontier, version,
-                                                                       location, when)))
+    flat_blame = blamer(dataflow, time_now())
+    return JSONResponse(await asyncio.to_thread(lambda: explain_nested(
+        hosting.steps, counts, frontier, version, location, when,
+        lambda origin, at: flat_blame(hosting.flat(origin), at))))
 
 
 def _located(path: tuple[int, ...]) -> Callable[[Location], dict[str, Any]]:

@@ -18,18 +18,21 @@ import gc
 import logging
 import time
 import uuid
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 
+from api.ages import Ages
 from api.auth import Principal, matches, new_token, token_hash
 from api.checks import spark_check
 from api.columns import RawBatch
 from api.config import ENGINE_NAMES, Settings
 from api.counts import CountsOnly
 from api.graphs import GraphWriter
+from api.lag import input_lags, oldest_age
 from api.lifecycle import Rules
 from api.live import Counts, LiveState
-from api.metrics import Metrics
+from api.metrics import LagRow, Metrics
 from api.models import RegisterRequest
 from api.publish import Publication
 from api.records import Check, Checkpoint, Delete, Record, Register
@@ -57,7 +60,9 @@ class Service:
 
     def __init__(self, settings: Settings, admin_token: str, store: Store | None = None) -> None:
         self.settings = settings
-        self.metrics = Metrics(ENGINE_NAMES[settings.engine])
+        self.metrics = Metrics(ENGINE_NAMES[settings.engine], per_dataflow=settings.metrics_per_dataflow)
+        self.metrics.lag_source = self._input_lags
+        self.metrics.age_source = self._oldest_age
         self.admin_hash = token_hash(admin_token)
         self.dataflows: dict[str, Tenant] = {}
         self.token_index: dict[str, str] = {}
@@ -80,6 +85,18 @@ class Service:
     @property
     def _checks_in_spark(self) -> bool:
         return self.settings.spark and self.settings.spark_check
+
+    def _input_lags(self) -> Iterator[LagRow]:
+        """Every ready dataflow's operator inputs' lags, for ``/metrics`` (read at each scrape)."""
+        now = time.time()
+        for tenant in list(self.dataflows.values()):
+            if tenant.ready:
+                for operator, port, seconds in input_lags(tenant, now):
+                    yield tenant.id, operator, port, seconds
+
+    def _oldest_age(self) -> float:
+        now = time.time()
+        return max((oldest_age(t, now) for t in list(self.dataflows.values()) if t.ready), default=0.0)
 
     def authenticate(self, token: str) -> Principal | None:
         """The principal of a token, or ``None`` if it is nobody's."""
@@ -163,21 +180,26 @@ class Service:
         self.graphs.queue_deleted([tenant])
 
     def _new_tenant(self, record: Register, graph: Graph, tracker: FrontierEngine, initial: list[Update],
-                    hosting: Hosting | None = None) -> Tenant:
+                    hosting: Hosting | None = None, *, created: float | None = None) -> Tenant:
+        """``created``: when its frontiers count as last moved if they never moved (default now)."""
         lag = DeltaLag()
         live = LiveState(tracker)
+        ages = Ages(time.time() if created is None else created)
         # A nested dataflow is tracked natively even under `--engine spark` (its Spark check and
         # audits are skipped: see api.scopes).
         mode = "native" if hosting is not None and self.settings.engine == "spark" else self.settings.engine
         tenant = Tenant(registration=record, graph=graph, live=live,
                         publication=Publication(graph, self.settings.history, lag.changes_published, hosting,
                                                 native=live.native,
-                                                frontiers_at=None if live.native is None else live.frontiers_at),
-                        lag=lag, engine_mode=mode, hosting=hosting,
+                                                frontiers_at=None if live.native is None else live.frontiers_at,
+                                                moved=ages.frontier_moved),
+                        lag=lag, engine_mode=mode, hosting=hosting, ages=ages,
                         rules=Rules(self.settings.stall_seconds, self.settings.violation_seconds))
+        ages.counts = tenant.counts
         tenant.publication.last_change_at = datetime.fromisoformat(record.created_at).timestamp()
         tenant.reset_published()
         lag.batch_durable(0, "_initial", 0, initial, time.time())
+        ages.batch_durable(ages.created, None, initial)
         if not self._checks_in_spark:
             tenant.spark.check = "skipped"
         if hosting is not None:  # Spark's jobs know no scopes yet: tracked natively, not checked, not audited
@@ -307,8 +329,15 @@ class Service:
             tracker = self._tracker_with(graph, initial, hosting)
         else:  # start from the compacted counts and replay only what follows them
             tracker = self._tracker_with(graph, [(loc, t, c) for (loc, t), c in snapshot[1].items()], hosting)
-        tenant = self._new_tenant(record, graph, tracker, initial, hosting)
+        # Without a snapshot every batch is replayed with its time: the ages are those before the restart.
+        tenant = self._new_tenant(record, graph, tracker, initial, hosting,
+                                  created=None if snapshot is not None else
+                                  datetime.fromisoformat(record.created_at).timestamp())
         tenant.live.version = base
+        if snapshot is not None:
+            # What the snapshot holds happened at some unknown time before it: the ages of its
+            # pointstamps and unmoved frontiers count from the restart (at least that old).
+            tenant.ages.seed(snapshot[1], tenant.ages.created)
         lag, live = tenant.lag, tenant.live
         if in_delta >= 0:
             lag.unflushed.clear()  # the initial counts (version 0) are in Delta already
@@ -371,6 +400,7 @@ class Service:
             changes = tenant.live.replay(version, worker, seq, updates)
         except GraphError as error:
             raise GraphError(f"dataflow {tenant.id}: {error}") from None
+        tenant.ages.batch_durable(at, worker, updates)
         tenant.live.last_batch_at = at
         if tenant.engine_mode != "spark":
             tenant.publication.publish(version, changes, notify=False, at=at)

@@ -38,7 +38,7 @@ LAYERS: list[tuple[str, ...]] = [
      "api.columns", "api.limits",
      "api.explain", "api.scopes", "api.lifecycle"),
     # Live state: the frontier engine, versions, workers.
-    ("api.live", "api.counts"),
+    ("api.live", "api.counts", "api.ages"),
     # Durability: typed log records, framing and segment names, the group-committed log.
     ("api.records", "api.segments", "api.syncer", "api.wal"),
     # Publication: the published frontier, its history, its subscribers.
@@ -48,10 +48,10 @@ LAYERS: list[tuple[str, ...]] = [
     # Spark tasks: the session, registration checks, audits, micro-batches.
     ("api.spark", "api.checks", "api.audit", "api.microbatch"),
     # The service and its use cases.
-    ("api.tenant", "api.ingest", "api.recovery", "api.service"),
+    ("api.tenant", "api.lag", "api.ingest", "api.recovery", "api.service"),
     # HTTP: dependencies, routes, the app, the command.
     ("api.deps", "api.routes", "api.ws", "api.dashboard", "api.security", "api.protocol", "api.app", "api.server",
-     "api.commands", "api"),
+     "api.commands", "api.watch", "api"),
     # Measurements.
     ("bench",),
     # The tests, above everything they test: nothing else may import them.
