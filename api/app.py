@@ -41,6 +41,7 @@ from api.models import ErrorBody, ProgressRequest, RegisterRequest
 from api.routes import router as rest
 from api.service import RegistrationError, Service
 from api.store import Store
+from api.wal import LogFailed
 from api.ws import router as sockets
 
 log = logging.getLogger("tracker.app")
@@ -261,6 +262,10 @@ def create_app(settings: Settings, admin_token: str) -> FastAPI:
     async def refused(request: Request, error: RegistrationError) -> JSONResponse:
         return JSONResponse(error.body, status_code=422)
 
+    @app.exception_handler(LogFailed)
+    async def log_down(request: Request, error: LogFailed) -> JSONResponse:
+        return JSONResponse({"error": "log_failed", "detail": str(error)}, status_code=503)
+
     @app.exception_handler(Exception)
     async def crashed(request: Request, error: Exception) -> JSONResponse:
         log.exception("unhandled error", extra={"path": request.url.path})
@@ -268,12 +273,23 @@ def create_app(settings: Settings, admin_token: str) -> FastAPI:
 
     @app.get("/healthz", summary="Liveness", responses={503: {"description": "the write-ahead log failed"}})
     async def healthz() -> Any:
-        """Open (no token): the service is up and serving (503 once the log failed)."""
+        """Open (no token): the service is up and serving. 503 ``failed`` once the log failed
+        (nothing is acknowledged until a restart); 200 ``degraded`` while it serves but some
+        dataflow was refused at recovery (``damaged``) or the Delta writes fail (``delta_failing``);
+        200 ``ok`` otherwise."""
         if service.wal.failed is not None:
             return JSONResponse({"status": "failed", "detail": "the write-ahead log failed; restart"},
                                 status_code=503)
-        return {"status": "ok", "dataflows": len(service.dataflows), "engine": ENGINE_NAMES[settings.engine],
-                "spark": service.spark.health(),
+        syncer = service.syncer
+        problems: dict[str, Any] = {}
+        if service.damaged:
+            problems["damaged"] = [{"id": d.id, "name": d.name, "detail": d.detail}
+                                   for d in sorted(service.damaged.values(), key=lambda d: d.id)]
+        if syncer.failing_since is not None:
+            problems["delta_failing"] = {"since": round(syncer.failing_since, 3), "error": syncer.last_error,
+                                         "lag_versions": syncer.measure_lag()}
+        return {"status": "degraded" if problems else "ok", **problems, "dataflows": len(service.dataflows),
+                "engine": ENGINE_NAMES[settings.engine], "spark": service.spark.health(),
                 "delta": service.store is not None, "uptime_seconds": round(time.time() - service.started, 1)}
 
     @app.get("/metrics", summary="Prometheus metrics", response_class=Response,

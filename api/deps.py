@@ -98,9 +98,13 @@ def subscriber_slot(limits: Limits, dataflow: Tenant) -> Slot:
 
 def lookup(service: Service, caller: Principal, dataflow_id: str) -> Tenant:
     """The dataflow if ``caller`` may access it: 403 for another dataflow's token (whether or
-    not the id exists, so tokens do not reveal other ids), 404 for the admin and a bad id."""
+    not the id exists, so tokens do not reveal other ids), 503 ``dataflow_damaged`` for one
+    recovery refused, 404 for the admin and a bad id."""
     if not caller.may_access(dataflow_id):
         raise forbidden("this token belongs to another dataflow")
+    damaged = service.damaged.get(dataflow_id)
+    if damaged is not None:
+        raise HTTPException(503, {"error": "dataflow_damaged", "detail": damaged.detail})
     dataflow = service.dataflows.get(dataflow_id)
     if dataflow is None or not dataflow.ready:
         raise HTTPException(404, {"error": "unknown_dataflow", "detail": f"no dataflow with id {dataflow_id!r}"})

@@ -70,7 +70,10 @@ class LiveState:
     version: int = 0
     durable_version: int = 0
     workers: dict[str, tuple[int, int]] = field(default_factory=dict)
-    """worker -> ``(last seq, the version that applied it)``"""
+    """worker -> ``(last seq, the version that applied it)``, admitted batches included"""
+    durable_workers: dict[str, tuple[int, int]] = field(default_factory=dict)
+    """The same as of :attr:`durable_version`: what the workers were acknowledged (a batch
+    whose log record never became durable does not use up its seq here)."""
     last_batch_at: float | None = None
     """When the last applied batch arrived (POSIX seconds), ``None`` before the first."""
     _recent: dict[tuple[str, int], int] = field(default_factory=dict)
@@ -122,7 +125,9 @@ class LiveState:
     def made_durable(self, version: int) -> None:
         """The log record of ``version`` is durable (called in version order)."""
         self.durable_version = version
-        self._pending.pop(version, None)
+        pending = self._pending.pop(version, None)
+        if pending is not None:
+            self.durable_workers[pending.worker] = (pending.seq, version)
 
     def replay(self, version: int, worker: str, seq: int, updates: list[Update]
                ) -> list[FrontierChange] | ChangeBatch:
@@ -135,9 +140,14 @@ class LiveState:
             raise GraphError(f"recovered version {version} does not follow {self.version}")
         changes = self._apply(updates)
         self.version = self.durable_version = version
-        self.workers[worker] = (seq, version)
+        self.workers[worker] = self.durable_workers[worker] = (seq, version)
         self._remember(worker, seq, version)
         return changes
+
+    def restore_positions(self, positions: dict[str, tuple[int, int]]) -> None:
+        """Recovery: set every worker's durable position (no batch is in flight)."""
+        self.workers = dict(positions)
+        self.durable_workers = dict(positions)
 
     def frontiers_at(self, version: int) -> dict[Location, list[Timestamp]] | None:
         """Every location's frontier if the tracker is exactly at ``version`` (no batch applied

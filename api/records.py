@@ -1,21 +1,25 @@
 """The write-ahead log's records, typed: what is logged, and its one encoding.
 
 Guarantees: :func:`decode` inverts :func:`encode` for every record; anything else raises
-``ValueError`` (recovery then treats it as the end of the log).
+``ValueError``. Every payload starts with its :data:`ATTRIBUTION` (kind, version, dataflow id),
+which framing copies into the record's header (:mod:`api.segments`), so that a damaged record
+is still known to be, say, dataflow ``d1``'s batch at version 3.
 
-Four kinds, told apart by their ``"t"`` field: a :class:`Register` (a dataflow's registration,
-also the first records of every new segment), a :class:`Batch` (an acknowledged progress batch),
-a :class:`Check` (the concluded Spark check of a registration) and a :class:`Delete` (a
-dataflow's deletion, also repeated at the start of every new segment). A record's payload is its
-compact JSON; a batch's is followed by a newline and the request body exactly as received
-(compact JSON never contains a raw newline, so the first one separates the two), which spares
-the hot path re-encoding every update. Framing and file names are :mod:`api.segments`' job.
+Five kinds, told apart by their ``"t"`` field: a :class:`Register` (a dataflow's registration,
+also the first records of every new segment), a :class:`Checkpoint` (a dataflow's worker
+positions as of a durable version, after its registration in every new segment), a
+:class:`Batch` (an acknowledged progress batch), a :class:`Check` (the concluded Spark check
+of a registration) and a :class:`Delete` (a dataflow's deletion, also repeated at the start of
+every new segment). After the attribution, a record's payload is its compact JSON; a batch's is
+followed by a newline and the request body exactly as received (compact JSON never contains a
+raw newline, so the first one separates the two), which spares the hot path re-encoding every
+update.
 
 >>> record = Batch(df="d1", v=3, at=1.5, body=b'{"worker":"w","seq":0,"updates":[]}')
->>> encode(record)
+>>> encode(record)[ATTRIBUTION.size:]
 b'{"t":"batch","df":"d1","v":3,"at":1.5}\\n{"worker":"w","seq":0,"updates":[]}'
->>> decode(encode(record)) == record
-True
+>>> attribution(encode(record)[:ATTRIBUTION.size]), decode(encode(record)) == record
+((2, 3, 'd1'), True)
 >>> decode(encode(Check(df="d1", result="agreed", detail=None)))
 Check(df='d1', result='agreed', detail=None)
 >>> decode(encode(Delete(df="d1", at=2.5)))
@@ -23,6 +27,8 @@ Delete(df='d1', at=2.5)
 """
 
 from __future__ import annotations
+
+import struct
 
 import msgspec
 
@@ -62,6 +68,15 @@ class Check(msgspec.Struct, frozen=True, tag="check", tag_field="t"):
     detail: str | None
 
 
+class Checkpoint(msgspec.Struct, frozen=True, tag="checkpoint", tag_field="t"):
+    """Dataflow ``df``'s worker positions (worker -> ``(last seq, its version)``) as of its
+    durable version ``v``; every batch of ``df`` above ``v`` follows it in the log."""
+
+    df: str
+    v: int
+    workers: dict[str, tuple[int, int]]
+
+
 class Delete(msgspec.Struct, frozen=True, tag="delete", tag_field="t"):
     """Dataflow ``df`` was deleted at ``at`` (POSIX seconds): it stays deleted after a restart."""
 
@@ -69,16 +84,42 @@ class Delete(msgspec.Struct, frozen=True, tag="delete", tag_field="t"):
     at: float
 
 
-Record = Register | Batch | Check | Delete
+Record = Register | Batch | Check | Checkpoint | Delete
+REGISTER, BATCH, CHECK, CHECKPOINT, DELETE = 1, 2, 3, 4, 5
+"""The kinds an attribution names."""
+ATTRIBUTION = struct.Struct("<BQ32s")
+"""kind, version (a batch's or a checkpoint's, else 0), dataflow id (ASCII, at most 32 bytes)."""
+KIND_NAMES = {REGISTER: "registration", BATCH: "batch", CHECK: "Spark check", CHECKPOINT: "checkpoint",
+              DELETE: "deletion"}
+_KINDS: dict[type, int] = {Register: REGISTER, Batch: BATCH, Check: CHECK, Checkpoint: CHECKPOINT, Delete: DELETE}
 _ENCODER = msgspec.json.Encoder()
-_DECODER = msgspec.json.Decoder(Register | _BatchHead | Check | Delete)
+_DECODER = msgspec.json.Decoder(Register | _BatchHead | Check | Checkpoint | Delete)
+
+
+def attribution(data: bytes) -> tuple[int, int, str]:
+    """``(kind, version, dataflow id)`` of an attribution's bytes."""
+    kind, version, dataflow = ATTRIBUTION.unpack(data)
+    return kind, version, dataflow.rstrip(b"\0").decode("ascii", "replace")
 
 
 def encode(record: Record) -> bytes:
-    """The payload of ``record`` (see the module docstring)."""
+    """The payload of ``record`` (see the module docstring).
+
+    Raises:
+        ValueError: the dataflow id is longer than 32 ASCII bytes.
+    """
+    version = record.v if isinstance(record, Batch | Checkpoint) else 0
+    head = ATTRIBUTION.pack(_KINDS[type(record)], version, _dataflow_bytes(record.df))
     if isinstance(record, Batch):
-        return _ENCODER.encode(_BatchHead(record.df, record.v, record.at)) + b"\n" + record.body
-    return _ENCODER.encode(record)
+        return head + _ENCODER.encode(_BatchHead(record.df, record.v, record.at)) + b"\n" + record.body
+    return head + _ENCODER.encode(record)
+
+
+def _dataflow_bytes(dataflow: str) -> bytes:
+    data = dataflow.encode("ascii")
+    if len(data) > 32:
+        raise ValueError(f"a dataflow id of {len(data)} bytes: the log attributes at most 32")
+    return data
 
 
 def decode(payload: bytes) -> Record:
@@ -87,7 +128,9 @@ def decode(payload: bytes) -> Record:
     Raises:
         ValueError: the payload is not a record (``msgspec.DecodeError`` is one).
     """
-    head, _, body = payload.partition(b"\n")
+    if len(payload) < ATTRIBUTION.size:
+        raise ValueError("a payload shorter than its attribution")
+    head, _, body = payload[ATTRIBUTION.size:].partition(b"\n")
     record = _DECODER.decode(head)
     if isinstance(record, _BatchHead):
         return Batch(record.df, record.v, record.at, body)

@@ -14,25 +14,29 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import time
 import uuid
-from collections import defaultdict
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 
+from api.ages import Ages
 from api.auth import Principal, matches, new_token, token_hash
 from api.checks import Checker
 from api.columns import RawBatch
 from api.config import ENGINE_NAMES, Settings
 from api.counts import CountsOnly
 from api.graphs import GraphWriter
+from api.lag import input_lags, oldest_age
 from api.lifecycle import Rules
-from api.live import LiveState
-from api.metrics import Metrics
+from api.live import Counts, LiveState
+from api.metrics import LagRow, Metrics
 from api.models import RegisterRequest
 from api.publish import Publication
-from api.records import Batch, Check, Delete, Record, Register
+from api.records import Check, Checkpoint, Delete, Record, Register
+from api.recovery import Damaged, Evidence, gather, missing_detail, span, unregistered
 from api.registration import RegistrationError, Spec, build_graph, build_nested, is_nested, registration_record
 from api.scopes import Hosting, NestedEngine
 from api.spark import Hosted, Spark
@@ -48,6 +52,8 @@ from tracker.reachability import Tracker
 from tracker.scoped import ScopedTracker
 
 log = logging.getLogger("tracker.service")
+FREEZE_LOCATIONS = 10_000
+"""A registered graph with at least this many locations is moved out of the collector's reach."""
 
 
 class Service:
@@ -55,7 +61,9 @@ class Service:
 
     def __init__(self, settings: Settings, admin_token: str, store: Store | None = None) -> None:
         self.settings = settings
-        self.metrics = Metrics(ENGINE_NAMES[settings.engine])
+        self.metrics = Metrics(ENGINE_NAMES[settings.engine], per_dataflow=settings.metrics_per_dataflow)
+        self.metrics.lag_source = self._input_lags
+        self.metrics.age_source = self._oldest_age
         self.admin_hash = token_hash(admin_token)
         self.dataflows: dict[str, Tenant] = {}
         self.token_index: dict[str, str] = {}
@@ -69,6 +77,7 @@ class Service:
         self.started = time.time()
         self.loop: asyncio.AbstractEventLoop | None = None  # the event loop serving requests
         self.checks: dict[str, Check] = {}  # dataflow id -> its logged Spark check result
+        self.damaged: dict[str, Damaged] = {}  # dataflows recovery refused
         self.deletions: dict[str, Delete] = {}  # dataflow id -> its logged deletion
         self.syncer = Syncer(store, self.delta_pool, self.wal, self.metrics, self.dataflows, self.log_header,
                              segment_bytes=settings.segment_bytes,
@@ -82,13 +91,28 @@ class Service:
     def _checks_in_spark(self) -> bool:
         return self.settings.spark and self.settings.spark_check
 
+    def _input_lags(self) -> Iterator[LagRow]:
+        """Every ready dataflow's operator inputs' lags, for ``/metrics`` (read at each scrape)."""
+        now = time.time()
+        for tenant in list(self.dataflows.values()):
+            if tenant.ready:
+                for operator, port, seconds in input_lags(tenant, now):
+                    yield tenant.id, operator, port, seconds
+
+    def _oldest_age(self) -> float:
+        now = time.time()
+        return max((oldest_age(t, now) for t in list(self.dataflows.values()) if t.ready), default=0.0)
+
     def authenticate(self, token: str) -> Principal | None:
         """The principal of a token, or ``None`` if it is nobody's."""
         presented = token_hash(token)
         if matches(presented, self.admin_hash):
             return Principal(admin=True)
         dataflow_id = self.token_index.get(presented)
-        if dataflow_id is not None and matches(presented, self.dataflows[dataflow_id].token_hash):
+        if dataflow_id is None:
+            return None
+        known = self.dataflows.get(dataflow_id) or self.damaged.get(dataflow_id)
+        if known is not None and known.token_hash is not None and matches(presented, known.token_hash):
             return Principal(admin=False, dataflow_id=dataflow_id)
         return None
 
@@ -102,9 +126,11 @@ class Service:
 
         Raises:
             RegistrationError: the graph is refused (the 422 body).
-            LogFailed: the log could not make the registration durable.
+            LogFailed: the log could not make the registration durable (nothing is registered).
         """
-        spec = registration_record(req)
+        if self.wal.failed is not None:  # refuse before any work
+            raise LogFailed() from self.wal.failed
+        spec = await asyncio.to_thread(registration_record, req)  # ~26 us per node
         hosting = None
         if is_nested(spec):
             hosting, tracker, initial = await asyncio.to_thread(self._nested_with, spec, True)
@@ -121,12 +147,22 @@ class Service:
         record = Register(name=spec.name, arity=spec.arity, nodes=spec.nodes, edges=spec.edges,
                           initial=spec.initial, df=uuid.uuid4().hex, token=token_hash(token),
                           created_at=datetime.now(UTC).isoformat())
-        tenant = self._new_tenant(record, graph, tracker, initial, hosting)
+        # Its frontier copy and Publication are O(graph): off the loop too (nothing there awaits).
+        tenant = await asyncio.to_thread(self._new_tenant, record, graph, tracker, initial, hosting)
         self.dataflows[tenant.id] = tenant  # in the registry (and log headers) before it is durable
-        await self.wal.enqueue(record)
+        try:
+            await self.wal.enqueue(record)
+        except LogFailed:
+            del self.dataflows[tenant.id]
+            raise
         tenant.ready = True
         self.token_index[tenant.token_hash] = tenant.id
         self.metrics.dataflows.set(len(self.dataflows))
+        if len(graph.locations()) >= FREEZE_LOCATIONS:
+            # A big graph is ~10 objects per location that live as long as the service: frozen
+            # (O(1)), the collector's full passes no longer walk them; walking those of a few
+            # 50,000-node graphs took the loop 100+ ms per pass.
+            gc.freeze()
         log.info("registered dataflow", extra={"dataflow": tenant.id, "dataflow_name": req.name,
                                                "locations": len(graph.locations())})
         self._after_registration(tenant)
@@ -149,21 +185,26 @@ class Service:
         self.graphs.queue_deleted([tenant])
 
     def _new_tenant(self, record: Register, graph: Graph, tracker: FrontierEngine, initial: list[Update],
-                    hosting: Hosting | None = None) -> Tenant:
+                    hosting: Hosting | None = None, *, created: float | None = None) -> Tenant:
+        """``created``: when its frontiers count as last moved if they never moved (default now)."""
         lag = DeltaLag()
         live = LiveState(tracker)
+        ages = Ages(time.time() if created is None else created)
         # A nested dataflow is tracked natively even under `--engine spark` (its Spark check and
         # audits are skipped: see api.scopes).
         mode = "native" if hosting is not None and self.settings.engine == "spark" else self.settings.engine
         tenant = Tenant(registration=record, graph=graph, live=live,
                         publication=Publication(graph, self.settings.history, lag.changes_published, hosting,
                                                 native=live.native,
-                                                frontiers_at=None if live.native is None else live.frontiers_at),
-                        lag=lag, engine_mode=mode, hosting=hosting,
+                                                frontiers_at=None if live.native is None else live.frontiers_at,
+                                                moved=ages.frontier_moved),
+                        lag=lag, engine_mode=mode, hosting=hosting, ages=ages,
                         rules=Rules(self.settings.stall_seconds, self.settings.violation_seconds))
+        ages.counts = tenant.counts
         tenant.publication.last_change_at = datetime.fromisoformat(record.created_at).timestamp()
         tenant.reset_published()
         lag.batch_durable(0, "_initial", 0, initial, time.time())
+        ages.batch_durable(ages.created, None, initial)
         if not self._checks_in_spark:
             tenant.spark.check = "skipped"
         if hosting is not None:  # Spark's jobs know no scopes yet: tracked natively, not checked, not audited
@@ -208,30 +249,48 @@ class Service:
     # -- recovery -------------------------------------------------------------------------
 
     def recover(self) -> None:
-        """Rebuild every dataflow: registration, then the compacted ``pointstamps`` (counts as of
-        a version, if compaction ever ran), then the Delta ``progress`` batches after that
-        version, then the log beyond what ``progress`` holds; then open the log.
+        """Rebuild every dataflow, then open the log.
 
-        Starting from the snapshot makes a restart cost the state plus the recent tail, not the
-        whole history. Log records the snapshot already covers but ``progress`` does not hold
-        yet are not applied again; they are queued for the next flush, so that ``progress``
-        still gets every batch exactly once.
+        Each dataflow starts from the compacted ``pointstamps`` snapshot (counts as of a version,
+        if compaction ever ran) or its initial counts, applies the batches after it, and takes
+        its workers' positions from its latest log checkpoint plus the batches after that
+        (:mod:`api.recovery` says which versions it needs). The batches come from the log, and
+        from the Delta ``progress`` table only for versions the log does not hold intact. Starting
+        from the snapshot makes a restart cost the state plus the recent tail, not the whole
+        history; the Delta tables are read in bulk (one read per table, not per dataflow). Log
+        records ``progress`` does not hold yet are queued for the next flush, so that
+        ``progress`` still gets every batch exactly once.
+
+        A dataflow whose batches cannot all be found (a damaged log record, a lost Delta table)
+        is refused alone (:attr:`damaged`); the others start.
+
+        Raises:
+            api.wal.UnreadableLog: log bytes that cannot be attributed to a dataflow.
         """
-        registrations: dict[str, Register] = {}
-        batches: dict[str, list[Batch]] = defaultdict(list)
-        for _segment, record in self.wal.recover():
-            if isinstance(record, Register):
-                registrations.setdefault(record.df, record)
-            elif isinstance(record, Batch):
-                batches[record.df].append(record)
-            elif isinstance(record, Delete):
-                self.deletions.setdefault(record.df, record)
-            else:
-                self.checks[record.df] = record
-        with self.store.warehouse.pinned() if self.store is not None else contextlib.nullcontext():
-            stored = self.store.registered() if self.store is not None else set()
-            for record in registrations.values():
-                self._recover_one(record, batches.get(record.df, []), stored)
+        evidence, self.checks, self.deletions = gather(self.wal.recover())
+        store = self.store
+        with store.warehouse.pinned() if store is not None else contextlib.nullcontext():
+            stored = store.registered() if store is not None else set()
+            ids = sorted(evidence)
+            snapshots = store.snapshots(ids) if store is not None else {}
+            in_delta = store.max_versions("progress") if store is not None else {}
+            compacted = store.max_versions("frontier_changes") if store is not None else {}
+            for dataflow_id in ids:
+                refused = unregistered(dataflow_id, evidence[dataflow_id])
+                if refused is None and dataflow_id not in self.deletions and evidence[dataflow_id].damaged_deletion():
+                    # Serving it again would undo a deletion that was acknowledged.
+                    refused = self._refusal(evidence[dataflow_id], "its deletion record is damaged ("
+                                            f"{evidence[dataflow_id].where_damaged()}); it is not served")
+                if refused is None:
+                    try:
+                        refused = self._recover_one(evidence[dataflow_id], snapshots.get(dataflow_id),
+                                                    in_delta.get(dataflow_id, -1), compacted.get(dataflow_id, -1),
+                                                    stored)
+                    except Exception as error:  # one dataflow's inconsistency must not stop the others
+                        log.exception("recovery of a dataflow failed", extra={"dataflow": dataflow_id})
+                        refused = self._refusal(evidence[dataflow_id], f"recovery failed: {error}")
+                if refused is not None:
+                    self._refuse(refused)
         for dataflow_id, deletion in self.deletions.items():  # deleted stays deleted: 410, no stream
             if dataflow_id in self.dataflows:
                 self.dataflows[dataflow_id].deleted_at = deletion.at
@@ -239,56 +298,83 @@ class Service:
         self.metrics.dataflows.set(len(self.dataflows))
         self.wal.open()
 
-    def _recover_one(self, record: Register, batches: list[Batch], stored: set[str]) -> None:
+    def _refusal(self, evidence: Evidence, detail: str) -> Damaged:
+        record = evidence.registration
+        assert record is not None
+        return Damaged(record.df, detail, record.token, record.name)
+
+    def _refuse(self, damaged: Damaged) -> None:
+        log.error("dataflow refused: damaged", extra={"dataflow": damaged.id, "detail": damaged.detail})
+        self.damaged[damaged.id] = damaged
+        self.dataflows.pop(damaged.id, None)
+        if damaged.token_hash is not None:
+            self.token_index[damaged.token_hash] = damaged.id
+        self.wal.hold = True  # its records must outlive the Delta sync's retirement of segments
+        self.metrics.damaged.set(len(self.damaged))
+
+    def _recover_one(self, evidence: Evidence, snapshot: tuple[int, Counts] | None, in_delta: int,
+                     compacted: int, stored: set[str]) -> Damaged | None:
+        record = evidence.registration
+        assert record is not None
         store = self.store
         dataflow_id = record.df
+        base = snapshot[0] if snapshot is not None else 0
+        start, end, missing = span(evidence, base, in_delta)
+        from_delta: dict[int, tuple[str, int, list[Update], float]] = {}
+        if missing and store is not None and in_delta >= missing[0]:
+            from_delta = store.progress(dataflow_id, after=missing[0] - 1)
+        missing = [v for v in missing if v not in from_delta]
+        if missing:
+            return self._refusal(evidence, missing_detail(missing, evidence))
         hosting = None
         if is_nested(record):
             hosting, _, initial = self._nested_with(record, False, empty=True)
             graph = hosting.root
         else:
             graph, initial = build_graph(record, new=False)
-        snapshot = store.snapshot(dataflow_id) if store is not None else None
         if snapshot is None:  # never compacted: replay everything from the initial counts
             tracker = self._tracker_with(graph, initial, hosting)
-            tenant = self._new_tenant(record, graph, tracker, initial, hosting)
-            base = 0
         else:  # start from the compacted counts and replay only what follows them
-            assert store is not None
-            base, counts = snapshot
-            tracker = self._tracker_with(graph, [(loc, t, c) for (loc, t), c in counts.items()], hosting)
-            tenant = self._new_tenant(record, graph, tracker, initial, hosting)
-            tenant.live.version = base
-            tenant.live.workers = store.worker_positions(dataflow_id)
+            tracker = self._tracker_with(graph, [(loc, t, c) for (loc, t), c in snapshot[1].items()], hosting)
+        # Without a snapshot every batch is replayed with its time: the ages are those before the restart.
+        tenant = self._new_tenant(record, graph, tracker, initial, hosting,
+                                  created=None if snapshot is not None else
+                                  datetime.fromisoformat(record.created_at).timestamp())
+        tenant.live.version = base
+        if snapshot is not None:
+            # What the snapshot holds happened at some unknown time before it: the ages of its
+            # pointstamps and unmoved frontiers count from the restart (at least that old).
+            tenant.ages.seed(snapshot[1], tenant.ages.created)
         lag, live = tenant.lag, tenant.live
-        in_delta = store.max_progress_version(dataflow_id) if store is not None else -1
         if in_delta >= 0:
             lag.unflushed.clear()  # the initial counts (version 0) are in Delta already
-        if store is not None:
-            from_delta = store.progress(dataflow_id, after=base)
-            for version in sorted(v for v in from_delta if v > base):
-                worker, seq, updates, received = from_delta[version]
-                self._replay(tenant, version, worker, seq, updates, received)
-        lag.delta_version = max(in_delta, 0)
-        for batch in batches:
-            if batch.v <= in_delta:
-                continue  # already in Delta: applying it again would count it twice
-            worker, seq, updates = tenant.parse(batch.body)  # validated before it was logged
-            if batch.v <= live.version:  # in the snapshot but not yet in Delta progress
-                live.workers[worker] = (seq, batch.v)
+        checkpoint = evidence.checkpoint
+        positions = dict(checkpoint.workers) if checkpoint is not None else {}
+        logged = evidence.batches
+        # Logged batches at or below `start` matter only if `progress` lacks them (to flush them).
+        for version in sorted(v for v in set(logged) | set(range(start + 1, end + 1)) if v > min(start, in_delta)):
+            batch = logged.get(version)
+            if batch is not None:
+                worker, seq, updates = tenant.parse(batch.body)  # validated before it was logged
+                at = batch.at
             else:
-                self._replay(tenant, batch.v, worker, seq, updates, batch.at)
-            lag.batch_durable(batch.v, worker, seq, RawBatch(batch.body, len(updates))
-                              if updates and hosting is None else updates, batch.at)
+                worker, seq, updates, at = from_delta[version]
+            if version > start and positions.get(worker, (-1, -1))[1] < version:
+                positions[worker] = (seq, version)
+            if base < version:
+                self._replay(tenant, version, worker, seq, updates, at)
+            if version > in_delta and batch is not None:  # in the log, not yet in progress
+                lag.batch_durable(version, worker, seq, RawBatch(batch.body, len(updates))
+                                  if updates and hosting is None else updates, at)
+        live.restore_positions(positions)
         live.durable_version = live.version
+        lag.delta_version = max(in_delta, 0)
         if tenant.engine_mode != "spark":
             tenant.reset_published()
             tenant.publication.history_floor = max(tenant.publication.history_floor, base)  # none before it
-        if store is not None:
-            compacted = store.max_change_version(dataflow_id)
-            lag.uncompacted = [u for u in lag.uncompacted if u[0] > compacted]
-            lag.compacted_version = compacted
-        else:
+        lag.uncompacted = [u for u in lag.uncompacted if u[0] > compacted]
+        lag.compacted_version = compacted
+        if store is None:
             lag.uncompacted.clear()
         self._resume_side_work(tenant, stored)
         if tenant.engine_mode == "spark":
@@ -299,6 +385,7 @@ class Service:
         log.info("recovered dataflow", extra={"dataflow": dataflow_id, "version": live.version,
                                               "delta_version": lag.delta_version,
                                               "snapshot_version": None if snapshot is None else base})
+        return None
 
     def _resume_side_work(self, tenant: Tenant, stored: set[str]) -> None:
         """Status of a recovered dataflow's graph tables and Spark check; what is missing is
@@ -320,14 +407,19 @@ class Service:
             changes = tenant.live.replay(version, worker, seq, updates)
         except GraphError as error:
             raise GraphError(f"dataflow {tenant.id}: {error}") from None
+        tenant.ages.batch_durable(at, worker, updates)
         tenant.live.last_batch_at = at
         if tenant.engine_mode != "spark":
             tenant.publication.publish(version, changes, notify=False, at=at)
 
     def log_header(self) -> list[Record]:
-        """The records a new log segment starts with: every registration, the Spark check
-        results logged so far and the deletions."""
-        header: list[Record] = [d.registration for d in self.dataflows.values()]
+        """The records a new log segment starts with (called when it starts, every earlier
+        record durable): every registration with its workers' durable positions (a checkpoint),
+        the deletions and the Spark check results logged so far."""
+        header: list[Record] = []
+        for d in self.dataflows.values():
+            header.append(d.registration)
+            header.append(Checkpoint(df=d.id, v=d.live.durable_version, workers=dict(d.live.durable_workers)))
         header += [self.deletions[d] for d in self.dataflows if d in self.deletions]
         return header + [self.checks[d] for d in self.dataflows if d in self.checks]
 

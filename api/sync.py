@@ -109,6 +109,10 @@ class Syncer:
         self.segment_bytes = segment_bytes
         self.tidier = tidier
         self._uncertain = False  # the last progress commit failed: its outcome is unknown
+        self.failing_since: float | None = None
+        """When the Delta writes started failing (POSIX time), ``None`` while they succeed."""
+        self.last_error: str | None = None
+        """The last failed Delta write's error, while they fail."""
         self._rotation: tuple[int, dict[str, int]] | None = None
 
     async def run(self, stop: asyncio.Event, *, flush_seconds: float, compact_seconds: float,
@@ -135,9 +139,21 @@ class Syncer:
                         untidy = self.tidier.plan(sorted(self.dataflows))
                     if untidy and not stop.is_set():  # one small step per pass, so flushes keep their pace
                         await self.tidier.step(*untidy.pop(0))
-            except Exception:
+                self.failing_since = self.last_error = None
+            except Exception as error:
                 self.metrics.delta_errors.inc()
+                if self.failing_since is None:
+                    self.failing_since = time.time()
+                self.last_error = f"{type(error).__name__}: {error}"[:500]
                 log.exception("delta flush failed; will retry")
+            self.measure_lag()
+
+    def measure_lag(self) -> int:
+        """Set (and return) ``tracker_delta_lag_versions``: durable versions not yet in
+        ``progress``, summed over the dataflows; measured every pass, failed ones included."""
+        lag = sum(max(d.live.durable_version - d.lag.delta_version, 0) for d in self.dataflows.values())
+        self.metrics.flush_lag.set(lag)
+        return lag
 
     async def flush(self) -> None:
         """Append every durable, unflushed batch to ``progress`` in one Delta commit.
@@ -181,8 +197,7 @@ class Syncer:
             raise
         for lag, batch in taken:
             lag.delta_version = max(lag.delta_version, max(item[0] for item in batch))
-        self.metrics.flush_lag.set(sum(d.live.durable_version - d.lag.delta_version
-                                       for d in self.dataflows.values()))
+        self.measure_lag()
 
     async def compact(self) -> None:
         """Append the new ``frontier_changes`` of every changed dataflow, then write the
@@ -225,13 +240,16 @@ class Syncer:
 
     async def rotate(self) -> None:
         """Start a new log segment when the current one is large, and delete old segments once
-        every batch in them is in the Delta ``progress`` table."""
+        every batch in them is in the Delta ``progress`` table *and* in the ``pointstamps``
+        snapshot: then either table alone, with the log, still rebuilds every dataflow (the
+        new segment's header holds the workers' positions)."""
         if self.store is None:
             return
         wal = self.wal
         if self._rotation is not None:
             segment, versions = self._rotation
-            if all(self.dataflows[d].lag.delta_version >= v for d, v in versions.items() if d in self.dataflows):
+            if all(self.dataflows[d].lag.delta_version >= v and self.dataflows[d].lag.compacted_state >= v
+                   for d, v in versions.items() if d in self.dataflows):
                 removed = wal.delete_segments_before(segment)
                 log.info("wal segments removed", extra={"removed": removed, "segment": segment})
                 self._rotation = None
@@ -243,6 +261,6 @@ class Syncer:
         if size < self.segment_bytes:
             return
         versions = {d.id: d.live.version for d in self.dataflows.values()}
-        segment = await wal.rotate(self.header())
+        segment = await wal.rotate(self.header)
         self._rotation = (segment, versions)
         log.info("wal rotated", extra={"segment": segment})

@@ -16,9 +16,15 @@ the syncer answers (the event loop watches its pipe), the loop runs each record'
 that arrived meanwhile, and with no load a batch waits for exactly one sync.
 
 :meth:`WriteAheadLog.rotate` starts a new segment whose first records are supplied by the
-caller (the registrations of live dataflows), so that older segments can be deleted once the
-Delta ``progress`` table holds their batches. A torn tail of the newest segment is cut off by
-:meth:`WriteAheadLog.recover`.
+caller when the segment is started (the registrations of live dataflows and their workers'
+positions as of that moment, when everything in the older segments is durable), so that older
+segments can be deleted once the Delta ``progress`` table holds their batches.
+
+:meth:`WriteAheadLog.recover` reads every segment through :func:`api.segments.scan`: only a torn
+tail of the newest segment (an incomplete final record, never acknowledged) is cut off; damaged
+records are reported with their attribution and their bytes stay where they are (a segment
+holding one is never deleted); bytes whose owner cannot be known stop the start-up
+(:class:`UnreadableLog`, naming the segment and offset).
 
 >>> import asyncio, tempfile
 >>> from api.records import Check
@@ -27,7 +33,7 @@ Delta ``progress`` table holds their batches. A torn tail of the newest segment 
 ...     wal.open()
 ...     await wal.enqueue(Check(df="d1", result="agreed", detail=None))
 ...     wal.close()
-...     return [record for _, record in WriteAheadLog(directory).recover()]
+...     return [record for _, record in WriteAheadLog(directory).recover().records]
 >>> with tempfile.TemporaryDirectory() as directory:
 ...     asyncio.run(main(Path(directory)))
 [Check(df='d1', result='agreed', detail=None)]
@@ -42,31 +48,53 @@ import struct
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from api.records import Record, decode, encode
-from api.segments import HEADER_SIZE, frame, segment_name, segments, unframe
+from api.records import ATTRIBUTION, Record, attribution, decode, encode
+from api.segments import Damage, Scan, frame, scan, segment_name, segments
 
 log = logging.getLogger("tracker.wal")
 
 _SYNC = struct.Struct("<I")  # a segment number to the syncer, an errno back
 
 
-def read_segment(path: Path) -> tuple[list[Record], int]:
-    """Every intact record of a segment, and the byte offset where the intact prefix ends
-    (a payload that is not a record ends it too)."""
-    payloads, end = unframe(path.read_bytes())
+def read_segment(path: Path) -> tuple[list[Record], Scan]:
+    """Every intact record of a segment, and what :func:`~api.segments.scan` found. A payload
+    that passes its CRC but is not a record (written by a newer version?) counts as damaged."""
+    found = scan(path.read_bytes())
     records: list[Record] = []
-    offset = 0
-    for payload in payloads:
+    for offset, payload in found.payloads:
         try:
             records.append(decode(payload))
         except ValueError:
-            return records, offset
-        offset += HEADER_SIZE + len(payload)
-    return records, end
+            owner = attribution(payload[:ATTRIBUTION.size]) if len(payload) >= ATTRIBUTION.size else None
+            found.damaged.append(Damage(offset, offset + len(payload), owner, "a record that does not decode"))
+    found.damaged.sort(key=lambda d: d.start)
+    return records, found
+
+
+class UnreadableLog(RuntimeError):
+    """Bytes of a segment whose owner cannot be known: the service must not start on a log
+    that may hide acknowledged batches of any dataflow."""
+
+    def __init__(self, path: Path, damage: Damage) -> None:
+        super().__init__(
+            f"write-ahead log segment {path} is unreadable from byte {damage.start} of {damage.end} "
+            f"({damage.reason}): the records there cannot be attributed to a dataflow, so the service does not "
+            "start. The bytes are left in place; move the segment aside to start without it (recovery then checks "
+            "every dataflow against the Delta tables)")
+        self.path, self.damage = path, damage
+
+
+@dataclass(frozen=True)
+class LogContents:
+    """What :meth:`WriteAheadLog.recover` read: every intact record with its segment, oldest
+    first, and every damaged record ``(segment, damage)`` (each with an attribution)."""
+
+    records: list[tuple[int, Record]]
+    damaged: list[tuple[int, Damage]]
 
 
 class LogFailed(RuntimeError):
@@ -97,9 +125,13 @@ class WriteAheadLog:
         self._syncer: subprocess.Popen[bytes] | None = None
         self._watched: asyncio.AbstractEventLoop | None = None
         self._on_sync = on_sync
-        self._rotate_to: list[bytes] | None = None
+        self._rotate_to: Callable[[], list[Record]] | None = None
         self._rotated: asyncio.Future[int] | None = None
         self.failed: BaseException | None = None
+        self.kept: set[int] = set()
+        """Segments holding damaged records: never deleted (their bytes are evidence)."""
+        self.hold = False
+        """Set while some dataflow is refused: no segment is deleted, whatever Delta holds."""
 
     # -- recovery -------------------------------------------------------------------------
 
@@ -111,22 +143,37 @@ class WriteAheadLog:
         """Where segment ``number`` lives."""
         return self.directory / segment_name(number)
 
-    def recover(self) -> Iterator[tuple[int, Record]]:
-        """Yield ``(segment, record)`` for every intact record, oldest first, and cut a torn
-        tail off the newest segment so new records follow intact ones."""
-        segments = self.segments()
-        for index, (number, path) in enumerate(segments):
-            records, end = read_segment(path)
-            if end != path.stat().st_size:
-                if index == len(segments) - 1:
-                    log.warning("wal: cutting a torn tail", extra={"segment": number, "at": end})
-                    with open(path, "r+b") as handle:
-                        handle.truncate(end)
-                        os.fsync(handle.fileno())
-                else:
-                    log.error("wal: corrupt record inside an older segment", extra={"segment": number, "at": end})
-            for record in records:
-                yield number, record
+    def recover(self) -> LogContents:
+        """Read every segment, oldest first; cut a torn tail off the newest one only, so that new
+        records follow intact ones; keep (never cut) damaged records and their segments.
+
+        Raises:
+            UnreadableLog: a segment holds bytes that cannot be attributed (left in place).
+        """
+        records: list[tuple[int, Record]] = []
+        damaged: list[tuple[int, Damage]] = []
+        found = self.segments()
+        for index, (number, path) in enumerate(found):
+            intact, read = read_segment(path)
+            unowned = next((d for d in read.damaged if d.attribution is None), None)
+            if unowned is not None:
+                raise UnreadableLog(path, unowned)
+            if read.torn is not None and index == len(found) - 1:
+                log.warning("wal: cutting a torn tail (an incomplete final record, never acknowledged)",
+                            extra={"segment": number, "at": read.torn, "size": path.stat().st_size})
+                with open(path, "r+b") as handle:
+                    handle.truncate(read.torn)
+                    os.fsync(handle.fileno())
+            elif read.torn is not None:  # the records cut off are missing: recovery checks every version
+                log.error("wal: an older segment ends inside a record", extra={"segment": number, "at": read.torn})
+            for damage in read.damaged:
+                log.error("wal: damaged record kept in place", extra={
+                    "segment": number, "at": damage.start, "end": damage.end, "reason": damage.reason,
+                    "attribution": damage.attribution})
+                damaged.append((number, damage))
+                self.kept.add(number)
+            records.extend((number, record) for record in intact)
+        return LogContents(records, damaged)
 
     def open(self) -> None:
         """Open the newest segment for appending (or create the first one), start the syncer."""
@@ -163,9 +210,11 @@ class WriteAheadLog:
 
     def delete_segments_before(self, number: int) -> int:
         """Remove every segment older than ``number``; returns how many were removed."""
+        if self.hold:
+            return 0
         removed = 0
         for seg, path in self.segments():
-            if seg < number and seg != self._segment:
+            if seg < number and seg != self._segment and seg not in self.kept:
                 path.unlink(missing_ok=True)
                 removed += 1
         if removed:
@@ -201,12 +250,14 @@ class WriteAheadLog:
         self._kick()
         return future
 
-    def rotate(self, header: list[Record]) -> asyncio.Future[int]:
-        """Start a new segment beginning with ``header``; resolves to the new segment number
-        once the header is durable. Records enqueued later go to the new segment."""
+    def rotate(self, header: Callable[[], list[Record]]) -> asyncio.Future[int]:
+        """Start a new segment beginning with the records ``header()`` returns, called when the
+        segment is started: every record enqueued before it is durable then, and none after it
+        is, so the header describes exactly what the older segments hold. Resolves to the new
+        segment number once the header is durable; records enqueued later go to the new segment."""
         rotated: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         self._rotated = rotated
-        self._rotate_to = [frame(encode(r)) for r in header]
+        self._rotate_to = header
         self._kick()
         return rotated
 
@@ -223,7 +274,7 @@ class WriteAheadLog:
                 rotated, self._rotated = self._rotated, None
                 number = self._segment + 1
                 fd = self._open_segment(number)
-                self._write(fd, b"".join(header))
+                self._write(fd, b"".join(frame(encode(r)) for r in header()))
                 assert rotated is not None
                 self._inflight = ([], started, (number, fd, rotated))
                 self._request(number)

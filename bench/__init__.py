@@ -1,13 +1,13 @@
 """Benchmarks: every performance figure of the project. ``python -m bench`` lists them.
 
 Each benchmark measures its figures and the baseline it is compared with in the same run, on
-the same machine, and checks the answers it times (``native``, ``recovery``, ``service``,
+the same machine, and checks the answers it times (``native``, ``recovery``, ``restart``, ``service``,
 ``tenants`` and ``workers`` raise on a wrong answer; ``spark`` reports its equality checks as
 figures). Importing a module here starts nothing heavy; ``run`` does.
 
 >>> from bench.__main__ import available
 >>> sorted(available())
-['native', 'recovery', 'scopes', 'service', 'spark', 'tenants', 'workers']
+['isolation', 'limits', 'native', 'recovery', 'restart', 'scopes', 'service', 'spark', 'tenants', 'workers']
 >>> available()["native"]
 'native: the incremental tracker against a from-scratch recompute, and the compiled engine against it.'
 """

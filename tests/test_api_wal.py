@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from api.records import Batch, Check, Register, decode, encode
-from api.segments import frame, segment_name, segment_number, segments, unframe
+from api.records import ATTRIBUTION, Batch, Check, Register, decode, encode
+from api.segments import HEADER_SIZE, frame, scan, segment_name, segment_number, segments
 from api.wal import LogFailed, WriteAheadLog, read_segment
 
 REGISTER = Register(name="r", arity=2, nodes=[{"id": 0, "inputs": 0, "outputs": 1, "name": "in"}], edges=[],
@@ -21,7 +21,7 @@ def test_every_record_kind_round_trips_through_its_payload() -> None:
     for record in (REGISTER, Batch(df="d1", v=7, at=1.25, body=body), Batch(df="d1", v=8, at=2.0, body=b""),
                    Check(df="d1", result="disagreed", detail="Psi differs")):
         assert decode(encode(record)) == record
-    assert encode(Check(df="d", result="agreed", detail=None)).startswith(b'{"t":"check"')
+    assert encode(Check(df="d", result="agreed", detail=None))[ATTRIBUTION.size:].startswith(b'{"t":"check"')
 
 
 def test_a_registration_logged_as_json_by_hand_still_decodes() -> None:
@@ -29,22 +29,30 @@ def test_a_registration_logged_as_json_by_hand_still_decodes() -> None:
     payload = (b'{"name": "r", "arity": 2, "nodes": [{"id": 0, "inputs": 0, "outputs": 1, "name": "in"}], '
                b'"edges": [], "initial": [[0, 0, "source", [1, 2], 3]], "t": "register", "df": "d1", '
                b'"token": "' + b"ab" * 32 + b'", "created_at": "2026-01-01T00:00:00+00:00"}')
-    assert decode(payload) == REGISTER
+    assert decode(ATTRIBUTION.pack(1, 0, b"d1") + payload) == REGISTER
 
 
 def test_an_unknown_record_is_refused() -> None:
     with pytest.raises(ValueError):
-        decode(b'{"t":"mystery","df":"d1"}')
+        decode(ATTRIBUTION.pack(9, 0, b"d1") + b'{"t":"mystery","df":"d1"}')
 
 
-def test_framing_stops_at_a_torn_or_corrupt_frame() -> None:
-    data = frame(b"a") + frame(b"bb")
-    assert unframe(data) == ([b"a", b"bb"], len(data))
-    assert unframe(data + frame(b"ccc")[:-1]) == ([b"a", b"bb"], len(data))
-    corrupt = bytearray(data + frame(b"ccc"))
-    corrupt[-1] ^= 0xFF
-    assert unframe(bytes(corrupt)) == ([b"a", b"bb"], len(data))
-    assert unframe(b"\x01\x00") == ([], 0)
+def test_framing_tells_a_torn_tail_from_a_damaged_record() -> None:
+    a, b, c = (encode(Check(df=f"d{i}", result="agreed", detail=None)) for i in range(3))
+    data = frame(a) + frame(b)
+    assert scan(data).payloads == [(0, a), (len(frame(a)), b)] and scan(data).torn is None
+    torn = scan(data + frame(c)[:-1])  # the file ends inside the last record: a torn write
+    assert [p for _, p in torn.payloads] == [a, b] and torn.torn == len(data) and torn.damaged == []
+    assert scan(data + b"\0" * 300).torn == len(data)  # a zero-filled tail is torn too
+    corrupt = bytearray(data + frame(c))
+    corrupt[-1] ^= 0xFF  # a complete last record with a bad checksum is damaged, not torn
+    found = scan(bytes(corrupt))
+    assert found.torn is None and [d.attribution for d in found.damaged] == [(3, 0, "d2")]
+    assert scan(b"\x01\x00").torn == 0
+    both = bytearray(data)
+    both[3] ^= 1
+    both[HEADER_SIZE // 2 + 3] ^= 1  # both header copies of the first record: nobody's bytes
+    assert scan(bytes(both)).unreadable is not None and scan(bytes(both)).payloads == []
 
 
 def test_segment_names_sort_and_parse(tmp_path: Path) -> None:
@@ -76,7 +84,7 @@ def test_records_are_durable_in_order_and_recovered(tmp_path: Path) -> None:
     records = [REGISTER, *(Batch(df="d1", v=v, at=float(v), body=b'{"seq":%d}' % v) for v in range(1, 40))]
     order = _write_and_close(tmp_path, records)
     assert order == list(range(len(records)))  # on_durable callbacks run in log order
-    assert [r for _, r in WriteAheadLog(tmp_path).recover()] == records
+    assert [r for _, r in WriteAheadLog(tmp_path).recover().records] == records
 
 
 def test_a_torn_tail_is_cut_off_and_the_log_continues_after_it(tmp_path: Path) -> None:
@@ -86,12 +94,13 @@ def test_a_torn_tail_is_cut_off_and_the_log_continues_after_it(tmp_path: Path) -
     intact = path.stat().st_size
     with open(path, "ab") as handle:  # a record the crash interrupted
         handle.write(frame(encode(Batch(df="d1", v=2, at=2.0, body=b"{}")))[:-3])
-    assert read_segment(path) == (first, intact)
-    assert [r for _, r in WriteAheadLog(tmp_path).recover()] == first
+    records, found = read_segment(path)
+    assert records == first and found.torn == intact and found.damaged == []
+    assert [r for _, r in WriteAheadLog(tmp_path).recover().records] == first
     assert path.stat().st_size == intact
     later = [Batch(df="d1", v=2, at=3.0, body=b"{}")]
     _write_and_close(tmp_path, later)
-    assert [r for _, r in WriteAheadLog(tmp_path).recover()] == first + later
+    assert [r for _, r in WriteAheadLog(tmp_path).recover().records] == first + later
 
 
 def test_rotation_starts_a_segment_with_the_header_and_old_ones_can_go(tmp_path: Path) -> None:
@@ -99,7 +108,7 @@ def test_rotation_starts_a_segment_with_the_header_and_old_ones_can_go(tmp_path:
         wal = WriteAheadLog(tmp_path)
         wal.open()
         await wal.enqueue(Batch(df="d1", v=1, at=1.0, body=b"{}"))
-        number = await wal.rotate([REGISTER])
+        number = await wal.rotate(lambda: [REGISTER])
         await wal.enqueue(Batch(df="d1", v=2, at=2.0, body=b"{}"))
         assert wal.segment == number == 2
         removed = wal.delete_segments_before(number)
@@ -108,7 +117,8 @@ def test_rotation_starts_a_segment_with_the_header_and_old_ones_can_go(tmp_path:
 
     assert asyncio.run(main()) == 1
     assert [n for n, _ in segments(tmp_path)] == [2]
-    assert [r for _, r in WriteAheadLog(tmp_path).recover()] == [REGISTER, Batch(df="d1", v=2, at=2.0, body=b"{}")]
+    recovered = [r for _, r in WriteAheadLog(tmp_path).recover().records]
+    assert recovered == [REGISTER, Batch(df="d1", v=2, at=2.0, body=b"{}")]
 
 
 def test_a_dead_syncer_fails_the_log_and_nothing_more_is_acknowledged(tmp_path: Path) -> None:

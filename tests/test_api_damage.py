@@ -1,0 +1,274 @@
+"""The real service against a damaged log and lost Delta tables: nothing acknowledged is lost in
+silence, and one damaged dataflow does not take the others down.
+
+* Seeded corruptions of the log (the service killed with ``kill -9`` first): a damaged batch
+  record refuses its dataflow alone (503 ``dataflow_damaged``, listed by ``/healthz``, counted by
+  ``tracker_dataflows_damaged``) and keeps the bytes; a damaged header byte loses nothing; every
+  other dataflow comes back exactly as acknowledged.
+* Each Delta table deleted in turn, under load, then ``kill -9``: every dataflow comes back with
+  exactly the acknowledged batches and its workers' sequence numbers (a resent old batch is a
+  duplicate, not applied again).
+* The Delta log made unwritable: ``tracker_delta_lag_versions`` keeps counting and ``/healthz``
+  says ``degraded``, then recovers.
+"""
+
+from __future__ import annotations
+
+import random
+import shutil
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from api.records import Batch, decode
+from api.segments import HEADER_SIZE, scan
+from tests.helpers import (
+    ServiceProcess,
+    ServiceStarter,
+    as_updates,
+    core_graph,
+    counts_map,
+    frontier_map,
+    loop_graph,
+    update,
+)
+from tracker import oracle
+
+pytestmark = pytest.mark.service
+
+
+def _send(client: httpx.Client, dataflow_id: str, worker: str, seq: int, updates: list[dict[str, Any]]) -> int:
+    answer = client.post(f"/v1/dataflows/{dataflow_id}/progress", json={"worker": worker, "seq": seq,
+                                                                         "updates": updates})
+    assert answer.status_code == 200, answer.text
+    return int(answer.json()["version"])
+
+
+def _state(client: httpx.Client, dataflow_id: str) -> tuple[int, dict[str, int], dict[Any, int]]:
+    detail = client.get(f"/v1/dataflows/{dataflow_id}")
+    assert detail.status_code == 200, detail.text
+    rows = client.get(f"/v1/dataflows/{dataflow_id}/pointstamps").json()
+    return detail.json()["version"], detail.json()["status"]["workers"], counts_map(rows)
+
+
+def _metric(service: ServiceProcess, name: str) -> float:
+    text = httpx.get(service.url + "/metrics").text
+    return float(next(line.split()[-1] for line in text.splitlines() if line.startswith(name + " ")))
+
+
+def test_a_damaged_record_refuses_its_dataflow_alone_and_nothing_is_cut(start_service: ServiceStarter) -> None:
+    service = start_service(TRACKER_DELTA="0")  # the log alone holds every batch
+    body = loop_graph(operators=2)
+    graph, initial = core_graph(body)
+    flows = [register_flow(service, body) for _ in range(4)]
+    sent: dict[str, list[list[dict[str, Any]]]] = {d: [] for d, _ in flows}
+    with service.client() as client:
+        for step in range(3):
+            for dataflow_id, _ in flows:
+                updates = [update(1, 0, "target", [step], 1)]
+                _send(client, dataflow_id, "w", step, updates)
+                sent[dataflow_id].append(updates)
+    service.kill9()
+    [segment] = sorted((service.warehouse / "_wal").glob("wal-*.log"))
+    original = segment.read_bytes()
+    frames = scan(original).payloads
+    batches = [(offset, decode(payload)) for offset, payload in frames if isinstance(decode(payload), Batch)]
+    middle_offset, middle = batches[len(batches) // 2]
+    last_offset, last = batches[-1]
+    trials = [
+        ("a byte in the middle of a batch's payload", middle_offset + HEADER_SIZE + 12, middle.df),
+        ("byte 20: the first record's first header copy", 20, None),
+        ("a byte in the complete last record", last_offset + HEADER_SIZE + 50, last.df),
+    ]
+    for what, offset, refused in trials:
+        damaged = bytearray(original)
+        damaged[offset] ^= 0x5A
+        segment.write_bytes(bytes(damaged))
+        service.restart()
+        assert segment.read_bytes() == bytes(damaged), f"{what}: the log's bytes changed"
+        health = httpx.get(service.url + "/healthz").json()
+        with service.client() as client:
+            for dataflow_id, token in flows:
+                if dataflow_id == refused:
+                    with service.client(token) as own:  # its own token still authenticates: 503, not 401
+                        answer = own.get(f"/v1/dataflows/{dataflow_id}/frontier")
+                    assert answer.status_code == 503, (what, answer.text)
+                    assert answer.json()["error"] == "dataflow_damaged" and "version" in answer.json()["detail"]
+                    continue
+                counts = oracle.accumulate([initial, *(as_updates(b) for b in sent[dataflow_id])])
+                assert _state(client, dataflow_id) == (3, {"w": 2}, counts), what
+            listed = {d["id"] for d in client.get("/v1/dataflows").json()}
+        assert listed == {d for d, _ in flows} - {refused}, what
+        if refused is None:
+            assert health["status"] == "ok" and _metric(service, "tracker_dataflows_damaged") == 0, what
+        else:
+            assert health["status"] == "degraded" and [d["id"] for d in health["damaged"]] == [refused], what
+            assert _metric(service, "tracker_dataflows_damaged") == 1, what
+        service.kill9()
+    segment.write_bytes(original)
+    service.restart()
+    with service.client() as client:  # the undamaged log: every dataflow, and it goes on
+        for dataflow_id, _ in flows:
+            assert _state(client, dataflow_id)[0] == 3
+        assert _send(client, flows[0][0], "w", 3, []) == 4
+        frontier = client.get(f"/v1/dataflows/{flows[1][0]}/frontier").json()
+    counts = oracle.accumulate([initial, *(as_updates(b) for b in sent[flows[1][0]])])
+    assert frontier_map(frontier) == oracle.frontiers(graph, counts)
+
+
+def register_flow(service: ServiceProcess, body: dict[str, Any]) -> tuple[str, str]:
+    with service.client() as client:
+        answer = client.post("/v1/dataflows", json=body)
+    assert answer.status_code == 201, answer.text
+    return answer.json()["id"], answer.json()["token"]
+
+
+class _Worker(threading.Thread):
+    """Sends batches with increasing seq, resending one until it is answered (across restarts)."""
+
+    def __init__(self, service: ServiceProcess, dataflow_id: str, name: str) -> None:
+        super().__init__(name=name, daemon=True)
+        self.url, self.dataflow_id = service.url, dataflow_id
+        self.rng = random.Random(name)
+        self.acked: list[list[dict[str, Any]]] = []
+        self.stop = threading.Event()
+        self.errors: list[str] = []
+
+    def run(self) -> None:
+        from api.process import ADMIN_TOKEN
+
+        with httpx.Client(base_url=self.url, headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}, timeout=5) as client:
+            while not self.stop.is_set():
+                seq = len(self.acked)
+                updates = [update(1, 0, "target", [self.rng.randint(0, 5)], self.rng.choice([1, 1, -1]))]
+                deadline = time.monotonic() + 90
+                while True:
+                    try:
+                        answer = client.post(f"/v1/dataflows/{self.dataflow_id}/progress",
+                                             json={"worker": self.name, "seq": seq, "updates": updates})
+                    except httpx.HTTPError:
+                        if time.monotonic() > deadline:
+                            self.errors.append(f"seq {seq}: no answer for 90 s")
+                            return
+                        time.sleep(0.02)
+                        continue
+                    if answer.status_code != 200:
+                        self.errors.append(f"seq {seq}: {answer.status_code} {answer.text}")
+                        return
+                    self.acked.append(updates)
+                    break
+
+
+def test_each_delta_table_lost_in_turn_under_load_then_kill_9_keeps_exactly_once(
+        start_service: ServiceStarter) -> None:
+    service = start_service(TRACKER_FLUSH_SECONDS="0.1", TRACKER_COMPACT_SECONDS="0.2",
+                            TRACKER_WAL_SEGMENT_BYTES="6000")
+    body = loop_graph(operators=2)
+    _, initial = core_graph(body)
+    busy = [register_flow(service, body)[0] for _ in range(2)]
+    idle = register_flow(service, body)[0]  # two batches, then silence: after rotations only a checkpoint has it
+    with service.client() as client:
+        idle_batches = [[update(1, 0, "target", [s], 1)] for s in range(2)]
+        for seq, batch in enumerate(idle_batches):
+            _send(client, idle, "w0", seq, batch)
+    workers = [_Worker(service, dataflow_id, f"w{i}") for i, dataflow_id in enumerate(busy)]
+    warehouse = service.warehouse
+    rounds = [["pointstamps"], ["frontier_changes", "frontiers", "dataflows", "nodes", "connections", "edges",
+                               "summaries"], ["progress"]]
+    try:
+        for worker in workers:
+            worker.start()
+        for tables in rounds:
+            time.sleep(0.6)
+            for table in tables:
+                shutil.rmtree(warehouse / table, ignore_errors=True)
+            time.sleep(0.3)
+            service.kill9()
+            service.restart()
+        time.sleep(0.5)
+        for worker in workers:
+            worker.stop.set()
+        for worker in workers:
+            worker.join(120)
+        assert [e for w in workers for e in w.errors] == []
+        assert len(list((warehouse / "_wal").glob("wal-*.log"))) >= 1
+        with service.client() as client:
+            for worker in workers:
+                counts = oracle.accumulate([initial, *(as_updates(b) for b in worker.acked)])
+                assert len(worker.acked) > 5
+                assert _state(client, worker.dataflow_id) == (len(worker.acked), {worker.name: len(worker.acked) - 1},
+                                                               counts)
+            counts = oracle.accumulate([initial, *(as_updates(b) for b in idle_batches)])
+            assert _state(client, idle) == (2, {"w0": 1}, counts)
+            again = client.post(f"/v1/dataflows/{idle}/progress",
+                                json={"worker": "w0", "seq": 0, "updates": idle_batches[0]})
+            assert again.status_code == 200 and again.json()["duplicate"] is True  # not applied twice
+            assert _send(client, idle, "w0", 2, []) == 3
+            assert httpx.get(service.url + "/healthz").json()["status"] in ("ok", "degraded")
+            assert "damaged" not in httpx.get(service.url + "/healthz").json()
+        rotated = max(int(p.stem.split("-")[1]) for p in (warehouse / "_wal").glob("wal-*.log"))
+        assert rotated > 1, "the log never rotated: the checkpoints were not exercised"
+    finally:
+        for worker in workers:
+            worker.stop.set()
+        service.stop()
+
+
+def test_unwritable_delta_keeps_the_lag_counted_and_health_degraded(start_service: ServiceStarter) -> None:
+    service = start_service(TRACKER_FLUSH_SECONDS="0.1", TRACKER_COMPACT_SECONDS="0.2")
+    dataflow_id, _ = register_flow(service, loop_graph(operators=2))
+    with service.client() as client:
+        _send(client, dataflow_id, "w", 0, [update(1, 0, "target", [0], 1)])
+        deadline = time.monotonic() + 30
+        while client.get(f"/v1/dataflows/{dataflow_id}").json()["status"]["delta_version"] < 1:
+            assert time.monotonic() < deadline, "the first flush never came"
+            time.sleep(0.05)
+        log = service.warehouse / "progress" / "_delta_log"
+        aside = log.with_name("_delta_log.aside")
+        log.rename(aside)
+        log.write_text("not a directory: every commit fails")
+        try:
+            for seq in range(1, 6):
+                _send(client, dataflow_id, "w", seq, [update(1, 0, "target", [seq], 1)])
+            deadline = time.monotonic() + 30
+            while _metric(service, "tracker_delta_lag_versions") != 5:
+                assert time.monotonic() < deadline, _metric(service, "tracker_delta_lag_versions")
+                time.sleep(0.05)
+            health = client.get("/healthz")
+            assert health.status_code == 200 and health.json()["status"] == "degraded"
+            assert health.json()["delta_failing"]["lag_versions"] == 5
+        finally:
+            log.unlink()
+            aside.rename(log)
+        deadline = time.monotonic() + 30
+        while client.get("/healthz").json()["status"] != "ok":
+            assert time.monotonic() < deadline, "the flush never recovered"
+            time.sleep(0.05)
+        assert _metric(service, "tracker_delta_lag_versions") == 0
+
+
+def test_with_the_log_down_registration_is_503_and_an_unacknowledged_seq_is_not_used(
+        start_service: ServiceStarter) -> None:
+    import os
+    import signal
+
+    service = start_service(TRACKER_DELTA="0")
+    dataflow_id, token = register_flow(service, loop_graph(operators=2))
+    url = f"/v1/dataflows/{dataflow_id}/progress"
+    with service.client(token) as client:
+        assert client.post(url, json={"worker": "w", "seq": 0, "updates": []}).status_code == 200
+        assert service.process is not None
+        [syncer] = [int(c) for task in Path(f"/proc/{service.process.pid}/task").iterdir()
+                    for c in (task / "children").read_text().split()]
+        os.kill(syncer, signal.SIGKILL)
+        refused = client.post(url, json={"worker": "w", "seq": 1, "updates": []})
+        assert refused.status_code == 503 and refused.json()["error"] == "log_failed"
+        assert client.get(f"/v1/dataflows/{dataflow_id}").json()["status"]["workers"] == {"w": 0}
+    with service.client() as admin:
+        registered = admin.post("/v1/dataflows", json=loop_graph(operators=2))
+        assert registered.status_code == 503 and registered.json()["error"] == "log_failed", registered.text
+        assert [d["id"] for d in admin.get("/v1/dataflows").json()] == [dataflow_id]
