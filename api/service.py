@@ -67,7 +67,7 @@ class Service:
         self.syncer = Syncer(store, self.delta_pool, self.wal, self.metrics, self.dataflows, self.log_header,
                              segment_bytes=settings.segment_bytes,
                              tidier=Tidier(store, self.delta_pool, settings.vacuum_hours))
-        self.graphs = GraphWriter(store, self.delta_pool, self.metrics, native_psi=not self._checks_in_spark)
+        self.graphs = GraphWriter(store, self.delta_pool, self.metrics)
         self._unstored: list[Tenant] = []  # recovered without their graph tables: write them
         self._unchecked: list[Tenant] = []  # recovered with no Spark check result: run it
 
@@ -126,7 +126,9 @@ class Service:
         return tenant, token
 
     def _new_tenant(self, record: Register, graph: Graph, tracker: FrontierEngine, initial: list[Update],
-                    hosting: Hosting | None = None) -> Tenant:
+                    hosting: Hosting | None = None, *, at_registration: bool = True) -> Tenant:
+        """A tenant whose tracker holds ``initial`` (``at_registration``: version 0's state, whose
+        frontier is queued as version 0's changes for ``frontier_changes``) or a snapshot's counts."""
         lag = DeltaLag()
         live = LiveState(tracker)
         # A nested dataflow is tracked natively even under `--engine spark` (its Spark check and
@@ -138,6 +140,8 @@ class Service:
                                                 frontiers_at=None if live.native is None else live.frontiers_at),
                         lag=lag, engine_mode=mode, hosting=hosting)
         tenant.reset_published()
+        if at_registration and mode != "spark":  # Spark's first micro-batch publishes version 0 itself
+            tenant.publication.record_initial(datetime.fromisoformat(record.created_at).timestamp())
         lag.batch_durable(0, "_initial", 0, initial, time.time())
         if not self._checks_in_spark:
             tenant.spark.check = "skipped"
@@ -213,7 +217,7 @@ class Service:
             graph = hosting.root
         else:
             graph, initial = build_graph(record, new=False)
-        snapshot = store.snapshot(dataflow_id) if store is not None else None
+        snapshot = store.snapshot(dataflow_id, hosting) if store is not None else None
         if snapshot is None:  # never compacted: replay everything from the initial counts
             tracker = self._tracker_with(graph, initial, hosting)
             tenant = self._new_tenant(record, graph, tracker, initial, hosting)
@@ -222,7 +226,7 @@ class Service:
             assert store is not None
             base, counts = snapshot
             tracker = self._tracker_with(graph, [(loc, t, c) for (loc, t), c in counts.items()], hosting)
-            tenant = self._new_tenant(record, graph, tracker, initial, hosting)
+            tenant = self._new_tenant(record, graph, tracker, initial, hosting, at_registration=False)
             tenant.live.version = base
             tenant.live.workers = store.worker_positions(dataflow_id)
         lag, live = tenant.lag, tenant.live
@@ -230,7 +234,7 @@ class Service:
         if in_delta >= 0:
             lag.unflushed.clear()  # the initial counts (version 0) are in Delta already
         if store is not None:
-            from_delta = store.progress(dataflow_id, after=base)
+            from_delta = store.progress(dataflow_id, after=base, hosting=hosting)
             for version in sorted(v for v in from_delta if v > base):
                 worker, seq, updates, received = from_delta[version]
                 self._replay(tenant, version, worker, seq, updates, received)
