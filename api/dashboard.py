@@ -93,20 +93,27 @@ def _history(root: Path, dataflow_id: str, limit: int) -> dict[str, Any]:
             return None
         return pl.scan_delta(path).filter(pl.col("dataflow_id") == dataflow_id).select(columns)
 
-    changes_scan = scan("frontier_changes", ["version", "node", "port", "kind", "time", "diff", "at"])
+    changes_scan = scan("frontier_changes", ["version", "scope", "node", "port", "kind", "time", "diff", "at"])
     progress_scan = scan("progress", ["version", "received_at", "delta"])
     changes = [] if changes_scan is None else (
         changes_scan.top_k(limit, by="version").sort("version", maintain_order=True).collect().iter_rows(named=True))
     rate = throughput(pl.DataFrame() if progress_scan is None else progress_scan.collect())
     return {
         "frontier_changes": [
-            {"version": r["version"], "location": {"node": r["node"], "port": r["port"], "kind": r["kind"]},
-             "time": r["time"], "diff": r["diff"], "at": r["at"].timestamp()}
+            {"version": r["version"], "location": _location(r), "time": r["time"], "diff": r["diff"],
+             "at": r["at"].timestamp()}
             for r in changes
         ],
         "throughput": [{"second": r["second"].timestamp(), "batches": r["batches"], "updates": r["updates"]}
                        for r in rate.iter_rows(named=True)],
     }
+
+
+def _location(row: dict[str, Any]) -> dict[str, Any]:
+    """A row's location as the service's JSON: ``scope`` only inside a nested scope (its times
+    are then that scope's, inner times)."""
+    location = {"node": row["node"], "port": row["port"], "kind": row["kind"]}
+    return {"scope": row["scope"], **location} if row["scope"] else location
 
 
 @router.get("/dashboard/api/dataflows/{id}/history", summary="Frontier-change and throughput history (Delta)",

@@ -5,6 +5,7 @@ and random nested dataflows against the flattened oracle (:mod:`tracker.scoped_o
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from typing import Any
@@ -16,7 +17,7 @@ from httpx_sse import connect_sse
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.helpers import ServiceProcess, ServiceStarter, loop_graph, register, update
+from tests.helpers import ROOT, ServiceProcess, ServiceStarter, loop_graph, register, update
 from spark_jobs.storage import Warehouse
 from tests.strategies import nested_batches, nested_bodies
 from tracker import scoped_oracle
@@ -425,3 +426,19 @@ def test_the_tables_name_scopes_and_frontier_changes_replay_from_version_0(start
         assert stored == {path: path_summaries(scope.graph) for path, scope in nested.scopes.items()}, name
     assert table["progress"].filter(pl.col("dataflow_id") == registered["nested"][0]).filter(
         pl.col("version") == 1)["scope"].to_list() == [[3, 1, 1], []]
+    # docs/tables.md's nested-scope Polars queries, run verbatim on the loop's tables.
+    text = (ROOT / "docs" / "tables.md").read_text()
+    helper = re.findall(r"```python\n(.*?)```", text.split("## Example queries: Polars\n", 1)[1], re.S)[0]
+    nested_section = text.split("## Example queries: Polars, nested scopes", 1)[1]
+    env: dict[str, Any] = {"WAREHOUSE": str(service.warehouse), "DATAFLOW": registered["nested-initial"][0],
+                           "INNER": [1]}
+    exec(compile(helper + "\n".join(re.findall(r"```python\n(.*?)```", nested_section, re.S)), "tables.md", "exec"),
+         env)
+    assert env["scopes"].rows() == [([], "root", 1), ([1], "iterative", 2)]
+    loop = live[registered["nested-initial"][0]]
+    assert {(r["node"], r["port"], r["kind"]): r["frontier"] for r in env["inside"].to_dicts()} == {
+        (loc.node, loc.port, loc.kind): [list(t) for t in ts] for loc, ts in loop.items() if loc.scope == (1,) and ts}
+    assert {r["name"] for r in env["inside"].to_dicts()} <= {"boundary", "step", "feedback"}
+    assert {(r["port"], r["kind"]): r["frontier"] for r in env["at_scope_node"].to_dicts()} == {
+        (loc.port, loc.kind): [list(t) for t in ts] for loc, ts in loop.items() if loc.scope == () and loc.node == 1
+        and ts}

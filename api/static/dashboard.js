@@ -591,15 +591,20 @@ async function loadHistory(flow, signal) {
   resetThroughputPlot(history.throughput);
   const changes = history.frontier_changes;
   if (!changes.length) return;
-  // Replay the compacted changes forward from the frontier just before the first of them
-  // (?version= answers from the service's in-memory history; without it, plot live only).
-  const base = await api(`/v1/dataflows/${encodeURIComponent(flow.id)}/frontier?version=${changes[0].version - 1}`,
-    {signal});
-  if (!base.ok) return;
-  applySnapshot(await base.json());
+  // Replay the compacted changes forward from the frontier just before the first of them: none
+  // before version 0 (its changes are the initial frontier), else ?version= (answered from the
+  // service's in-memory history; without it, plot live only).
+  if (changes[0].version === 0) {
+    applySnapshot({version: -1, locations: []});
+  } else {
+    const base = await api(`/v1/dataflows/${encodeURIComponent(flow.id)}/frontier?version=${changes[0].version - 1}`,
+      {signal});
+    if (!base.ok) return;
+    applySnapshot(await base.json());
+  }
   // The state before the first compacted change held since that version was applied; for
-  // version 0 that is the registration.
-  const first = changes[0].version === 1 ? Date.parse(flow.created_at) / 1000 : changes[0].at;
+  // versions 0 and 1 that is the registration.
+  const first = changes[0].version <= 1 ? Date.parse(flow.created_at) / 1000 : changes[0].at;
   sampleFrontier(Math.min(first, changes[0].at));
   let i = 0;
   while (i < changes.length) {
