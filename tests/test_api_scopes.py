@@ -17,8 +17,8 @@ from httpx_sse import connect_sse
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.helpers import ROOT, ServiceProcess, ServiceStarter, loop_graph, register, update
 from spark_jobs.storage import Warehouse
+from tests.helpers import ROOT, ServiceProcess, ServiceStarter, loop_graph, register, update
 from tests.strategies import nested_batches, nested_bodies
 from tracker import scoped_oracle
 from tracker.scope import NestedGraph, ScopedLocation
