@@ -235,8 +235,10 @@ def _incremental_step(wh: Warehouse, inputs: Inputs, after: dict[str, int], upto
             upper = F.when(F.col("dataflow_id") == i, F.lit(upto[i])).otherwise(upper)
     rows = wh.spark_read("progress", ids)
     window = (F.col("version") > lower) & (upper.isNull() | (F.col("version") <= upper))
-    pending = _located(rows.where(window)).localCheckpoint()
-    last = {r["dataflow_id"]: r["v"] for r in pending.groupBy("dataflow_id").agg(F.max("version").alias("v")).collect()}
+    window_rows = rows.where(window).localCheckpoint()
+    last = {r["dataflow_id"]: r["v"]
+            for r in window_rows.groupBy("dataflow_id").agg(F.max("version").alias("v")).collect()}
+    pending = _located(window_rows)
     if not last:
         return 0, 0
     batch = pending.select(*KEYS, "time", "delta")

@@ -13,7 +13,7 @@ from typing import Any
 
 import polars as pl
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from spark_jobs.jobs import cycles_job, incremental_job, propagate_job, summaries_job
@@ -26,7 +26,8 @@ from tracker.scoped import ScopedTracker
 from tracker.structure import path_summaries
 
 pytestmark = pytest.mark.spark
-SPARK = settings(max_examples=3, deadline=None, suppress_health_check=list(HealthCheck))
+SPARK = settings(max_examples=3, deadline=None, suppress_health_check=list(HealthCheck),
+                 phases=[Phase.explicit, Phase.reuse, Phase.generate])
 PER_EXAMPLE = 12
 
 

@@ -93,7 +93,7 @@ def test_graph_round_trip_and_independent_reader(tmp_path: Path) -> None:
 
 def test_commits_are_versions_and_time_travel_works(tmp_path: Path) -> None:
     wh = Warehouse(tmp_path)
-    row = {"dataflow_id": "a", "node": 1, "port": 0, "kind": "target", "time": [3]}
+    row = {"dataflow_id": "a", "scope": [], "node": 1, "port": 0, "kind": "target", "time": [3]}
     assert wh.append("frontiers", [row]) == 0
     assert wh.append("frontiers", [{**row, "dataflow_id": "b", "time": [9]}]) == 1
     assert wh.replace_partition("frontiers", "a", [{**row, "time": [4]}, {**row, "port": 1, "time": [5]}]) == 2
@@ -157,8 +157,8 @@ def test_spark_reads_and_writes_the_same_tables(spark, tmp_path: Path) -> None:
     )
     assert version == 0
     assert pl.read_delta(wh.path("frontiers")).to_dicts() == [
-        {"dataflow_id": "df", "node": 1, "port": 0, "kind": "target", "time": [7, 1]}
-    ]
+        {"dataflow_id": "df", "scope": [], "node": 1, "port": 0, "kind": "target", "time": [7, 1]}
+    ]  # a frame without `scope` is the root's
     assert wh.spark_read("frontiers", version=0).collect()[0]["time"] == [7, 1]
 
 
