@@ -85,11 +85,11 @@ def graph_rows(dataflow_id: str, graph: Graph | NestedGraph) -> dict[str, list[R
 
 
 def dataflow_row(dataflow_id: str, name: str, graph: Graph | NestedGraph, graph_version: int,
-                 created_at: datetime) -> Row:
-    """The one ``dataflows`` row of a dataflow (``deleted_at`` null: it is live)."""
+                 created_at: datetime, deleted_at: datetime | None = None) -> Row:
+    """The one ``dataflows`` row of a dataflow (``deleted_at``: null while it is not deleted)."""
     arity = graph.arity if isinstance(graph, Graph) else graph.root.arity
     return {"dataflow_id": dataflow_id, "name": name, "timestamp_arity": arity, "graph_version": graph_version,
-            "created_at": created_at, "deleted_at": None}
+            "created_at": created_at, "deleted_at": deleted_at}
 
 
 Psi: TypeAlias = Mapping[tuple[Location, Location], Antichain]
