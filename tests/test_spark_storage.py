@@ -222,3 +222,26 @@ def test_delta_spark_warehouse_never_calls_delta_rs(spark, tmp_path: Path, monke
     assert wh.read_graph("df").arity == 2 and wh.version("edges") == 0
     with pytest.raises(RuntimeError, match="forbid"):
         wh._open(wh.path("edges"))
+
+
+def test_a_warehouse_of_the_layout_before_scopes_is_refused_in_one_line(tmp_path: Path, capsys) -> None:
+    import argparse
+
+    from deltalake import write_deltalake
+
+    from spark_jobs.cli import run_job
+    from spark_jobs.storage import LegacyWarehouseError
+
+    wh = Warehouse(tmp_path)
+    wh.write_dataflow("df", "loop", loop_graph())
+    # `frontiers` as the previous layout wrote it: no `scope` column.
+    old = pa.table({"dataflow_id": ["df"], "node": pa.array([1], pa.int32()), "port": pa.array([0], pa.int32()),
+                    "kind": ["target"], "time": pa.array([[3]], pa.list_(pa.int64()))})
+    write_deltalake(wh.path("frontiers"), old, partition_by=["dataflow_id"])
+    with pytest.raises(LegacyWarehouseError, match="table 'frontiers' .*no column scope"):
+        wh.check_layout()
+    args = argparse.Namespace(job="propagate", warehouse=str(tmp_path), dataflow=["df"], all=False, master=None)
+    assert run_job(args) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no column scope" in err and "Traceback" not in err
+    assert DeltaTable(wh.path("frontiers")).version() == 0  # nothing written
