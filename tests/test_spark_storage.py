@@ -238,7 +238,7 @@ def test_a_warehouse_of_the_layout_before_scopes_is_refused_in_one_line(tmp_path
     old = pa.table({"dataflow_id": ["df"], "node": pa.array([1], pa.int32()), "port": pa.array([0], pa.int32()),
                     "kind": ["target"], "time": pa.array([[3]], pa.list_(pa.int64()))})
     write_deltalake(wh.path("frontiers"), old, partition_by=["dataflow_id"])
-    with pytest.raises(LegacyWarehouseError, match="table 'frontiers' .*no column scope"):
+    with pytest.raises(LegacyWarehouseError, match=r"table 'frontiers' .*no column scope"):
         wh.check_layout()
     args = argparse.Namespace(job="propagate", warehouse=str(tmp_path), dataflow=["df"], all=False, master=None)
     assert run_job(args) == 2
