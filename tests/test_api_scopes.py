@@ -336,15 +336,17 @@ def test_random_nested_dataflows_equal_the_flattened_oracle(service: ServiceProc
     arity, body = data.draw(nested_bodies())
     nested = NestedGraph.from_json(arity, body)
     batches = data.draw(nested_batches(nested))
+    # One explicit initial capability (initial pointstamps must be positive), counted by the oracle too.
+    initial = [(ScopedLocation((), 0, 0, "source"), (0,) * arity, 1)]
     dataflow, token = register(service, {"name": "random", "timestamp_arity": arity, **body,
                                          "initial": [{"location": {"node": 0, "port": 0, "kind": "source"},
-                                                      "time": [0] * arity, "delta": 0}]})
+                                                      "time": [0] * arity, "delta": 1}]})
     with service.client(token) as client:
         for seq, batch in enumerate(batches):
             answer = post(client, dataflow, seq, [at(list(loc.scope), loc.node, loc.port, loc.kind, list(t), d)
                                                   for loc, t, d in batch])
             assert answer.status_code == 200, answer.text
-            expected = scoped_oracle.frontiers(nested, scoped_oracle.accumulate(batches[:seq + 1]))
+            expected = scoped_oracle.frontiers(nested, scoped_oracle.accumulate([initial, *batches[:seq + 1]]))
             assert scoped_frontiers(client.get(f"/v1/dataflows/{dataflow}/frontier").json()) == expected
 
 
