@@ -15,8 +15,9 @@ count and the absence of nulls are therefore checked, and on any doubt the calle
 to the Python path (:func:`progress_table` returns ``None``).
 
 >>> body = b'{"worker":"w","seq":0,"updates":[{"location":{"node":1,"port":0,"kind":"target"},"time":[4],"delta":1}]}'
->>> progress_table([("df", 1, "w", 0, RawBatch(body, 1), 0.0)]).to_pylist()[0]["time"]
-[4]
+>>> row = progress_table([("df", 1, "w", 0, RawBatch(body, 1), 0.0)]).to_pylist()[0]
+>>> row["scope"], row["time"]
+([], [4])
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ import pyarrow.json as pj
 
 from spark_jobs.tables import TABLES
 
-_LOCATION = pa.struct([("node", pa.int32()), ("port", pa.int32()), ("kind", pa.string())])
+_PATH = pa.list_(pa.int32())
+_LOCATION = pa.struct([("scope", _PATH), ("node", pa.int32()), ("port", pa.int32()), ("kind", pa.string())])
 _TIME = pa.list_(pa.int64())
 _UPDATE = pa.struct([("location", _LOCATION), ("time", _TIME), ("delta", pa.int64())])
 _CHANGE = pa.struct([("location", _LOCATION), ("time", _TIME), ("diff", pa.int64())])
@@ -69,6 +71,7 @@ def progress_table(items: Sequence[ProgressItem]) -> pa.Table | None:
             "time": flat.field("time"), "delta": flat.field("delta")}
     if any(column.null_count for column in rows.values()):
         return None
+    rows["scope"] = _root_if_absent(location.field("scope"))
     parents = pc.list_parent_indices(updates)
     per_batch: dict[str, list[object]] = {
                  "dataflow_id": [i[0] for i in items], "version": [i[1] for i in items],
@@ -83,12 +86,21 @@ def changes_table(items: Sequence[ChangeItem]) -> pa.Table:
     changes = _read(lines, _CHANGES).column("changes").combine_chunks()
     flat = pc.list_flatten(changes)
     location = flat.field("location")
-    rows = {"node": location.field("node"), "port": location.field("port"), "kind": location.field("kind"),
-            "time": flat.field("time"), "diff": flat.field("diff")}
+    rows = {"scope": _root_if_absent(location.field("scope")), "node": location.field("node"),
+            "port": location.field("port"), "kind": location.field("kind"), "time": flat.field("time"),
+            "diff": flat.field("diff")}
     per_batch: dict[str, list[object]] = {
                  "dataflow_id": [i[0] for i in items], "version": [i[1] for i in items],
                  "at": [datetime.fromtimestamp(i[3], UTC) for i in items]}
     return _assemble("frontier_changes", rows, per_batch, pc.list_parent_indices(changes))
+
+
+def _root_if_absent(scope: pa.Array) -> pa.Array:
+    # A location without "scope" (every flat dataflow's, and a nested one's root locations) is
+    # the root's: the column says [] rather than null.
+    if not scope.null_count:
+        return scope
+    return pc.if_else(pc.is_null(scope), pa.scalar([], type=_PATH), scope)
 
 
 def _one_line(body: bytes) -> bytes:

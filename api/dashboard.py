@@ -115,7 +115,7 @@ def _history(root: Path, dataflow_id: str, limit: int) -> dict[str, Any]:
             return None
         return pl.scan_delta(path).filter(pl.col("dataflow_id") == dataflow_id).select(columns)
 
-    changes_scan = scan("frontier_changes", ["version", "node", "port", "kind", "time", "diff", "at"])
+    changes_scan = scan("frontier_changes", ["version", "scope", "node", "port", "kind", "time", "diff", "at"])
     progress_scan = scan("progress", ["version", "received_at", "delta"])
     # One row more than the limit: if it is there, the oldest version kept may be cut short.
     changes = [] if changes_scan is None else list(changes_scan.top_k(limit + 1, by="version").sort(
@@ -126,13 +126,20 @@ def _history(root: Path, dataflow_id: str, limit: int) -> dict[str, Any]:
     rate = throughput(pl.DataFrame() if progress_scan is None else progress_scan.collect())
     return {
         "frontier_changes": [
-            {"version": r["version"], "location": {"node": r["node"], "port": r["port"], "kind": r["kind"]},
-             "time": r["time"], "diff": r["diff"], "at": r["at"].timestamp()}
+            {"version": r["version"], "location": _location(r), "time": r["time"], "diff": r["diff"],
+             "at": r["at"].timestamp()}
             for r in changes
         ],
         "throughput": [{"second": r["second"].timestamp(), "batches": r["batches"], "updates": r["updates"]}
                        for r in rate.iter_rows(named=True)],
     }
+
+
+def _location(row: dict[str, Any]) -> dict[str, Any]:
+    """A row's location as the service's JSON: ``scope`` only inside a nested scope (its times
+    are then that scope's, inner times)."""
+    location = {"node": row["node"], "port": row["port"], "kind": row["kind"]}
+    return {"scope": row["scope"], **location} if row["scope"] else location
 
 
 def _undo(view: dict[Location, set[tuple[int, ...]]], location: Location, time: tuple[int, ...], diff: int) -> None:
@@ -162,8 +169,7 @@ def _base(publication: Publication, changes: list[dict[str, Any]],
           state: tuple[dict[Location, set[tuple[int, ...]]], list[str]]) -> dict[str, Any]:
     """Every frontier just before the first of ``changes``: the published frontier (``state``,
     from :func:`_published`) with the newer in-memory versions undone, newest first, then the
-    rows themselves. Delta's ``frontier_changes`` alone cannot say it: the frontier at
-    registration is in no row (docs/tables.md)."""
+    rows themselves (``frontier_changes`` alone would say it only for rows from version 0)."""
     view, newer = state
     encoding = publication.encoding
     for encoded in reversed(newer):
@@ -173,8 +179,10 @@ def _base(publication: Publication, changes: list[dict[str, Any]],
                         else encoding.location(where))
             _undo(view, location, tuple(change["time"]), change["diff"])
     for row in reversed(changes):
-        where = row["location"]
-        _undo(view, Location(where["node"], where["port"], where["kind"]), tuple(row["time"]), row["diff"])
+        where = row["location"]  # a real location, scope included (docs/tables.md)
+        location = (Location(where["node"], where["port"], where["kind"]) if encoding is None
+                    else encoding.location(where))
+        _undo(view, location, tuple(row["time"]), row["diff"])
     return {"version": changes[0]["version"] - 1, "locations": publication.frontier_rows(view)}
 
 

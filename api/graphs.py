@@ -1,13 +1,14 @@
-"""The graph tables of registered dataflows (``dataflows``, ``nodes``, ``edges``, ... and,
-without a Spark check, the native ``summaries``), written in batches on the Delta thread, and
-the ``dataflows.deleted_at`` of deleted ones.
+"""The graph tables of registered dataflows (``dataflows``, ``scopes``, ``nodes``, ``edges``,
+... and the native ``summaries``), written in batches on the Delta thread, and the
+``dataflows.deleted_at`` of deleted ones.
 
 Guarantees: a queued dataflow's tables are written once, with its ``dataflows`` row last, so a
 crash half-way leaves it without that row and recovery queues it again; a burst of
-registrations costs a few commits, not five each, and does not hold the progress flushes back
-(they share the one Delta thread). Without Spark's check the native ``Psi`` fills
-``summaries`` for graphs of up to :data:`NATIVE_PSI_MAX_LOCATIONS` locations (``Psi`` has up
-to n^2 rows: beyond that it is Spark's job, not a side task of this thread).
+registrations costs a few commits, not six each, and does not hold the progress flushes back
+(they share the one Delta thread). The native ``Psi`` of every scope fills ``summaries`` in the
+same step, before the ``dataflows`` row, so a listed dataflow has its summaries, for dataflows
+whose scopes have up to :data:`NATIVE_PSI_MAX_LOCATIONS` locations each (``Psi`` has up to n^2
+rows: beyond that it is the Spark check's job, not a side task of this thread).
 """
 
 from __future__ import annotations
@@ -18,9 +19,11 @@ from concurrent.futures import Executor
 from typing import Protocol
 
 from api.metrics import Metrics
+from api.scopes import Hosting
 from api.store import Store
 from api.sync import DeltaLag
 from tracker.graph import Graph
+from tracker.scope import NestedGraph, ScopePath
 from tracker.structure import path_summaries
 
 log = logging.getLogger("tracker.graphs")
@@ -41,17 +44,27 @@ class Described(Protocol):
     @property
     def lag(self) -> DeltaLag: ...
     @property
+    def hosting(self) -> Hosting | None: ...
+    @property
     def deleted_at(self) -> float | None: ...
+
+
+def native_psis(graph: Graph | NestedGraph) -> dict[ScopePath, object] | None:
+    """``Psi`` of every scope of ``graph`` (scope nodes carrying their scope summaries), by scope
+    path; ``None`` if some scope has more than :data:`NATIVE_PSI_MAX_LOCATIONS` locations."""
+    scopes = {(): graph} if isinstance(graph, Graph) else {p: s.graph for p, s in graph.scopes.items()}
+    if any(len(g.locations()) > NATIVE_PSI_MAX_LOCATIONS for g in scopes.values()):
+        return None
+    return {path: path_summaries(g) for path, g in scopes.items()}
 
 
 class GraphWriter:
     """A queue of dataflows whose graph tables are to be written, and the task writing them."""
 
-    def __init__(self, store: Store | None, pool: Executor, metrics: Metrics, *, native_psi: bool) -> None:
+    def __init__(self, store: Store | None, pool: Executor, metrics: Metrics) -> None:
         self.store = store
         self.pool = pool
         self.metrics = metrics
-        self.native_psi = native_psi
         self._queued: list[Described] = []
         self._deleted: list[Described] = []
         self._task: asyncio.Task[None] | None = None
@@ -97,12 +110,12 @@ class GraphWriter:
     def _write(self, dataflows: list[Described]) -> None:
         assert self.store is not None
         try:
-            if self.native_psi:
-                # Not cached on the dataflow: Psi has up to n^2 entries, and keeping them alive
-                # made every full pass of the garbage collector tens of milliseconds longer.
-                self.store.write_summaries({d.id: path_summaries(d.graph) for d in dataflows
-                                            if len(d.graph.locations()) <= NATIVE_PSI_MAX_LOCATIONS})
-            self.store.write_dataflows([(d.id, d.name, d.graph, d.created_at) for d in dataflows])
+            graphs = [(d.id, d.name, d.graph if d.hosting is None else d.hosting.nested, d.created_at)
+                      for d in dataflows]
+            # Not cached on the dataflow: Psi has up to n^2 entries, and keeping them alive
+            # made every full pass of the garbage collector tens of milliseconds longer.
+            psis = {i: psi for i, _, graph, _ in graphs if (psi := native_psis(graph)) is not None}
+            self.store.write_dataflows(graphs, psis)
             for dataflow in dataflows:
                 dataflow.lag.graph_stored = True
             self.store.mark_deleted({d.id: d.deleted_at for d in dataflows if d.deleted_at is not None})

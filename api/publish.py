@@ -116,12 +116,11 @@ class Listener(Protocol):
 
 class Encoding(Protocol):
     """How a dataflow whose locations are stand-ins is written out (a nested dataflow's,
-    :class:`api.scopes.Hosting`): its locations, and their JSON for clients and for Delta."""
+    :class:`api.scopes.Hosting`): its locations, and their JSON (for clients and Delta alike)."""
 
     locations: list[Location]
 
     def changes_json(self, changes: list[FrontierChange]) -> str: ...
-    def delta_changes_json(self, changes: list[FrontierChange]) -> str: ...
     def location_json(self, location: Location) -> dict[str, Any]: ...
     def location(self, raw: Mapping[str, Any]) -> Location: ...
 
@@ -209,6 +208,18 @@ class Publication:
         if floor is not None:
             self.history_floor = max(self.history_floor, floor)
 
+    def record_initial(self, at: float) -> None:
+        """Tell ``on_published`` of version 0's changes, read from the frontier published as
+        exact for version 0 (call it right after :meth:`reset` there): every element entered
+        (+1), so that replaying ``frontier_changes`` from version 0 gives the frontiers. The
+        streams' history does not get them: a subscriber's snapshot already holds them."""
+        if self._on_published is None or self.frontier_version != 0:
+            return
+        changes = [FrontierChange(loc, t, 1) for loc, times in sorted(self.published.items()) for t in sorted(times)]
+        if changes:
+            encoded = changes_json(changes) if self.encoding is None else self.encoding.changes_json(changes)
+            self._on_published(0, encoded, at)
+
     def publish(self, version: int, changes: list[FrontierChange] | ChangeBatch, *, notify: bool = True,
                 at: float | None = None) -> None:
         """Publish a durable version's changes: frontier, history, subscribers (if ``notify``;
@@ -242,8 +253,8 @@ class Publication:
         if self._moved is not None:
             self._moved(changes, stamp)
         if self._on_published is not None:
-            rows = encoded if encoding is None else encoding.delta_changes_json(changes)  # type: ignore[arg-type]
-            self._on_published(version, rows, stamp)
+            # The streams' JSON names each location's scope, as frontier_changes' rows do.
+            self._on_published(version, encoded, stamp)
         self._unfolded.append(changes)
         self._unfolded_changes += len(changes)
         if notify:

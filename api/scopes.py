@@ -15,9 +15,10 @@ restart, and never a real node id). Only the edges of the service translate:
 * the engine (:class:`NestedEngine`: a :class:`~tracker.engine.FrontierEngine` over the flat
   stand-ins, running a :class:`~tracker.engine.ScopedEngine`, one flat engine per scope).
 
-The Delta tables keep root-style columns: a nested location is stored with its virtual node id
-(:meth:`Hosting.delta_changes_json` for ``frontier_changes``; ``progress``, ``pointstamps`` and
-``frontiers`` rows get the stand-ins as they are), which recovery maps back exactly.
+The stand-ins never reach the Delta tables: every row names its real location, ``scope,
+node, port, kind`` (``frontier_changes`` takes the streams' JSON, which says ``scope``;
+``progress``, ``pointstamps`` and ``frontiers`` rows are mapped with :meth:`Hosting.scoped`),
+and recovery maps the rows back with :meth:`Hosting.flat`.
 
 >>> from tracker.scope import NestedGraph
 >>> body = {"nodes": [
@@ -73,7 +74,6 @@ class Hosting:
         self._scoped: dict[Location, ScopedLocation] = {}
         self._json: dict[Location, dict[str, Any]] = {}
         self._prefix: dict[Location, str] = {}
-        self._delta_prefix: dict[Location, str] = {}
         self._arity: dict[Location, int] = {}
         self._holders: dict[_Location, Location] = {}
         self.locations: list[Location] = []
@@ -89,7 +89,6 @@ class Hosting:
                 body = {"scope": list(loc.scope), **body}
             self._json[flat] = body
             self._prefix[flat] = '{"location":' + json.dumps(body, separators=(",", ":")) + ',"time":['
-            self._delta_prefix[flat] = f'{{"location":{{"node":{node},"port":{loc.port},"kind":"{loc.kind}"}},"time":['
             self._arity[flat] = nested.arity_of(loc.scope)
             if nested.holds_pointstamps(loc):
                 self._holders[_Location(loc.node, loc.port, loc.kind, loc.scope)] = flat
@@ -146,11 +145,21 @@ class Hosting:
         return "[" + ",".join([f'{prefix[loc]}{",".join(map(str, when))}],"diff":{diff}}}'
                                for loc, when, diff in changes]) + "]"
 
-    def delta_changes_json(self, changes: Iterable[FrontierChange]) -> str:
-        """A change list with the stand-ins' root-style locations, for ``frontier_changes``."""
-        prefix = self._delta_prefix
-        return "[" + ",".join([f'{prefix[loc]}{",".join(map(str, when))}],"diff":{diff}}}'
-                               for loc, when, diff in changes]) + "]"
+    def scoped_counts(self, counts: Mapping[tuple[Location, Timestamp], int]
+                      ) -> dict[tuple[ScopedLocation, Timestamp], int]:
+        """Occurrence counts on the stand-ins as counts on the real (scoped) locations."""
+        scoped = self._scoped
+        return {(scoped[loc], t): c for (loc, t), c in counts.items()}
+
+    def scoped_frontiers(self, frontiers: Mapping[Location, Iterable[Timestamp]]
+                         ) -> dict[ScopedLocation, Iterable[Timestamp]]:
+        """Frontiers on the stand-ins as frontiers of the real (scoped) locations."""
+        scoped = self._scoped
+        return {scoped[loc]: times for loc, times in frontiers.items()}
+
+    def first_location(self) -> ScopedLocation:
+        """A location of the root scope (where a ``progress`` row of an empty batch goes)."""
+        return ScopedLocation((), *self.root.locations()[0])
 
     def parse(self, data: bytes | str) -> tuple[str, int, list[Update]]:
         """``(worker, seq, updates)`` of a progress body, validated against the nested dataflow

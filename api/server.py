@@ -92,6 +92,13 @@ def build(settings: Settings) -> Any:
         lock = WarehouseLock.acquire(settings.warehouse, f"tracker serve on port {settings.port}")
     except WarehouseBusy as busy:
         raise StartupError(f"{busy}; one process at a time may write a warehouse, stop it first") from None
+    if settings.delta:
+        from spark_jobs.storage import LegacyWarehouseError, Warehouse
+
+        try:
+            Warehouse(settings.warehouse).check_layout()
+        except LegacyWarehouseError as error:
+            raise StartupError(str(error)) from None
     token = load_admin_token(settings.warehouse, settings.admin_token)
     app = create_app(settings, token)
     app.state.warehouse_lock = lock  # held for the app's lifetime; the kernel drops it at exit

@@ -47,9 +47,11 @@ from api.tenant import Tenant
 from api.tidy import Tidier
 from api.wal import LogFailed, WriteAheadLog
 from tracker.engine import FrontierEngine
-from tracker.graph import Graph, GraphError, Update
+from tracker.graph import Graph, GraphError, Location, Update
 from tracker.reachability import Tracker
+from tracker.scope import ScopedLocation
 from tracker.scoped import ScopedTracker
+from tracker.timestamp import Timestamp
 
 log = logging.getLogger("tracker.service")
 FREEZE_LOCATIONS = 10_000
@@ -82,7 +84,7 @@ class Service:
         self.syncer = Syncer(store, self.delta_pool, self.wal, self.metrics, self.dataflows, self.log_header,
                              segment_bytes=settings.segment_bytes,
                              tidier=Tidier(store, self.delta_pool, settings.vacuum_hours))
-        self.graphs = GraphWriter(store, self.delta_pool, self.metrics, native_psi=not self._checks_in_spark)
+        self.graphs = GraphWriter(store, self.delta_pool, self.metrics)
         self._unstored: list[Tenant] = []  # recovered without their graph tables: write them
         self._unchecked: list[Tenant] = []  # recovered with no Spark check result: run it
         self.stopping = False
@@ -185,8 +187,11 @@ class Service:
         self.graphs.queue_deleted([tenant])
 
     def _new_tenant(self, record: Register, graph: Graph, tracker: FrontierEngine, initial: list[Update],
-                    hosting: Hosting | None = None, *, created: float | None = None) -> Tenant:
-        """``created``: when its frontiers count as last moved if they never moved (default now)."""
+                    hosting: Hosting | None = None, *, at_registration: bool = True,
+                    created: float | None = None) -> Tenant:
+        """A tenant whose tracker holds ``initial`` (``at_registration``: version 0's state, whose
+        frontier is queued as version 0's changes for ``frontier_changes``) or a snapshot's counts.
+        ``created``: when its frontiers count as last moved if they never moved (default now)."""
         lag = DeltaLag()
         live = LiveState(tracker)
         ages = Ages(time.time() if created is None else created)
@@ -203,6 +208,8 @@ class Service:
         ages.counts = tenant.counts
         tenant.publication.last_change_at = datetime.fromisoformat(record.created_at).timestamp()
         tenant.reset_published()
+        if at_registration and mode != "spark":  # Spark's first micro-batch publishes version 0 itself
+            tenant.publication.record_initial(datetime.fromisoformat(record.created_at).timestamp())
         lag.batch_durable(0, "_initial", 0, initial, time.time())
         ages.batch_durable(ages.created, None, initial)
         if not self._checks_in_spark:
@@ -312,32 +319,33 @@ class Service:
         self.wal.hold = True  # its records must outlive the Delta sync's retirement of segments
         self.metrics.damaged.set(len(self.damaged))
 
-    def _recover_one(self, evidence: Evidence, snapshot: tuple[int, Counts] | None, in_delta: int,
+    def _recover_one(self, evidence: Evidence, stored_snapshot: tuple[int, StoredCounts] | None, in_delta: int,
                      compacted: int, stored: set[str]) -> Damaged | None:
         record = evidence.registration
         assert record is not None
         store = self.store
         dataflow_id = record.df
-        base = snapshot[0] if snapshot is not None else 0
+        base = stored_snapshot[0] if stored_snapshot is not None else 0
         start, end, missing = span(evidence, base, in_delta)
-        from_delta: dict[int, tuple[str, int, list[Update], float]] = {}
-        if missing and store is not None and in_delta >= missing[0]:
-            from_delta = store.progress(dataflow_id, after=missing[0] - 1)
-        missing = [v for v in missing if v not in from_delta]
-        if missing:
-            return self._refusal(evidence, missing_detail(missing, evidence))
         hosting = None
         if is_nested(record):
             hosting, _, initial = self._nested_with(record, False, empty=True)
             graph = hosting.root
         else:
             graph, initial = build_graph(record, new=False)
+        from_delta: dict[int, tuple[str, int, list[Update], float]] = {}
+        if missing and store is not None and in_delta >= missing[0]:
+            from_delta = store.progress(dataflow_id, after=missing[0] - 1, hosting=hosting)
+        missing = [v for v in missing if v not in from_delta]
+        if missing:
+            return self._refusal(evidence, missing_detail(missing, evidence))
+        snapshot = None if stored_snapshot is None else (base, _stand_ins(stored_snapshot[1], hosting))
         if snapshot is None:  # never compacted: replay everything from the initial counts
             tracker = self._tracker_with(graph, initial, hosting)
         else:  # start from the compacted counts and replay only what follows them
             tracker = self._tracker_with(graph, [(loc, t, c) for (loc, t), c in snapshot[1].items()], hosting)
         # Without a snapshot every batch is replayed with its time: the ages are those before the restart.
-        tenant = self._new_tenant(record, graph, tracker, initial, hosting,
+        tenant = self._new_tenant(record, graph, tracker, initial, hosting, at_registration=snapshot is None,
                                   created=None if snapshot is not None else
                                   datetime.fromisoformat(record.created_at).timestamp())
         tenant.live.version = base
@@ -460,3 +468,18 @@ class Service:
 
 # Tests build graphs exactly as the service does through these names.
 __all__ = ["RegistrationError", "Service", "build_graph", "registration_record"]
+
+
+StoredCounts = dict[tuple[Location | ScopedLocation, Timestamp], int]
+"""Counts as the ``pointstamps`` table names them: a nested scope's locations with their scope path."""
+
+
+def _stand_ins(counts: StoredCounts, hosting: Hosting | None) -> Counts:
+    """Stored counts on the locations the dataflow's tracker uses (a nested dataflow's stand-ins)."""
+    if hosting is None:
+        if any(isinstance(loc, ScopedLocation) for loc, _ in counts):
+            raise ValueError("the pointstamps table names a nested scope in a flat dataflow")
+        return counts  # type: ignore[return-value]  # checked: every key is a root Location
+    return {(hosting.flat(loc if isinstance(loc, ScopedLocation)
+                          else ScopedLocation((), loc.node, loc.port, loc.kind)), t): c
+            for (loc, t), c in counts.items()}

@@ -5,6 +5,9 @@ Guarantees: each write is one Delta commit (so a reader sees all of it or none o
 differently from :func:`api.parsing.parse_progress` is decoded by that parser instead (the
 progress body is also the log's batch format, and that parser is its one decoder).
 
+A nested dataflow's locations are stand-ins in the service (:mod:`api.scopes`); here they
+become real ``scope, node, port, kind`` rows and back, through its :class:`~api.scopes.Hosting`.
+
 Everything here is blocking and runs on the service's single ``delta`` thread, never on the
 event loop; one thread also serialises the commits of one table.
 """
@@ -27,12 +30,18 @@ import pyarrow.parquet as pq
 
 from api.columns import ChangeItem, RawBatch, changes_table, progress_table
 from api.parsing import parse_progress
+from api.scopes import Hosting
 from spark_jobs.tables import TABLES
 from tracker.graph import Graph, Location, Update
+from tracker.scope import NestedGraph, ScopedLocation, ScopePath
 from tracker.timestamp import Timestamp
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
+
+Layout = Graph | Hosting
+"""How a dataflow's locations are written: a flat graph's as they are (the root scope), a
+nested dataflow's stand-ins mapped to their scopes."""
 
 log = logging.getLogger("tracker.store")
 
@@ -47,18 +56,22 @@ class Store:
 
     # -- recovery -------------------------------------------------------------------------
 
-    def progress(self, dataflow_id: str, after: int = -1) -> dict[int, tuple[str, int, list[Update], float]]:
+    def progress(self, dataflow_id: str, after: int = -1, hosting: Hosting | None = None
+                 ) -> dict[int, tuple[str, int, list[Update], float]]:
         """The batches of the ``progress`` table with a version above ``after``, by version:
-        ``(worker, seq, updates, received_at as a POSIX time)``."""
-        names = ["version", "worker", "seq", "node", "port", "kind", "time", "delta", "received_at"]
+        ``(worker, seq, updates, received_at as a POSIX time)``; a nested dataflow's updates on
+        its ``hosting`` 's stand-ins."""
+        names = ["version", "worker", "seq", "scope", "node", "port", "kind", "time", "delta", "received_at"]
         data = self.warehouse.columns("progress", dataflow_id, names, after_version=after if after >= 0 else None)
         batches: dict[int, tuple[str, int, list[Update], float]] = {}
         columns = [data.column(n).to_pylist() for n in names]
-        for version, worker, seq, node, port, kind, time, delta, received in zip(*columns, strict=True):
+        for version, worker, seq, scope, node, port, kind, time, delta, received in zip(*columns, strict=True):
             entry = batches.get(version)
             if entry is None:
                 entry = batches[version] = (worker, seq, [], received.timestamp())
-            entry[2].append((Location(node, port, kind), tuple(time), delta))
+            location = (Location(node, port, kind) if hosting is None
+                        else hosting.flat(ScopedLocation(tuple(scope), node, port, kind)))
+            entry[2].append((location, tuple(time), delta))
         return batches
 
     def registered(self) -> set[str]:
@@ -75,16 +88,25 @@ class Store:
         files = files.filter(pc.greater(files.column("num_records"), 0))
         return set(files.column("partition.dataflow_id").to_pylist())
 
-    def snapshot(self, dataflow_id: str) -> tuple[int, dict[tuple[Location, Timestamp], int]] | None:
-        """The compacted counts and the version they are exact for, if compaction wrote any."""
-        return self.warehouse.pointstamps_snapshot(dataflow_id)
+    def snapshot(self, dataflow_id: str, hosting: Hosting | None = None
+                 ) -> tuple[int, dict[tuple[Location, Timestamp], int]] | None:
+        """The compacted counts and the version they are exact for, if compaction wrote any (a
+        nested dataflow's on its ``hosting`` 's stand-ins)."""
+        found = self.warehouse.pointstamps_snapshot(dataflow_id, scoped=hosting is not None)
+        if found is None:
+            return None
+        version, counts = found
+        if hosting is None:
+            return version, counts  # type: ignore[return-value]  # root rows: Locations
+        return version, {(hosting.flat(loc), t): c for (loc, t), c in counts.items()}  # type: ignore[arg-type]
 
     def max_progress_version(self, dataflow_id: str) -> int:
         """The highest version in ``progress`` for this dataflow (-1 if none)."""
         found = self.warehouse.max_of("progress", dataflow_id, "version")
         return -1 if found is None else found
 
-    def snapshots(self, dataflow_ids: Iterable[str]) -> dict[str, tuple[int, dict[tuple[Location, Timestamp], int]]]:
+    def snapshots(self, dataflow_ids: Iterable[str]
+                  ) -> dict[str, tuple[int, dict[tuple[Location | ScopedLocation, Timestamp], int]]]:
         """:meth:`snapshot` of many dataflows from one read of the ``pointstamps`` table (one
         table version, so each dataflow's counts and version belong together)."""
         from deltalake import DeltaTable
@@ -103,18 +125,20 @@ class Store:
                         exc_info=True)
             marks = {POINTSTAMPS_APP + i: v for i in ids if (v := delta.transaction_version(POINTSTAMPS_APP + i))
                      is not None}
-        found: dict[str, tuple[int, dict[tuple[Location, Timestamp], int]]] = {}
+        found: dict[str, tuple[int, dict[tuple[Location | ScopedLocation, Timestamp], int]]] = {}
         for dataflow_id in ids:
             mark = marks.get(POINTSTAMPS_APP + dataflow_id)
             if mark is not None:
                 found[dataflow_id] = (mark, {})
-        names = ["dataflow_id", "node", "port", "kind", "time", "count"]
+        names = ["dataflow_id", "scope", "node", "port", "kind", "time", "count"]
         data = _read_files(delta, path, names)
-        for dataflow_id, node, port, kind, time, count in zip(*(data.column(n).to_pylist() for n in names),
-                                                              strict=True):
+        for dataflow_id, scope, node, port, kind, time, count in zip(*(data.column(n).to_pylist() for n in names),
+                                                                     strict=True):
             if dataflow_id in found:
                 counts = found[dataflow_id][1]
-                key = (Location(node, port, kind), tuple(time))
+                # A nested scope's row keeps its scope path: recovery maps it to its stand-in.
+                location = ScopedLocation(tuple(scope), node, port, kind) if scope else Location(node, port, kind)
+                key = (location, tuple(time))
                 counts[key] = counts.get(key, 0) + count
         return {i: (mark, {k: c for k, c in counts.items() if c != 0}) for i, (mark, counts) in found.items()}
 
@@ -146,17 +170,19 @@ class Store:
 
     # -- writes ---------------------------------------------------------------------------
 
-    def write_dataflows(self, graphs: Sequence[tuple[str, str, Graph, str]]) -> None:
-        """The graph tables of ``(dataflow_id, name, graph, created_at)``, ``dataflows`` last,
-        one commit per table; ``created_at`` is the registration's ISO time."""
+    def write_dataflows(self, graphs: Sequence[tuple[str, str, Graph | NestedGraph, str]],
+                        psis: Mapping[str, Mapping[ScopePath, Any]] | None = None) -> None:
+        """The graph tables of ``(dataflow_id, name, graph, created_at)`` and the ``summaries``
+        of ``psis`` (``dataflow_id -> scope -> Psi``), ``dataflows`` last, one commit per table;
+        ``created_at`` is the registration's ISO time."""
         self.warehouse.write_dataflows([(i, name, graph, datetime.fromisoformat(created))
-                                        for i, name, graph, created in graphs])
+                                        for i, name, graph, created in graphs], psis=psis)
 
     def mark_deleted(self, deleted: Mapping[str, float]) -> None:
         """Set ``dataflows.deleted_at`` of each ``dataflow_id -> POSIX time`` in one commit."""
         self.warehouse.mark_deleted({i: datetime.fromtimestamp(at, UTC) for i, at in deleted.items()})
 
-    def append_progress(self, batches: Iterable[tuple[str, Graph, int, str, int, list[Update] | RawBatch, float]]
+    def append_progress(self, batches: Iterable[tuple[str, Layout, int, str, int, list[Update] | RawBatch, float]]
                         ) -> int:
         """One commit with the rows of many batches of many dataflows.
 
@@ -171,7 +197,7 @@ class Store:
         decoded = progress_table(raw) if raw else None
         tables = [] if decoded is None else [decoded]
         if decoded is None:  # Arrow in doubt (or nothing raw): every body through the parser
-            batches = [(d, g, v, w, s, parse_progress(u.body, g)[2] if isinstance(u, RawBatch) else u, at)
+            batches = [(d, g, v, w, s, _parse(u.body, g) if isinstance(u, RawBatch) else u, at)
                        for d, g, v, w, s, u, at in batches]
         rest = [(d, g, v, w, s, u, at) for d, g, v, w, s, u, at in batches if not isinstance(u, RawBatch)]
         if rest:
@@ -180,13 +206,14 @@ class Store:
             return -1
         return self.warehouse.append("progress", pa.concat_tables(tables) if len(tables) > 1 else tables[0])
 
-    def write_states(self, states: Mapping[str, tuple[int, Mapping[tuple[Location, Timestamp], int],
-                                                     Mapping[Location, Iterable[Timestamp]]]]) -> None:
+    def write_states(self, states: Mapping[str, tuple[int, Mapping[tuple[Any, Timestamp], int],
+                                                     Mapping[Any, Iterable[Timestamp]]]]) -> None:
         """Replace the ``pointstamps`` and ``frontiers`` partitions of many dataflows, each
         ``dataflow_id -> (version, counts, frontiers)`` as of its ``version`` (recorded with the
         pointstamps, so recovery and the incremental Spark job resume there). Two commits in all,
         however many dataflows: one commit per dataflow and table left the tables minutes behind
-        with a hundred busy dataflows."""
+        with a hundred busy dataflows. Locations are root ``Location`` s or ``ScopedLocation`` s
+        (see :meth:`api.scopes.Hosting.scoped_counts`)."""
         if states:
             self.warehouse.write_states(states)
 
@@ -203,16 +230,23 @@ class Store:
 
 
 
-def _progress_rows(batches: list[tuple[str, Graph, int, str, int, list[Update], float]]) -> pa.Table:
+def _parse(body: bytes, layout: Layout) -> list[Update]:
+    return parse_progress(body, layout)[2] if isinstance(layout, Graph) else layout.parse(body)[2]
+
+
+def _progress_rows(batches: list[tuple[str, Layout, int, str, int, list[Update], float]]) -> pa.Table:
     """``progress`` rows built from decoded updates, as columns rather than row dicts."""
     columns: dict[str, list[Any]] = {name: [] for name in TABLES["progress"].names}
     ids, versions, workers, seqs = (columns[n] for n in ("dataflow_id", "version", "worker", "seq"))
-    nodes, ports, kinds, times, deltas, ats = (columns[n] for n in ("node", "port", "kind", "time", "delta",
-                                                                    "received_at"))
-    for dataflow_id, graph, version, worker, seq, updates, received in batches:
+    scopes, nodes, ports, kinds, times, deltas, ats = (columns[n] for n in ("scope", "node", "port", "kind", "time",
+                                                                            "delta", "received_at"))
+    for dataflow_id, layout, version, worker, seq, updates, received in batches:
         at = datetime.fromtimestamp(received, UTC)
+        scoped = None if isinstance(layout, Graph) else layout.scoped
         if not updates:
+            graph = layout if isinstance(layout, Graph) else layout.root
             updates = [(graph.locations()[0], (0,) * graph.arity, 0)]
+            scoped = None  # a root location of the root graph, not a stand-in
         count = len(updates)
         ids.extend([dataflow_id] * count)
         versions.extend([version] * count)
@@ -220,9 +254,17 @@ def _progress_rows(batches: list[tuple[str, Graph, int, str, int, list[Update], 
         seqs.extend([seq] * count)
         ats.extend([at] * count)
         for loc, time, delta in updates:
-            nodes.append(loc.node)
-            ports.append(loc.port)
-            kinds.append(loc.kind)
+            if scoped is None:
+                scopes.append(())
+                nodes.append(loc.node)
+                ports.append(loc.port)
+                kinds.append(loc.kind)
+            else:
+                real = scoped(loc)
+                scopes.append(real.scope)
+                nodes.append(real.node)
+                ports.append(real.port)
+                kinds.append(real.kind)
             times.append(time)
             deltas.append(delta)
     schema = TABLES["progress"]

@@ -27,14 +27,15 @@ import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from api.columns import RawBatch
 from api.live import Counts, LiveState
 from api.metrics import Metrics
 from api.publish import Publication
 from api.records import Record
-from api.store import Store
+from api.scopes import Hosting
+from api.store import Layout, Store
 from api.tidy import Tidier
 from api.wal import WriteAheadLog
 from tracker.graph import Graph, Update
@@ -86,6 +87,10 @@ class Synced(Protocol):
     def publication(self) -> Publication: ...
     @property
     def lag(self) -> DeltaLag: ...
+    @property
+    def hosting(self) -> Hosting | None:
+        """A nested dataflow's stand-ins and their real locations (``None``: flat)."""
+        ...
 
     def counts(self) -> Counts:
         """Occurrence counts as of the published frontier's version."""
@@ -176,7 +181,7 @@ class Syncer:
                     lag.delta_version = max(lag.delta_version, held)
             self._uncertain = False
         taken: list[tuple[DeltaLag, list[ProgressItem]]] = []
-        rows: list[tuple[str, Graph, int, str, int, list[Update] | RawBatch, float]] = []
+        rows: list[tuple[str, Layout, int, str, int, list[Update] | RawBatch, float]] = []
         for dataflow in list(self.dataflows.values()):
             lag = dataflow.lag
             if not lag.unflushed:
@@ -185,7 +190,8 @@ class Syncer:
             if store is None:
                 continue
             taken.append((lag, batch))
-            rows.extend((dataflow.id, dataflow.graph, *item) for item in batch)
+            layout: Layout = dataflow.graph if dataflow.hosting is None else dataflow.hosting
+            rows.extend((dataflow.id, layout, *item) for item in batch)
         if not rows or store is None:
             return
         try:
@@ -216,8 +222,8 @@ class Syncer:
         due = [d for d in self.dataflows.values() if d.publication.frontier_version >= 0 and (
             d.lag.uncompacted or d.lag.compacted_state != d.publication.frontier_version)]
         # Read on the loop, so that counts, frontiers and changes agree on a version.
-        states = [(d, d.publication.frontier_version, d.counts(),
-                   {loc: sorted(ts) for loc, ts in d.publication.published.items() if ts}) for d in due]
+        states = [(d, d.publication.frontier_version, *_real(d.hosting, d.counts(),
+                   {loc: sorted(ts) for loc, ts in d.publication.published.items() if ts})) for d in due]
         changes: list[tuple[Synced, ChangeItem]] = []
         for dataflow in due:
             changes.extend((dataflow, item) for item in dataflow.lag.uncompacted)
@@ -264,3 +270,10 @@ class Syncer:
         segment = await wal.rotate(self.header)
         self._rotation = (segment, versions)
         log.info("wal rotated", extra={"segment": segment})
+
+
+def _real(hosting: Hosting | None, counts: Counts, frontiers: dict[Any, list[Any]]) -> tuple[Any, Any]:
+    """Counts and frontiers on a nested dataflow's real (scoped) locations, for Delta."""
+    if hosting is None:
+        return counts, frontiers
+    return hosting.scoped_counts(counts), hosting.scoped_frontiers(frontiers)

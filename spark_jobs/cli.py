@@ -20,10 +20,10 @@ import sys
 import time
 
 from spark_jobs.ownership import WarehouseBusy, WarehouseLock
-from spark_jobs.storage import UnknownDataflowError, Warehouse, warehouse_problem
+from spark_jobs.storage import LegacyWarehouseError, UnknownDataflowError, Warehouse, warehouse_problem
 
-NEEDS = {"cycles": ["dataflows", "nodes", "edges"], "summaries": ["dataflows", "nodes", "edges"],
-         "propagate": ["dataflows", "nodes", "edges"], "incremental": ["dataflows", "nodes", "edges"]}
+_GRAPH = ["dataflows", "scopes", "nodes", "edges"]
+NEEDS = {"cycles": _GRAPH, "summaries": _GRAPH, "propagate": _GRAPH, "incremental": _GRAPH}
 """The tables each job cannot do without; the others (``connections``, ``pointstamps``,
 ``progress``, ...) are read as empty when they were never written."""
 
@@ -44,6 +44,10 @@ def run_job(args: argparse.Namespace) -> int:
     if problem:
         return _fail(f"warehouse {warehouse!r} {problem}")
     probe = Warehouse(warehouse)  # no Spark needed to tell an unknown dataflow apart
+    try:
+        probe.check_layout()
+    except LegacyWarehouseError as error:
+        return _fail(str(error))
     missing = [t for t in NEEDS[args.job] if not probe.exists(t)]
     if missing:
         return _fail(f"warehouse {warehouse!r} has no table {', '.join(missing)}: `{args.job}` reads it "
@@ -107,14 +111,15 @@ def _run(args: argparse.Namespace, warehouse: str, ids: list[str]) -> int:
                     + (
                         "no non-incrementing cycle"
                         if not ts
-                        else f"{len(ts)} transitions on non-incrementing cycles: " + ", ".join(map(str, ts))
+                        else f"{len(ts)} transitions on non-incrementing cycles: "
+                    + ", ".join(f"{list(scope)}{t}" if scope else str(t) for scope, t in ts)
                     )
                 )
             code = 1 if bad else 0
         elif args.job == "summaries":
             rows, scope = jobs.summaries_job(wh, ids, progress)
-            print(f"summaries: {rows} rows written for {len(ids)} dataflow(s); scope summaries (every location to "
-                  f"the inputs of operator 0): {scope.count()} rows")
+            print(f"summaries: {rows} rows written for {len(ids)} dataflow(s); nested scopes' summaries as "
+                  f"operators: {scope.count()} rows")
             code = 0
         elif args.job == "propagate":
             rows = jobs.propagate_job(wh, ids, progress)

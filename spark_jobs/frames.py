@@ -142,16 +142,30 @@ def arrow_to_spark(spark: SparkSession, data: pa.Table, schema: pa.Schema | None
     return spark.createDataFrame(data)
 
 
+def with_defaults(df: DataFrame, table: str) -> DataFrame:
+    """``df`` with the columns of ``table`` that have defaults added where missing: ``scope``
+    ``[]`` (the root), ``deleted_at`` null, ``is_scope`` false."""
+    from spark_jobs.tables import TABLES
+
+    defaults = {"scope": F.array().cast("array<int>"), "deleted_at": F.lit(None).cast("timestamp"),
+                "is_scope": F.lit(False)}
+    for name in TABLES[table].names:
+        if name in defaults and name not in df.columns:
+            df = df.withColumn(name, defaults[name])
+    return df
+
+
 def _spark_schema(schema: pa.Schema) -> T.StructType:
     mapping = {
         pa.int32(): T.IntegerType(),
         pa.int64(): T.LongType(),
         pa.string(): T.StringType(),
+        pa.bool_(): T.BooleanType(),
         pa.timestamp("us", tz="UTC"): T.TimestampType(),
     }
     fields = []
     for f in schema:
-        spark_type = T.ArrayType(T.LongType()) if pa.types.is_list(f.type) else mapping[f.type]
+        spark_type = T.ArrayType(mapping[f.type.value_type]) if pa.types.is_list(f.type) else mapping[f.type]
         fields.append(T.StructField(f.name, spark_type, True))
     return T.StructType(fields)
 

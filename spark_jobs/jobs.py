@@ -2,10 +2,14 @@
 
 Each job takes a list of dataflow ids and runs them together (one iteration for all, since a
 Spark round costs a job whatever its width); results are written in one commit per table.
+Dataflows with nested scopes are read scope by scope (:mod:`spark_jobs.scopes`): every scope is
+a flat graph of its own, and the jobs' answers are those of the flattened dataflow.
 
-* :func:`cycles_job`: transitions on non-incrementing cycles, per dataflow (nothing written).
-* :func:`summaries_job`: ``Psi`` into ``summaries``; returns the scope summaries too.
-* :func:`propagate_job`: ``pointstamps`` -> ``frontiers`` (full recompute, semi-naive).
+* :func:`cycles_job`: transitions on non-incrementing cycles, per dataflow and scope (nothing
+  written).
+* :func:`summaries_job`: ``Psi`` within every scope into ``summaries``; returns the nested
+  scopes' summaries as operators too.
+* :func:`propagate_job`: ``pointstamps`` -> ``frontiers`` (full recompute).
 * :func:`incremental_job`: the ``progress`` log past each dataflow's watermark -> updated
   ``pointstamps`` and ``frontiers``, and the changes appended to ``frontier_changes``.
 
@@ -20,91 +24,124 @@ from dataclasses import dataclass, field
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from spark_jobs.cycles import find_cycles, transition_key
-from spark_jobs.frames import (
-    KEYS,
-    Progress,
-    code_col,
-    decode,
-    decode_code,
-    locations_from_tables,
-    transitions_from_tables,
+from spark_jobs.cycles import transition_key
+from spark_jobs.frames import KEYS, Progress, code_col, cut, decode, decode_code
+from spark_jobs.incremental import IncrementalResult, incremental
+from spark_jobs.propagate import active_times, propagate
+from spark_jobs.scopes import (
+    Structure,
+    keyed,
+    propagate_scoped,
+    split,
+    split_key,
+    structure_from_tables,
+    summarize_scoped,
+    unkeyed,
 )
-from spark_jobs.incremental import incremental
-from spark_jobs.propagate import active_times, propagate, propagate_with_psi
 from spark_jobs.storage import POINTSTAMPS_APP, UnknownDataflowError, Warehouse
-from spark_jobs.summaries import boundary_of, summarize, summary_rows
+from spark_jobs.summaries import summary_rows
 from tracker.graph import Transition
+from tracker.scope import ScopePath
 from tracker.timestamp import PathSummary
 
 
 @dataclass
 class Inputs:
-    """The graph of some dataflows as DataFrames, read from the warehouse."""
+    """The graph of some dataflows as DataFrames, read from the warehouse: one flat graph per
+    scope, keyed by scope key (:mod:`spark_jobs.scopes`)."""
 
     ids: list[str]
-    transitions: DataFrame
-    locations: DataFrame
+    structure: Structure
     arity: dict[str, int] = field(default_factory=dict)
+    """Each scope key's arity."""
+
+    @property
+    def transitions(self) -> DataFrame:
+        return self.structure.transitions
+
+    @property
+    def locations(self) -> DataFrame:
+        return self.structure.locations
 
     @property
     def arity_one(self) -> bool:
-        return all(a == 1 for a in self.arity.values())
+        return self.structure.arity_one
+
+    @property
+    def nested(self) -> bool:
+        """Some dataflow has nested scopes."""
+        return self.structure.depth > 0
 
 
 def read_inputs(wh: Warehouse, ids: list[str]) -> Inputs:
-    """Transitions and locations of ``ids`` (each must be registered: ``UnknownDataflowError``)."""
-    dataflows = wh.spark_read("dataflows", ids).localCheckpoint()
-    arity = {r["dataflow_id"]: r["a"] for r in
-             dataflows.groupBy("dataflow_id").agg(F.max("timestamp_arity").alias("a")).collect()}
-    unknown = sorted(set(ids) - set(arity))
+    """Scopes, transitions and locations of ``ids`` (each must be registered:
+    ``UnknownDataflowError``)."""
+    known = {r["dataflow_id"] for r in wh.spark_read("dataflows", ids).select("dataflow_id").distinct().collect()}
+    unknown = sorted(set(ids) - known)
     if unknown:
         raise UnknownDataflowError(f"unknown dataflow {', '.join(unknown[:5])} in warehouse {wh.root}")
-    transitions = transitions_from_tables(dataflows, wh.spark_read("connections", ids), wh.spark_read("edges", ids))
-    locations = locations_from_tables(dataflows, wh.spark_read("nodes", ids))
-    return Inputs(ids, transitions.localCheckpoint(), locations.localCheckpoint(), arity)
+    scopes = wh.spark_read("scopes", ids).localCheckpoint()
+    without = sorted(set(ids) - {r["dataflow_id"] for r in scopes.select("dataflow_id").distinct().collect()})
+    if without:
+        raise UnknownDataflowError(f"dataflow {', '.join(without[:5])} has no rows in the `scopes` table of "
+                                   f"warehouse {wh.root}")
+    structure = structure_from_tables(scopes, wh.spark_read("nodes", ids), wh.spark_read("connections", ids),
+                                      wh.spark_read("edges", ids))
+    arity = {r["dataflow_id"]: r["arity"] for r in structure.scopes.select("dataflow_id", "arity").collect()}
+    return Inputs(ids, structure, arity)
 
 
 def _located(df: DataFrame) -> DataFrame:
-    """``node, port, kind`` columns -> one ``loc`` code column."""
-    return df.withColumn("loc", code_col(F.col("node"), F.col("port"), F.col("kind")))
+    """A table's ``dataflow_id, scope`` -> scope key, ``node, port, kind`` -> one ``loc`` code."""
+    return keyed(df).withColumn("loc", code_col(F.col("node"), F.col("port"), F.col("kind")))
 
 
-def cycles_job(wh: Warehouse, ids: list[str], progress: Progress | None = None) -> dict[str, list[Transition]]:
-    """Per dataflow, the transitions lying on non-incrementing cycles (empty: acceptable)."""
+def cycles_job(wh: Warehouse, ids: list[str], progress: Progress | None = None
+               ) -> dict[str, list[tuple[ScopePath, Transition]]]:
+    """Per dataflow, the transitions lying on non-incrementing cycles with their scope paths
+    (empty: acceptable); in each scope, scope nodes carry their computed summaries."""
     inputs = read_inputs(wh, ids)
-    found: dict[str, set[Transition]] = {i: set() for i in ids}
-    for r in find_cycles(inputs.transitions, progress).collect():
+    _, _, cycles = summarize_scoped(inputs.structure, progress, cycles=True)
+    assert cycles is not None
+    found: dict[str, set[tuple[ScopePath, Transition]]] = {i: set() for i in ids}
+    for r in cycles.collect():
+        dataflow_id, scope = split(r["dataflow_id"])
         zero = PathSummary.zero(inputs.arity[r["dataflow_id"]])
-        found[r["dataflow_id"]].add(Transition(decode_code(r["src"]), decode_code(r["dst"]), zero))
-    return {i: sorted(ts, key=transition_key) for i, ts in found.items()}
+        found[dataflow_id].add((scope, Transition(decode_code(r["src"]), decode_code(r["dst"]), zero)))
+    return {i: sorted(ts, key=lambda st: (st[0], transition_key(st[1]))) for i, ts in found.items()}
 
 
 def summaries_job(wh: Warehouse, ids: list[str], progress: Progress | None = None) -> tuple[int, DataFrame]:
-    """Compute ``Psi`` of ``ids`` and replace their ``summaries`` rows in one commit.
+    """Compute ``Psi`` within every scope of ``ids`` and replace their ``summaries`` rows in one
+    commit.
 
-    Returns ``(rows written, scope summaries)``; the scope summaries (``summarize``:
-    every location to operator zero's inputs) are a checkpointed DataFrame ``(dataflow_id, src,
-    dst, summary)``."""
+    Returns ``(rows written, scope summaries)``: every nested scope's summaries as an operator
+    in its parent's time, ``(dataflow_id, scope, node, input_port, output_port, summary)`` with
+    ``scope`` the parent's path and ``node`` the scope node (no rows for a flat dataflow)."""
     inputs = read_inputs(wh, ids)
-    psi = summarize(inputs.transitions, inputs.locations, inputs.arity_one, progress=progress)
-    wh.spark_write("summaries", summary_rows(psi), ids)
-    # The scope summaries are Psi's pairs into the boundary: a join, not another fixed point.
-    boundary = boundary_of(inputs.transitions).select("dataflow_id", F.col("loc").alias("dst"))
-    scope = psi.join(boundary, ["dataflow_id", "dst"], "left_semi").select("dataflow_id", "src", "dst", "summary")
+    psi, operators, _ = summarize_scoped(inputs.structure, progress)
+    rows = summary_rows(psi)
+    wh.spark_write("summaries", rows.select(*split_key(F.col("dataflow_id")), *rows.columns[1:]), ids)
+    scope = operators.select(*split_key(F.col("dataflow_id")), F.shiftright("src", 32).cast("int").alias("node"),
+                             F.shiftright(F.col("src").bitwiseAND(F.lit(0xFFFFFFFF)), 1).cast("int")
+                             .alias("input_port"),
+                             F.shiftright(F.col("dst").bitwiseAND(F.lit(0xFFFFFFFF)), 1).cast("int")
+                             .alias("output_port"), "summary").localCheckpoint()
     return psi.count(), scope
 
 
 def _psi(wh: Warehouse, inputs: Inputs) -> DataFrame:
     """``Psi`` from ``summaries`` when every dataflow has rows there, else computed now."""
     stored = _stored_psi(wh, inputs)
-    return stored if stored is not None else summarize(inputs.transitions, inputs.locations, inputs.arity_one)
+    return stored if stored is not None else summarize_scoped(inputs.structure)[0]
 
 
 def _stored_psi(wh: Warehouse, inputs: Inputs) -> DataFrame | None:
-    """``Psi`` of every dataflow of ``inputs`` from ``summaries``; ``None`` unless all have rows."""
-    stored = wh.spark_read("summaries", inputs.ids).localCheckpoint()
-    if {r["dataflow_id"] for r in stored.select("dataflow_id").distinct().collect()} == set(inputs.ids):
+    """``Psi`` of every scope of every dataflow of ``inputs`` from ``summaries`` (keyed);
+    ``None`` unless every scope has rows there."""
+    stored = keyed(wh.spark_read("summaries", inputs.ids)).localCheckpoint()
+    have = {r["dataflow_id"] for r in stored.select("dataflow_id").distinct().collect()}
+    if have == set(inputs.arity):
         return stored.select(
             "dataflow_id",
             code_col(F.col("from_node"), F.col("from_port"), F.col("from_kind")).alias("src"),
@@ -121,21 +158,23 @@ def propagate_job(wh: Warehouse, ids: list[str], progress: Progress | None = Non
 
     ``method="auto"``: one join of the active times with ``Psi`` when ``summaries`` holds every
     dataflow's (depth-independent), else the semi-naive iteration (rounds follow the depth);
-    ``"psi"`` or ``"semi-naive"`` force one."""
+    ``"psi"`` or ``"semi-naive"`` force one. Nested dataflows always go through ``Psi``, one
+    join per scope depth and direction (:func:`spark_jobs.scopes.propagate_scoped`)."""
     inputs = read_inputs(wh, ids)
     times = active_times(_located(wh.spark_read("pointstamps", ids))).localCheckpoint()
-    stored = _stored_psi(wh, inputs) if method in ("auto", "psi") else None
-    if method == "psi" and stored is None:
-        stored = summarize(inputs.transitions, inputs.locations, inputs.arity_one)
+    stored = _stored_psi(wh, inputs) if method in ("auto", "psi") or inputs.nested else None
+    if stored is None and (method == "psi" or inputs.nested):
+        stored = summarize_scoped(inputs.structure)[0]
     if stored is not None:
         if progress is not None and progress.echo:
-            print(f"[{progress.label}] one join over stored Psi", file=sys.stderr, flush=True)
-        frontier = propagate_with_psi(stored, times, inputs.arity_one).localCheckpoint()
+            print(f"[{progress.label}] joins over Psi, {inputs.structure.depth + 1} scope level(s)",
+                  file=sys.stderr, flush=True)
+        frontier = propagate_scoped(inputs.structure, stored, times).localCheckpoint()
         if progress is not None:
             progress.round(frontier.count(), frontier)
     else:
         frontier = propagate(inputs.transitions, times, inputs.arity_one, progress)
-    wh.spark_write("frontiers", frontier.select("dataflow_id", *decode(F.col("loc")), "time"), ids)
+    wh.spark_write("frontiers", unkeyed(frontier, "time"), ids)
     return frontier.count()
 
 
@@ -196,14 +235,16 @@ def _incremental_step(wh: Warehouse, inputs: Inputs, after: dict[str, int], upto
             upper = F.when(F.col("dataflow_id") == i, F.lit(upto[i])).otherwise(upper)
     rows = wh.spark_read("progress", ids)
     window = (F.col("version") > lower) & (upper.isNull() | (F.col("version") <= upper))
-    pending = _located(rows.where(window)).localCheckpoint()
-    last = {r["dataflow_id"]: r["v"] for r in pending.groupBy("dataflow_id").agg(F.max("version").alias("v")).collect()}
+    window_rows = rows.where(window).localCheckpoint()
+    last = {r["dataflow_id"]: r["v"]
+            for r in window_rows.groupBy("dataflow_id").agg(F.max("version").alias("v")).collect()}
+    pending = _located(window_rows)
     if not last:
         return 0, 0
     batch = pending.select(*KEYS, "time", "delta")
     points = _located(wh.spark_read("pointstamps", ids)).select(*KEYS, "time", "count")
     frontiers = _located(wh.spark_read("frontiers", ids)).select(*KEYS, "time")
-    result = incremental(_psi(wh, inputs), points, batch, frontiers, inputs.arity_one)
+    result = _apply(inputs, _psi(wh, inputs), points, batch, frontiers)
     applied = pending.count()
     # Materialise the changes before any write: with delta-spark the old frontiers are a lazy
     # read of the very table about to be replaced.
@@ -211,19 +252,20 @@ def _incremental_step(wh: Warehouse, inputs: Inputs, after: dict[str, int], upto
     for i, v in last.items():
         version = F.when(F.col("dataflow_id") == i, F.lit(v)).otherwise(version)
     changes = result.changes.select(
-        "dataflow_id",
-        version.alias("version"),
+        *split_key(F.col("dataflow_id")),
         *decode(F.col("loc")),
         "time",
         "diff",
         F.current_timestamp().alias("at"),
-    ).localCheckpoint()
+    )
+    changes = changes.where(changes.dataflow_id.isin(sorted(last)))
+    changes = changes.withColumn("version", version).localCheckpoint()
     changed = changes.count()
     touched = sorted(last)
-    points_rows = (result.points.where(F.col("dataflow_id").isin(touched))
-                   .select("dataflow_id", *decode(F.col("loc")), "time", "count"))
-    frontier_rows = (result.frontiers.where(F.col("dataflow_id").isin(touched))
-                     .select("dataflow_id", *decode(F.col("loc")), "time"))
+    points_rows = unkeyed(result.points, "time", "count")
+    points_rows = points_rows.where(points_rows.dataflow_id.isin(touched))
+    frontier_rows = unkeyed(result.frontiers, "time")
+    frontier_rows = frontier_rows.where(frontier_rows.dataflow_id.isin(touched))
     if append and changed:
         wh.spark_write("frontier_changes", changes)
     wh.spark_write("pointstamps", points_rows, touched, {POINTSTAMPS_APP + i: v for i, v in last.items()})
@@ -231,3 +273,23 @@ def _incremental_step(wh: Warehouse, inputs: Inputs, after: dict[str, int], upto
     if progress is not None:
         progress.round(changed if append else 0)
     return applied, changed if append else 0
+
+
+def _apply(inputs: Inputs, psi: DataFrame, points: DataFrame, batch: DataFrame, frontiers: DataFrame
+           ) -> IncrementalResult:
+    """:func:`spark_jobs.incremental.incremental` over keyed frames; with nested scopes, where a
+    batch inside a scope moves frontiers in its ancestors and siblings too, the new frontiers
+    are :func:`spark_jobs.scopes.propagate_scoped` of the new counts and the changes their
+    difference from the old ones (exact either way)."""
+    if not inputs.nested:
+        return incremental(psi, points, batch, frontiers, inputs.arity_one)
+    new_points = cut(
+        points.select(*KEYS, "time", "count")
+        .unionByName(batch.select(*KEYS, "time", F.col("delta").alias("count")))
+        .groupBy(*KEYS, "time").agg(F.sum("count").alias("count"))
+        .where(F.col("count") != 0))
+    recomputed = cut(propagate_scoped(inputs.structure, psi, active_times(new_points)))
+    plus = recomputed.join(frontiers, [*KEYS, "time"], "left_anti").withColumn("diff", F.lit(1).cast("long"))
+    minus = frontiers.join(recomputed, [*KEYS, "time"], "left_anti").withColumn("diff", F.lit(-1).cast("long"))
+    return IncrementalResult(new_points, plus.unionByName(minus), recomputed)
+

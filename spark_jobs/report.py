@@ -77,6 +77,8 @@ class NotThenError(LookupError):
 def _frame(warehouse: Warehouse, table: str, dataflow_id: str) -> pl.DataFrame:
     frame = pl.from_arrow(warehouse.read(table, dataflow_id))
     assert isinstance(frame, pl.DataFrame)
+    if table != "progress" and "scope" in frame.columns:  # the root scope's operators only (docs/tables.md)
+        frame = frame.filter(pl.col("scope").list.len() == 0)
     return frame
 
 

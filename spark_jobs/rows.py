@@ -2,73 +2,122 @@
 
 Each function gives the rows of one dataflow for one table, as dicts that
 :func:`spark_jobs.tables.to_arrow` converts; writers concatenate the rows of many dataflows to
-replace all their partitions in one commit.
+replace all their partitions in one commit. A location is a :class:`~tracker.graph.Location`
+(the root scope) or a :class:`~tracker.scope.ScopedLocation` (any scope): either way it becomes
+the columns ``scope, node, port, kind``.
 
 >>> from tracker.graph import Location
 >>> frontier_rows("d", {Location.target(1, 0): [(3,)]})
-[{'dataflow_id': 'd', 'node': 1, 'port': 0, 'kind': 'target', 'time': [3]}]
+[{'dataflow_id': 'd', 'scope': [], 'node': 1, 'port': 0, 'kind': 'target', 'time': [3]}]
+>>> frontier_rows("d", {ScopedLocation((2,), 1, 0, "target"): [(3, 0)]})[0]["scope"]
+[2]
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeAlias, TypeVar
 
 from tracker.antichain import Antichain
 from tracker.graph import Graph, Location
+from tracker.scope import NestedGraph, ScopedLocation, ScopePath
 from tracker.timestamp import Timestamp
 
 Row = dict[str, Any]
+AnyLocation: TypeAlias = Location | ScopedLocation
+"""A location of the root (``Location``) or of any scope (``ScopedLocation``)."""
+Loc = TypeVar("Loc", Location, ScopedLocation)
 
 
-def graph_rows(dataflow_id: str, graph: Graph) -> dict[str, list[Row]]:
-    """The ``nodes``, ``connections`` (implicit zero ones spelled out, one row per summary) and
-    ``edges`` rows of a graph, by table name."""
-    nodes, connections, edges = [], [], []
-    for node in graph.nodes:
-        nodes.append({"dataflow_id": dataflow_id, "node": node.id, "name": node.name, "inputs": node.inputs,
-                      "outputs": node.outputs})
-        for conn in graph.connections(node):
-            for summary in conn.summaries:
-                connections.append({"dataflow_id": dataflow_id, "node": node.id, "input_port": conn.input,
-                                    "output_port": conn.output, "summary": list(summary)})
-    for edge in graph.edges:
-        edges.append({"dataflow_id": dataflow_id, "src_node": edge.source.node, "src_port": edge.source.port,
-                      "dst_node": edge.target.node, "dst_port": edge.target.port})
-    return {"nodes": nodes, "connections": connections, "edges": edges}
+def location_columns(location: AnyLocation) -> Row:
+    """``scope, node, port, kind`` of a location (``scope`` ``[]`` for a root ``Location``)."""
+    if isinstance(location, ScopedLocation):
+        return {"scope": list(location.scope), "node": location.node, "port": location.port, "kind": location.kind}
+    return {"scope": [], "node": location.node, "port": location.port, "kind": location.kind}
 
 
-def dataflow_row(dataflow_id: str, name: str, graph: Graph, graph_version: int, created_at: datetime,
-                 deleted_at: datetime | None = None) -> Row:
+def read_location(row: Mapping[str, Any], scoped: bool, prefix: str = "") -> AnyLocation:
+    """The location of a row's ``scope, node, port, kind`` columns (names prefixed): a
+    ``ScopedLocation`` if ``scoped``, else a root ``Location`` (``ValueError`` for a row of a
+    nested scope, which a ``Location`` cannot name)."""
+    scope = tuple(row.get("scope") or ())
+    node, port, kind = row[prefix + "node"], row[prefix + "port"], row[prefix + "kind"]
+    if scoped:
+        return ScopedLocation(scope, node, port, kind)
+    if scope:
+        raise ValueError(f"a row of scope {list(scope)}: read this dataflow with scoped=True")
+    return Location(node, port, kind)
+
+
+def _scopes_of(graph: Graph | NestedGraph) -> list[tuple[ScopePath, str, Graph, frozenset[int]]]:
+    if isinstance(graph, Graph):
+        return [((), "root", graph, frozenset())]
+    return [(path, scope.kind, scope.graph, scope.children)
+            for path, scope in sorted(graph.scopes.items(), key=lambda item: (len(item[0]), item[0]))]
+
+
+def graph_rows(dataflow_id: str, graph: Graph | NestedGraph) -> dict[str, list[Row]]:
+    """The ``scopes``, ``nodes``, ``connections`` (implicit zero ones spelled out, one row per
+    summary) and ``edges`` rows of a graph, by table name. A nested dataflow's scopes each give
+    their own rows: a nested scope's boundary is its node ``0`` (named ``boundary``), and a scope
+    node has ``is_scope`` true and no connections (its summaries are computed from its inside)."""
+    tables: dict[str, list[Row]] = {"scopes": [], "nodes": [], "connections": [], "edges": []}
+    for path, kind, flat, children in _scopes_of(graph):
+        scope = list(path)
+        tables["scopes"].append({"dataflow_id": dataflow_id, "scope": scope, "kind": kind, "arity": flat.arity})
+        for node in flat.nodes:
+            is_scope = node.id in children
+            tables["nodes"].append({"dataflow_id": dataflow_id, "scope": scope, "node": node.id, "name": node.name,
+                                    "inputs": node.inputs, "outputs": node.outputs, "is_scope": is_scope})
+            if is_scope:
+                continue
+            for conn in flat.connections(node):
+                for summary in conn.summaries:
+                    tables["connections"].append({"dataflow_id": dataflow_id, "scope": scope, "node": node.id,
+                                                  "input_port": conn.input, "output_port": conn.output,
+                                                  "summary": list(summary)})
+        for edge in flat.edges:
+            tables["edges"].append({"dataflow_id": dataflow_id, "scope": scope, "src_node": edge.source.node,
+                                    "src_port": edge.source.port, "dst_node": edge.target.node,
+                                    "dst_port": edge.target.port})
+    return tables
+
+
+def dataflow_row(dataflow_id: str, name: str, graph: Graph | NestedGraph, graph_version: int,
+                 created_at: datetime, deleted_at: datetime | None = None) -> Row:
     """The one ``dataflows`` row of a dataflow (``deleted_at``: null while it is not deleted)."""
-    return {"dataflow_id": dataflow_id, "name": name, "timestamp_arity": graph.arity, "graph_version": graph_version,
+    arity = graph.arity if isinstance(graph, Graph) else graph.root.arity
+    return {"dataflow_id": dataflow_id, "name": name, "timestamp_arity": arity, "graph_version": graph_version,
             "created_at": created_at, "deleted_at": deleted_at}
 
 
-def summary_rows(dataflow_id: str, psi: Mapping[tuple[Location, Location], Antichain]) -> list[Row]:
-    """``summaries``: one row per minimal summary of each pair of ``Psi``."""
+Psi: TypeAlias = Mapping[tuple[Location, Location], Antichain]
+
+
+def summary_rows(dataflow_id: str, psi: Psi, scope: ScopePath = ()) -> list[Row]:
+    """``summaries``: one row per minimal summary of each pair of ``Psi`` of one scope."""
     return [
-        {"dataflow_id": dataflow_id, "from_node": a.node, "from_port": a.port, "from_kind": a.kind,
-         "to_node": b.node, "to_port": b.port, "to_kind": b.kind, "summary": list(s)}
+        {"dataflow_id": dataflow_id, "scope": list(scope), "from_node": a.node, "from_port": a.port,
+         "from_kind": a.kind, "to_node": b.node, "to_port": b.port, "to_kind": b.kind, "summary": list(s)}
         for (a, b), chain in psi.items()
         for s in chain
     ]
 
 
-def pointstamp_rows(dataflow_id: str, counts: Mapping[tuple[Location, Timestamp], int]) -> list[Row]:
+def pointstamp_rows(dataflow_id: str, counts: Mapping[tuple[Loc, Timestamp], int]) -> list[Row]:
     """``pointstamps``: the non-zero occurrence counts."""
     return [
-        {"dataflow_id": dataflow_id, "node": loc.node, "port": loc.port, "kind": loc.kind, "time": list(t), "count": c}
+        {"dataflow_id": dataflow_id, **location_columns(loc), "time": list(t), "count": c}
         for (loc, t), c in counts.items()
         if c != 0
     ]
 
 
-def frontier_rows(dataflow_id: str, frontiers: Mapping[Location, Iterable[Timestamp]]) -> list[Row]:
+def frontier_rows(dataflow_id: str, frontiers: Mapping[Loc, Iterable[Timestamp]]) -> list[Row]:
     """``frontiers``: one row per frontier element of each location."""
     return [
-        {"dataflow_id": dataflow_id, "node": loc.node, "port": loc.port, "kind": loc.kind, "time": list(t)}
+        {"dataflow_id": dataflow_id, **location_columns(loc), "time": list(t)}
         for loc, times in frontiers.items()
         for t in times
     ]

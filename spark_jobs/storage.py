@@ -39,10 +39,21 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 
-from spark_jobs.rows import dataflow_row, frontier_rows, graph_rows, pointstamp_rows, summary_rows
-from spark_jobs.tables import TABLES, Rows, schema_of, to_arrow
+from spark_jobs.rows import (
+    AnyLocation,
+    Loc,
+    Psi,
+    dataflow_row,
+    frontier_rows,
+    graph_rows,
+    pointstamp_rows,
+    read_location,
+    summary_rows,
+)
+from spark_jobs.tables import TABLES, Rows, missing_columns, schema_of, to_arrow
 from tracker.antichain import Antichain
 from tracker.graph import Connection, Edge, Graph, Location, Node
+from tracker.scope import NestedGraph, ScopePath
 from tracker.timestamp import PathSummary, Timestamp
 
 if TYPE_CHECKING:
@@ -85,6 +96,11 @@ def warehouse_problem(warehouse: str) -> str | None:
 
 class UnknownDataflowError(LookupError):
     """The warehouse holds no dataflow with this id."""
+
+
+class LegacyWarehouseError(ValueError):
+    """A table of the warehouse was written by an older layout (before scopes: no ``scope``
+    column); it is refused rather than guessed at."""
 
 
 def _quote(value: str) -> str:
@@ -135,6 +151,30 @@ class Warehouse:
             return table_exists(self._session(), self.path(table))
         _forbid_delta_rs(self.backend)
         return DeltaTable.is_deltatable(self.path(table))
+
+    def stored_columns(self, table: str) -> list[str] | None:
+        """The column names the table has on disk (``None`` before its first write)."""
+        if not self.exists(table):
+            return None
+        if self.backend == "delta-spark":
+            return list(self._session().read.format("delta").load(self.path(table)).schema.names)
+        return list(pa.schema(DeltaTable(self.path(table)).schema().to_arrow()).names)
+
+    def check_layout(self) -> None:
+        """Refuse a warehouse whose existing tables lack columns of :data:`TABLES` (one written
+        by an older version of this project, before scopes).
+
+        Raises:
+            LegacyWarehouseError: one line naming the first such table and what it lacks.
+        """
+        for table in TABLES:
+            stored = self.stored_columns(table)
+            missing = [] if stored is None else missing_columns(table, stored)
+            if missing:
+                raise LegacyWarehouseError(
+                    f"warehouse {self.root!r}: table {table!r} has the layout of an older version (no column "
+                    f"{', '.join(missing)}); this version reads and writes the scoped layout only: use a new "
+                    "warehouse (or re-register the dataflows there)")
 
     def version(self, table: str) -> int | None:
         """The table's current Delta version, ``None`` before its first write."""
@@ -364,8 +404,11 @@ class Warehouse:
     ) -> int:
         """Write a Spark DataFrame in one commit: replace the rows of ``dataflow_ids`` if given
         (recording ``watermarks`` as :meth:`replace_partitions` does), else append. With
-        delta-spark the frame is never collected: its tasks write the files."""
-        data = df.select(*TABLES[table].names)
+        delta-spark the frame is never collected: its tasks write the files. Columns with a
+        default (``scope``: the root, ``deleted_at``, ``is_scope``) may be left out."""
+        from spark_jobs.frames import with_defaults
+
+        data = with_defaults(df, table).select(*TABLES[table].names)
         if self.backend != "delta-spark":
             rows = data.toArrow()
             if dataflow_ids is None:
@@ -383,26 +426,30 @@ class Warehouse:
 
     # -- graphs ---------------------------------------------------------------------------------
 
-    def write_dataflow(self, dataflow_id: str, name: str, graph: Graph, graph_version: int = 1,
+    def write_dataflow(self, dataflow_id: str, name: str, graph: Graph | NestedGraph, graph_version: int = 1,
                        created_at: datetime | None = None) -> None:
         """Write one dataflow's graph tables: see :meth:`write_dataflows`."""
         self.write_dataflows([(dataflow_id, name, graph, created_at or datetime.now(UTC))], graph_version)
 
-    def write_dataflows(self, graphs: Iterable[tuple[str, str, Graph, datetime]], graph_version: int = 1) -> None:
-        """Write the graphs of ``(dataflow_id, name, graph, created_at)``: nodes, connections and
-        edges, then the ``dataflows`` rows last, so whoever sees a dataflow listed finds its
+    def write_dataflows(self, graphs: Iterable[tuple[str, str, Graph | NestedGraph, datetime]],
+                        graph_version: int = 1, psis: Mapping[str, Mapping[ScopePath, Psi]] | None = None) -> None:
+        """Write the graphs of ``(dataflow_id, name, graph, created_at)``: scopes, nodes,
+        connections and edges (and ``summaries`` from ``psis``, ``dataflow_id -> scope -> Psi``,
+        when given), then the ``dataflows`` rows last, so whoever sees a dataflow listed finds its
         whole graph (Delta commits are atomic per table, not across tables). One commit per
-        table however many dataflows: a burst of registrations costs four commits, not four each."""
+        table however many dataflows: a burst of registrations costs a few commits, not a few each."""
         graphs = list(graphs)
         if not graphs:
             return
         ids = [dataflow_id for dataflow_id, _, _, _ in graphs]
-        tables: dict[str, list[dict[str, Any]]] = {"nodes": [], "connections": [], "edges": []}
+        tables: dict[str, list[dict[str, Any]]] = {"scopes": [], "nodes": [], "connections": [], "edges": []}
         for dataflow_id, _, graph, _ in graphs:
             for table, rows in graph_rows(dataflow_id, graph).items():
                 tables[table].extend(rows)
         for table, rows in tables.items():
             self.replace_partitions(table, ids, rows)
+        if psis:
+            self.write_scoped_summaries(psis)
         self.replace_partitions("dataflows", ids, [dataflow_row(dataflow_id, name, graph, graph_version, created_at)
                                                    for dataflow_id, name, graph, created_at in graphs])
 
@@ -432,20 +479,59 @@ class Warehouse:
         return max(rows, key=lambda r: r["graph_version"])
 
     def read_graph(self, dataflow_id: str) -> Graph:
-        """The graph written by :meth:`write_dataflow` (connections explicit, same transitions)."""
+        """The graph written by :meth:`write_dataflow` (connections explicit, same transitions);
+        ``ValueError`` for a dataflow with nested scopes (:meth:`read_nested` reads those)."""
         arity = self.dataflow_row(dataflow_id)["timestamp_arity"]
+        nodes = self.read("nodes", dataflow_id).to_pylist()
+        if any(r["scope"] or r["is_scope"] for r in nodes):
+            raise ValueError(f"dataflow {dataflow_id!r} has nested scopes: read it with read_nested")
         grouped: dict[tuple[int, int, int], list[PathSummary]] = defaultdict(list)
         for row in self.read("connections", dataflow_id).to_pylist():
             grouped[(row["node"], row["input_port"], row["output_port"])].append(PathSummary(row["summary"]))
-        nodes = []
-        for row in sorted(self.read("nodes", dataflow_id).to_pylist(), key=lambda r: r["node"]):
+        built = []
+        for row in sorted(nodes, key=lambda r: r["node"]):
             conns = tuple(Connection(i, o, tuple(s)) for (n, i, o), s in sorted(grouped.items()) if n == row["node"])
-            nodes.append(Node(row["node"], row["inputs"], row["outputs"], row["name"] or "", conns))
+            built.append(Node(row["node"], row["inputs"], row["outputs"], row["name"] or "", conns))
         edges = [
             Edge(Location.source(r["src_node"], r["src_port"]), Location.target(r["dst_node"], r["dst_port"]))
             for r in self.read("edges", dataflow_id).to_pylist()
         ]
-        return Graph.build(arity, nodes, edges)
+        return Graph.build(arity, built, edges)
+
+    def read_nested(self, dataflow_id: str) -> NestedGraph:
+        """The dataflow as a :class:`~tracker.scope.NestedGraph`, rebuilt from the ``scopes``,
+        ``nodes``, ``connections`` and ``edges`` rows alone (scope summaries recomputed), for a
+        flat dataflow too (one root scope)."""
+        arity = self.dataflow_row(dataflow_id)["timestamp_arity"]
+        kinds = {tuple(r["scope"]): r["kind"] for r in self.read("scopes", dataflow_id).to_pylist()}
+        nodes: dict[ScopePath, list[dict[str, Any]]] = defaultdict(list)
+        for row in self.read("nodes", dataflow_id).to_pylist():
+            nodes[tuple(row["scope"])].append(row)
+        conns: dict[tuple[ScopePath, int], dict[tuple[int, int], list[list[int]]]] = defaultdict(
+            lambda: defaultdict(list))
+        for row in self.read("connections", dataflow_id).to_pylist():
+            conns[(tuple(row["scope"]), row["node"])][(row["input_port"], row["output_port"])].append(row["summary"])
+        edges: dict[ScopePath, list[dict[str, Any]]] = defaultdict(list)
+        for row in self.read("edges", dataflow_id).to_pylist():
+            edges[tuple(row["scope"])].append({"source": {"node": row["src_node"], "port": row["src_port"]},
+                                               "target": {"node": row["dst_node"], "port": row["dst_port"]}})
+
+        def body(path: ScopePath) -> dict[str, Any]:
+            listed = []
+            for row in sorted(nodes[path], key=lambda r: r["node"]):
+                if path and row["node"] == 0:
+                    continue  # the boundary: implied by the scope node's ports
+                node: dict[str, Any] = {"id": row["node"], "name": row["name"] or "", "inputs": row["inputs"],
+                                        "outputs": row["outputs"]}
+                if row["is_scope"]:
+                    node["scope"] = {"kind": kinds.get((*path, row["node"]), "region"), **body((*path, row["node"]))}
+                else:
+                    node["connections"] = [{"input": i, "output": o, "summaries": s}
+                                           for (i, o), s in sorted(conns[(path, row["node"])].items())]
+                listed.append(node)
+            return {"nodes": listed, "edges": edges[path]}
+
+        return NestedGraph.from_json(arity, body(()))
 
     def dataflow_ids(self) -> list[str]:
         """Every registered dataflow id, sorted."""
@@ -459,27 +545,39 @@ class Warehouse:
         self.write_many_summaries({dataflow_id: psi})
 
     def write_many_summaries(self, psis: Mapping[str, Mapping[tuple[Location, Location], Antichain]]) -> None:
-        """Replace the ``summaries`` of several dataflows (``dataflow_id -> Psi``) in one commit."""
+        """Replace the ``summaries`` of several flat dataflows (``dataflow_id -> Psi``) in one commit."""
+        self.write_scoped_summaries({dataflow_id: {(): psi} for dataflow_id, psi in psis.items()})
+
+    def write_scoped_summaries(self, psis: Mapping[str, Mapping[ScopePath, Psi]]) -> None:
+        """Replace the ``summaries`` of several dataflows (``dataflow_id -> scope -> Psi`` within
+        that scope) in one commit."""
         if not psis:
             return
         self.replace_partitions("summaries", psis.keys(),
-                                [row for dataflow_id, psi in psis.items() for row in summary_rows(dataflow_id, psi)])
+                                [row for dataflow_id, scopes in psis.items() for scope, psi in scopes.items()
+                                 for row in summary_rows(dataflow_id, psi, scope)])
 
     def read_summaries(
-        self, dataflow_id: str, version: int | None = None
+        self, dataflow_id: str, version: int | None = None, scope: ScopePath = ()
     ) -> dict[tuple[Location, Location], Antichain]:
-        """``Psi`` as stored in ``summaries``."""
-        psi: dict[tuple[Location, Location], Antichain] = {}
+        """``Psi`` of one scope (the root by default) as stored in ``summaries``."""
+        return self.read_scoped_summaries(dataflow_id, version).get(scope, {})
+
+    def read_scoped_summaries(
+        self, dataflow_id: str, version: int | None = None
+    ) -> dict[ScopePath, dict[tuple[Location, Location], Antichain]]:
+        """``Psi`` of every scope that has rows in ``summaries``, by scope path."""
+        result: dict[ScopePath, dict[tuple[Location, Location], Antichain]] = {}
         for r in self.read("summaries", dataflow_id, version).to_pylist():
             key = (
                 Location(r["from_node"], r["from_port"], r["from_kind"]),
                 Location(r["to_node"], r["to_port"], r["to_kind"]),
             )
-            psi.setdefault(key, Antichain()).insert(PathSummary(r["summary"]))
-        return psi
+            result.setdefault(tuple(r["scope"]), {}).setdefault(key, Antichain()).insert(PathSummary(r["summary"]))
+        return result
 
     def write_pointstamps(
-        self, dataflow_id: str, counts: Mapping[tuple[Location, Timestamp], int], as_of_version: int | None = None
+        self, dataflow_id: str, counts: Mapping[tuple[Loc, Timestamp], int], as_of_version: int | None = None
     ) -> int:
         """Replace ``dataflow_id``'s consolidated counts (zero counts dropped); new version.
 
@@ -491,8 +589,8 @@ class Warehouse:
 
     def write_states(
         self,
-        states: Mapping[str, tuple[int, Mapping[tuple[Location, Timestamp], int],
-                                   Mapping[Location, Iterable[Timestamp]] | None]],
+        states: Mapping[str, tuple[int, Mapping[tuple[Any, Timestamp], int],
+                                   Mapping[Any, Iterable[Timestamp]] | None]],
     ) -> tuple[int, int | None]:
         """Replace the ``pointstamps`` (and, where given, ``frontiers``) of many dataflows at once:
         ``dataflow_id -> (as_of_version, counts, frontiers or None)``. One commit per table
@@ -514,37 +612,44 @@ class Warehouse:
         recorded by a writer that said so; ``None`` if no writer did."""
         return self.watermark("pointstamps", POINTSTAMPS_APP + dataflow_id)
 
-    def pointstamps_snapshot(self, dataflow_id: str) -> tuple[int, dict[tuple[Location, Timestamp], int]] | None:
+    def pointstamps_snapshot(self, dataflow_id: str, scoped: bool = False
+                             ) -> tuple[int, dict[tuple[AnyLocation, Timestamp], int]] | None:
         """``(as_of_version, counts)`` of the stored ``pointstamps``, both read from one table
-        version (so they belong together); ``None`` if no writer recorded the version."""
+        version (so they belong together); ``None`` if no writer recorded the version.
+        ``scoped``: as :meth:`read_pointstamps`."""
         path = self.path("pointstamps")
         if self.backend == "delta-spark":
             version = self.version("pointstamps")
             mark = self.watermark("pointstamps", POINTSTAMPS_APP + dataflow_id)
-            return None if version is None or mark is None else (mark, self.read_pointstamps(dataflow_id, version))
+            return None if version is None or mark is None else (mark, self.read_pointstamps(dataflow_id, version,
+                                                                                               scoped))
         if not DeltaTable.is_deltatable(path):
             return None
         delta = self._open(path)
         as_of = delta.transaction_version(POINTSTAMPS_APP + dataflow_id)
         if as_of is None:
             return None
-        return as_of, self.read_pointstamps(dataflow_id, delta.version())
+        return as_of, self.read_pointstamps(dataflow_id, delta.version(), scoped)
 
-    def read_pointstamps(self, dataflow_id: str, version: int | None = None) -> dict[tuple[Location, Timestamp], int]:
-        """Consolidated counts from ``pointstamps``."""
-        counts: dict[tuple[Location, Timestamp], int] = defaultdict(int)
+    def read_pointstamps(self, dataflow_id: str, version: int | None = None, scoped: bool = False
+                         ) -> dict[tuple[AnyLocation, Timestamp], int]:
+        """Consolidated counts from ``pointstamps``, keyed by root ``Location`` s (a row of a
+        nested scope is a ``ValueError`` then) or, if ``scoped``, by ``ScopedLocation`` s."""
+        counts: dict[tuple[AnyLocation, Timestamp], int] = defaultdict(int)
         for r in self.read("pointstamps", dataflow_id, version).to_pylist():
-            counts[(Location(r["node"], r["port"], r["kind"]), tuple(r["time"]))] += r["count"]
+            counts[(read_location(r, scoped), tuple(r["time"]))] += r["count"]
         return {k: c for k, c in counts.items() if c != 0}
 
-    def read_frontiers(self, dataflow_id: str, version: int | None = None) -> dict[Location, list[Timestamp]]:
-        """Frontiers from ``frontiers`` (only locations with a non-empty frontier appear)."""
-        result: dict[Location, list[Timestamp]] = defaultdict(list)
+    def read_frontiers(self, dataflow_id: str, version: int | None = None, scoped: bool = False
+                       ) -> dict[AnyLocation, list[Timestamp]]:
+        """Frontiers from ``frontiers`` (only locations with a non-empty frontier appear);
+        ``scoped`` as :meth:`read_pointstamps`."""
+        result: dict[AnyLocation, list[Timestamp]] = defaultdict(list)
         for r in self.read("frontiers", dataflow_id, version).to_pylist():
-            result[Location(r["node"], r["port"], r["kind"])].append(tuple(r["time"]))
+            result[read_location(r, scoped)].append(tuple(r["time"]))
         return {loc: sorted(ts) for loc, ts in result.items()}
 
-    def write_frontiers(self, dataflow_id: str, frontiers: Mapping[Location, Iterable[Timestamp]]) -> int:
+    def write_frontiers(self, dataflow_id: str, frontiers: Mapping[Loc, Iterable[Timestamp]]) -> int:
         """Replace ``dataflow_id``'s current frontiers; new version."""
         return self.replace_partition("frontiers", dataflow_id, frontier_rows(dataflow_id, frontiers))
 

@@ -1,10 +1,11 @@
 """The Delta tables' schemas and the conversion of rows to them.
 
-``dataflow_id`` is a string everywhere; locations are ``node INT, port INT, kind STRING``; times
-and summaries ``ARRAY<BIGINT>``; timestamps microseconds in UTC.
+``dataflow_id`` is a string everywhere; locations are ``scope ARRAY<INT>`` (the scope-node ids
+from the root, empty for the root), ``node INT, port INT, kind STRING``; times and summaries
+``ARRAY<BIGINT>`` (the arity of the location's scope); timestamps microseconds in UTC.
 
 >>> TABLES["frontiers"].names
-['dataflow_id', 'node', 'port', 'kind', 'time']
+['dataflow_id', 'scope', 'node', 'port', 'kind', 'time']
 """
 
 from __future__ import annotations
@@ -20,7 +21,9 @@ _LONG = pa.int64()
 _STR = pa.string()
 _ARR = pa.list_(pa.int64())
 _TS = pa.timestamp("us", tz="UTC")
-_LOC = [("node", _INT), ("port", _INT), ("kind", _STR)]
+_PATH = pa.list_(pa.int32())
+_SCOPE = ("scope", _PATH)
+_LOC = [_SCOPE, ("node", _INT), ("port", _INT), ("kind", _STR)]
 
 TABLES: dict[str, pa.Schema] = {
     "dataflows": pa.schema(
@@ -33,16 +36,22 @@ TABLES: dict[str, pa.Schema] = {
             ("deleted_at", _TS),
         ]
     ),
-    "nodes": pa.schema([("dataflow_id", _STR), ("node", _INT), ("name", _STR), ("inputs", _INT), ("outputs", _INT)]),
+    "scopes": pa.schema([("dataflow_id", _STR), _SCOPE, ("kind", _STR), ("arity", _INT)]),
+    "nodes": pa.schema(
+        [("dataflow_id", _STR), _SCOPE, ("node", _INT), ("name", _STR), ("inputs", _INT), ("outputs", _INT),
+         ("is_scope", pa.bool_())]
+    ),
     "connections": pa.schema(
-        [("dataflow_id", _STR), ("node", _INT), ("input_port", _INT), ("output_port", _INT), ("summary", _ARR)]
+        [("dataflow_id", _STR), _SCOPE, ("node", _INT), ("input_port", _INT), ("output_port", _INT), ("summary", _ARR)]
     ),
     "edges": pa.schema(
-        [("dataflow_id", _STR), ("src_node", _INT), ("src_port", _INT), ("dst_node", _INT), ("dst_port", _INT)]
+        [("dataflow_id", _STR), _SCOPE, ("src_node", _INT), ("src_port", _INT), ("dst_node", _INT),
+         ("dst_port", _INT)]
     ),
     "summaries": pa.schema(
         [
             ("dataflow_id", _STR),
+            _SCOPE,
             ("from_node", _INT),
             ("from_port", _INT),
             ("from_kind", _STR),
@@ -73,7 +82,8 @@ TABLES: dict[str, pa.Schema] = {
 """Every table's Arrow schema, exactly as stored."""
 
 _NOW_COLUMNS = ("created_at", "received_at", "at")
-_NULL_COLUMNS = ("deleted_at",)
+_DEFAULTS: dict[str, Any] = {"scope": [], "deleted_at": None, "is_scope": False}
+"""Columns a writer may leave out: the root scope, not deleted, not a scope node."""
 
 
 Rows: TypeAlias = pa.Table | Iterable[Mapping[str, Any]]
@@ -82,8 +92,9 @@ Rows: TypeAlias = pa.Table | Iterable[Mapping[str, Any]]
 def to_arrow(table: str, rows: Rows) -> pa.Table:
     """``rows`` (Arrow or dicts) as an Arrow table of ``table``'s exact schema.
 
-    Missing timestamp columns (``created_at``, ``received_at``, ``at``) are filled with now, a
-    missing ``deleted_at`` with null (not deleted).
+    Missing timestamp columns (``created_at``, ``received_at``, ``at``) are filled with now,
+    a missing ``scope`` with the root's ``[]`` (so a flat dataflow's writer need not name it),
+    ``deleted_at`` with null and ``is_scope`` with false.
 
     >>> to_arrow("frontiers", [{"dataflow_id": "d", "node": 1, "port": 0, "kind": "target", "time": [3]}]).num_rows
     1
@@ -97,8 +108,8 @@ def to_arrow(table: str, rows: Rows) -> pa.Table:
                 columns.append(rows.column(field.name).cast(field.type))
             elif field.name in _NOW_COLUMNS:
                 columns.append(pa.array([now] * rows.num_rows, type=field.type))
-            elif field.name in _NULL_COLUMNS:
-                columns.append(pa.nulls(rows.num_rows, type=field.type))
+            elif field.name in _DEFAULTS:
+                columns.append(pa.array([_DEFAULTS[field.name]] * rows.num_rows, type=field.type))
             else:
                 raise ValueError(f"{table}: missing column {field.name}")
         return pa.Table.from_arrays(columns, schema=schema)
@@ -108,14 +119,25 @@ def to_arrow(table: str, rows: Rows) -> pa.Table:
         for name in _NOW_COLUMNS:
             if name in schema.names and row.get(name) is None:
                 row[name] = now
-        for name in _NULL_COLUMNS:
-            if name in schema.names:
-                row.setdefault(name, None)
+        for name, value in _DEFAULTS.items():
+            if name in schema.names and name not in row:
+                row[name] = value
         missing = [n for n in schema.names if n not in row]
         if missing:
             raise ValueError(f"{table}: row {row!r} lacks {missing}")
         filled.append(row)
     return pa.Table.from_pylist(filled, schema=schema)
+
+
+def missing_columns(table: str, stored: Iterable[str]) -> list[str]:
+    """The columns of ``table``'s schema that a stored table's schema lacks (a warehouse written
+    by an older version of this project: before scopes, ``scope`` is missing everywhere).
+
+    >>> missing_columns("frontiers", ["dataflow_id", "node", "port", "kind", "time"])
+    ['scope']
+    """
+    have = set(stored)
+    return [name for name in schema_of(table).names if name not in have]
 
 
 def schema_of(table: str) -> pa.Schema:

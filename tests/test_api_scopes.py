@@ -5,20 +5,24 @@ and random nested dataflows against the flattened oracle (:mod:`tracker.scoped_o
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from typing import Any
 
 import httpx
+import polars as pl
 import pytest
 from httpx_sse import connect_sse
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.helpers import ServiceProcess, ServiceStarter, loop_graph, register, update
+from spark_jobs.storage import Warehouse
+from tests.helpers import ROOT, ServiceProcess, ServiceStarter, loop_graph, register, update
 from tests.strategies import nested_batches, nested_bodies
 from tracker import scoped_oracle
 from tracker.scope import NestedGraph, ScopedLocation
+from tracker.structure import path_summaries
 
 pytestmark = pytest.mark.service
 
@@ -306,7 +310,7 @@ def test_kill_9_restores_a_nested_dataflow(start_service: ServiceStarter) -> Non
         before = (client.get(f"/v1/dataflows/{dataflow}/pointstamps").json(),
                   client.get(f"/v1/dataflows/{dataflow}/frontier").json())
         status = client.get(f"/v1/dataflows/{dataflow}").json()["status"]
-        # The Delta rows were written (on the stand-ins) and Spark does not check nested dataflows.
+        # The Delta rows were written (on the real locations) and Spark does not check nested dataflows.
         assert status["delta_version"] >= 4 and status["spark_check"] == "skipped", status
     with service.client() as client:
         assert "tracker_delta_errors_total 0.0" in client.get("/metrics").text
@@ -332,15 +336,17 @@ def test_random_nested_dataflows_equal_the_flattened_oracle(service: ServiceProc
     arity, body = data.draw(nested_bodies())
     nested = NestedGraph.from_json(arity, body)
     batches = data.draw(nested_batches(nested))
+    # One explicit initial capability (initial pointstamps must be positive), counted by the oracle too.
+    initial = [(ScopedLocation((), 0, 0, "source"), (0,) * arity, 1)]
     dataflow, token = register(service, {"name": "random", "timestamp_arity": arity, **body,
                                          "initial": [{"location": {"node": 0, "port": 0, "kind": "source"},
-                                                      "time": [0] * arity, "delta": 0}]})
+                                                      "time": [0] * arity, "delta": 1}]})
     with service.client(token) as client:
         for seq, batch in enumerate(batches):
             answer = post(client, dataflow, seq, [at(list(loc.scope), loc.node, loc.port, loc.kind, list(t), d)
                                                   for loc, t, d in batch])
             assert answer.status_code == 200, answer.text
-            expected = scoped_oracle.frontiers(nested, scoped_oracle.accumulate(batches[:seq + 1]))
+            expected = scoped_oracle.frontiers(nested, scoped_oracle.accumulate([initial, *batches[:seq + 1]]))
             assert scoped_frontiers(client.get(f"/v1/dataflows/{dataflow}/frontier").json()) == expected
 
 
@@ -364,3 +370,77 @@ def test_initial_pointstamps_may_lie_in_scopes_and_default_to_the_root_inputs(se
         flat = client.post("/v1/dataflows", json={**loop_graph(operators=2), "initial": [
             {"location": {"scope": [1], "node": 1, "port": 0, "kind": "source"}, "time": [0], "delta": 1}]}).json()
         assert flat == {"error": "invalid_graph", "detail": "initial pointstamps: update 0: unknown scope [1]"}
+
+
+def _replayed(changes: pl.DataFrame) -> set[tuple[Any, ...]]:
+    """``frontier_changes`` replayed from version 0 in version order: the elements left in, each
+    entered once and never left without entering (the running sum stays 0 or 1)."""
+    held: dict[tuple[Any, ...], int] = {}
+    for row in changes.sort("version").iter_rows(named=True):
+        key = (tuple(row["scope"]), row["node"], row["port"], row["kind"], tuple(row["time"]))
+        held[key] = held.get(key, 0) + row["diff"]
+        assert held[key] in (0, 1), (key, row)
+    return {key for key, count in held.items() if count}
+
+
+def test_the_tables_name_scopes_and_frontier_changes_replay_from_version_0(start_service: ServiceStarter) -> None:
+    service = start_service(TRACKER_FLUSH_SECONDS="0.1", TRACKER_COMPACT_SECONDS="0.2")
+    inside = {"scope": [1], "node": 1, "port": 0, "kind": "source"}
+    cases = {  # with and without explicit initial pointstamps, flat and nested
+        "flat": ({**loop_graph(operators=2), "name": "flat"}, [update(0, 0, "source", [0], -1)]),
+        "flat-initial": ({**loop_graph(operators=2), "name": "flat-initial", "initial": [
+            {"location": {"node": 1, "port": 0, "kind": "source"}, "time": [4], "delta": 1}]},
+            [update(1, 0, "source", [4], -1), update(1, 0, "source", [6], 1)]),
+        "nested": (three_levels(), [at([3, 1, 1], 1, 0, "source", [1, 2, 3], 1), at([], 0, 0, "source", [0], -1)]),
+        "nested-initial": ({**loop_then_stage(), "initial": [{"location": inside, "time": [2, 1], "delta": 1}]},
+                           [at([1], 1, 0, "source", [2, 1], -1), at([1], 2, 0, "target", [3, 0], 1)]),
+    }
+    registered = {name: register(service, body) for name, (body, _) in cases.items()}
+    live = {}
+    for name, (dataflow, token) in registered.items():
+        with service.client(token) as client:
+            assert post(client, dataflow, 0, cases[name][1]).status_code == 200
+            live[dataflow] = scoped_frontiers(client.get(f"/v1/dataflows/{dataflow}/frontier").json())
+    warehouse = Warehouse(service.warehouse)
+    deadline = time.monotonic() + 30
+    while any(warehouse.pointstamps_version(d) != 1 for d, _ in registered.values()):
+        assert time.monotonic() < deadline, "compaction never caught up"
+        time.sleep(0.1)
+    service.stop()
+    table = {name: pl.read_delta(str(service.warehouse / name)) for name in
+             ("frontier_changes", "frontiers", "nodes", "summaries", "scopes", "progress", "pointstamps")}
+    for name, (dataflow, _) in registered.items():
+        mine = {t: df.filter(pl.col("dataflow_id") == dataflow) for t, df in table.items()}
+        frontiers = {(tuple(r["scope"]), r["node"], r["port"], r["kind"], tuple(r["time"]))
+                     for r in mine["frontiers"].iter_rows(named=True)}
+        assert set(mine["frontier_changes"]["version"].to_list()) <= {0, 1}
+        assert 0 in mine["frontier_changes"]["version"].to_list(), name  # the initial frontier is version 0's
+        assert _replayed(mine["frontier_changes"]) == frontiers, name
+        assert frontiers == {(loc.scope, loc.node, loc.port, loc.kind, t) for loc, ts in live[dataflow].items()
+                             for t in ts}, name
+        # Real locations everywhere: no stand-in (negative) node ids, scopes named by path.
+        for t in ("frontier_changes", "frontiers", "nodes", "progress", "pointstamps"):
+            assert (mine[t]["node"] >= 0).all(), (name, t)
+        nested = warehouse.read_nested(dataflow)
+        assert {tuple(s) for s in mine["scopes"]["scope"].to_list()} == set(nested.scopes), name
+        # Psi of every scope, written at registration, equals the native computation.
+        stored = warehouse.read_scoped_summaries(dataflow)
+        assert stored == {path: path_summaries(scope.graph) for path, scope in nested.scopes.items()}, name
+    assert table["progress"].filter(pl.col("dataflow_id") == registered["nested"][0]).filter(
+        pl.col("version") == 1)["scope"].to_list() == [[3, 1, 1], []]
+    # docs/tables.md's nested-scope Polars queries, run verbatim on the loop's tables.
+    text = (ROOT / "docs" / "tables.md").read_text()
+    helper = re.findall(r"```python\n(.*?)```", text.split("## Example queries: Polars\n", 1)[1], re.S)[0]
+    nested_section = text.split("## Example queries: Polars, nested scopes", 1)[1]
+    env: dict[str, Any] = {"WAREHOUSE": str(service.warehouse), "DATAFLOW": registered["nested-initial"][0],
+                           "INNER": [1]}
+    exec(compile(helper + "\n".join(re.findall(r"```python\n(.*?)```", nested_section, re.S)), "tables.md", "exec"),
+         env)
+    assert env["scopes"].rows() == [([], "root", 1), ([1], "iterative", 2)]
+    loop = live[registered["nested-initial"][0]]
+    assert {(r["node"], r["port"], r["kind"]): r["frontier"] for r in env["inside"].to_dicts()} == {
+        (loc.node, loc.port, loc.kind): [list(t) for t in ts] for loc, ts in loop.items() if loc.scope == (1,) and ts}
+    assert {r["name"] for r in env["inside"].to_dicts()} <= {"boundary", "step", "feedback"}
+    assert {(r["port"], r["kind"]): r["frontier"] for r in env["at_scope_node"].to_dicts()} == {
+        (loc.port, loc.kind): [list(t) for t in ts] for loc, ts in loop.items() if loc.scope == () and loc.node == 1
+        and ts}

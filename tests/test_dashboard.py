@@ -450,3 +450,16 @@ def test_history_keeps_the_last_versions_of_its_own_dataflow(tmp_path: Path) -> 
     # A limit that cuts a version leaves that version out rather than half of it.
     assert [c["version"] for c in _history(tmp_path, "mine", 5)["frontier_changes"]] == [49, 49, 50, 50]
     assert _history(tmp_path, "nobody", 10) == {"frontier_changes": [], "throughput": []}
+
+
+def test_history_names_inner_scopes_with_their_inner_times(tmp_path: Path) -> None:
+    from api.dashboard import _history
+    from api.store import Store
+
+    inner = '{"location":{"scope":[1],"node":1,"port":0,"kind":"target"},"time":[3,0],"diff":1}'
+    root = '{"location":{"node":2,"port":0,"kind":"target"},"time":[3],"diff":1}'
+    Store(tmp_path).append_changes([("nested", 0, f"[{inner},{root}]", 0.0)])
+    got = _history(tmp_path, "nested", 10)["frontier_changes"]
+    assert [(c["version"], c["location"], c["time"]) for c in got] == [
+        (0, {"scope": [1], "node": 1, "port": 0, "kind": "target"}, [3, 0]),
+        (0, {"node": 2, "port": 0, "kind": "target"}, [3])]

@@ -41,23 +41,32 @@ def test_schemas_follow_the_design_contract(tmp_path: Path) -> None:
     wh.write_dataflow("df-1", "loop", loop_graph())
     expected_columns = {
         "dataflows": ["dataflow_id", "name", "timestamp_arity", "graph_version", "created_at", "deleted_at"],
-        "nodes": ["dataflow_id", "node", "name", "inputs", "outputs"],
-        "connections": ["dataflow_id", "node", "input_port", "output_port", "summary"],
-        "edges": ["dataflow_id", "src_node", "src_port", "dst_node", "dst_port"],
-        "summaries": ["dataflow_id", "from_node", "from_port", "from_kind", "to_node", "to_port", "to_kind", "summary"],
-        "progress": ["dataflow_id", "version", "worker", "seq", "node", "port", "kind", "time", "delta", "received_at"],
-        "pointstamps": ["dataflow_id", "node", "port", "kind", "time", "count"],
-        "frontiers": ["dataflow_id", "node", "port", "kind", "time"],
-        "frontier_changes": ["dataflow_id", "version", "node", "port", "kind", "time", "diff", "at"],
+        "scopes": ["dataflow_id", "scope", "kind", "arity"],
+        "nodes": ["dataflow_id", "scope", "node", "name", "inputs", "outputs", "is_scope"],
+        "connections": ["dataflow_id", "scope", "node", "input_port", "output_port", "summary"],
+        "edges": ["dataflow_id", "scope", "src_node", "src_port", "dst_node", "dst_port"],
+        "summaries": ["dataflow_id", "scope", "from_node", "from_port", "from_kind", "to_node", "to_port", "to_kind",
+                      "summary"],
+        "progress": ["dataflow_id", "version", "worker", "seq", "scope", "node", "port", "kind", "time", "delta",
+                     "received_at"],
+        "pointstamps": ["dataflow_id", "scope", "node", "port", "kind", "time", "count"],
+        "frontiers": ["dataflow_id", "scope", "node", "port", "kind", "time"],
+        "frontier_changes": ["dataflow_id", "version", "scope", "node", "port", "kind", "time", "diff", "at"],
     }
     assert {name: schema.names for name, schema in TABLES.items()} == expected_columns
     assert TABLES["connections"].field("summary").type == pa.list_(pa.int64())
     assert TABLES["frontier_changes"].field("at").type == pa.timestamp("us", tz="UTC")
-    for table in ("dataflows", "nodes", "connections", "edges"):
+    assert TABLES["frontiers"].field("scope").type == pa.list_(pa.int32())
+    for table in ("dataflows", "scopes", "nodes", "connections", "edges"):
         delta = DeltaTable(wh.path(table))
         assert delta.metadata().partition_columns == ["dataflow_id"], table
     stored = pl.read_delta(wh.path("connections")).schema
     assert stored["summary"] == pl.List(pl.Int64) and stored["node"] == pl.Int32 and stored["dataflow_id"] == pl.String
+    assert stored["scope"] == pl.List(pl.Int32)
+    # A flat dataflow: one root scope, every row in scope [].
+    assert pl.read_delta(wh.path("scopes")).select("scope", "kind", "arity").to_dicts() == [
+        {"scope": [], "kind": "root", "arity": 2}]
+    assert {tuple(s) for s in pl.read_delta(wh.path("nodes"))["scope"].to_list()} == {()}
 
 
 def test_graph_round_trip_and_independent_reader(tmp_path: Path) -> None:
@@ -75,7 +84,7 @@ def test_graph_round_trip_and_independent_reader(tmp_path: Path) -> None:
     got = sorted((r["node"], r["input_port"], r["output_port"], r["summary"]) for r in conns.to_dicts())
     assert got == expected
     edges = pl.read_delta(wh.path("edges")).filter(pl.col("dataflow_id") == "df-1")
-    assert sorted(tuple(r.values())[1:] for r in edges.to_dicts()) == sorted(
+    assert sorted(tuple(r.values())[2:] for r in edges.to_dicts()) == sorted(
         (e.source.node, e.source.port, e.target.node, e.target.port) for e in graph.edges
     )
     with pytest.raises(UnknownDataflowError):
@@ -84,7 +93,7 @@ def test_graph_round_trip_and_independent_reader(tmp_path: Path) -> None:
 
 def test_commits_are_versions_and_time_travel_works(tmp_path: Path) -> None:
     wh = Warehouse(tmp_path)
-    row = {"dataflow_id": "a", "node": 1, "port": 0, "kind": "target", "time": [3]}
+    row = {"dataflow_id": "a", "scope": [], "node": 1, "port": 0, "kind": "target", "time": [3]}
     assert wh.append("frontiers", [row]) == 0
     assert wh.append("frontiers", [{**row, "dataflow_id": "b", "time": [9]}]) == 1
     assert wh.replace_partition("frontiers", "a", [{**row, "time": [4]}, {**row, "port": 1, "time": [5]}]) == 2
@@ -148,8 +157,8 @@ def test_spark_reads_and_writes_the_same_tables(spark, tmp_path: Path) -> None:
     )
     assert version == 0
     assert pl.read_delta(wh.path("frontiers")).to_dicts() == [
-        {"dataflow_id": "df", "node": 1, "port": 0, "kind": "target", "time": [7, 1]}
-    ]
+        {"dataflow_id": "df", "scope": [], "node": 1, "port": 0, "kind": "target", "time": [7, 1]}
+    ]  # a frame without `scope` is the root's
     assert wh.spark_read("frontiers", version=0).collect()[0]["time"] == [7, 1]
 
 
@@ -213,3 +222,26 @@ def test_delta_spark_warehouse_never_calls_delta_rs(spark, tmp_path: Path, monke
     assert wh.read_graph("df").arity == 2 and wh.version("edges") == 0
     with pytest.raises(RuntimeError, match="forbid"):
         wh._open(wh.path("edges"))
+
+
+def test_a_warehouse_of_the_layout_before_scopes_is_refused_in_one_line(tmp_path: Path, capsys) -> None:
+    import argparse
+
+    from deltalake import write_deltalake
+
+    from spark_jobs.cli import run_job
+    from spark_jobs.storage import LegacyWarehouseError
+
+    wh = Warehouse(tmp_path)
+    wh.write_dataflow("df", "loop", loop_graph())
+    # `frontiers` as the previous layout wrote it: no `scope` column.
+    old = pa.table({"dataflow_id": ["df"], "node": pa.array([1], pa.int32()), "port": pa.array([0], pa.int32()),
+                    "kind": ["target"], "time": pa.array([[3]], pa.list_(pa.int64()))})
+    write_deltalake(wh.path("frontiers"), old, partition_by=["dataflow_id"])
+    with pytest.raises(LegacyWarehouseError, match=r"table 'frontiers' .*no column scope"):
+        wh.check_layout()
+    args = argparse.Namespace(job="propagate", warehouse=str(tmp_path), dataflow=["df"], all=False, master=None)
+    assert run_job(args) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no column scope" in err and "Traceback" not in err
+    assert DeltaTable(wh.path("frontiers")).version() == 0  # nothing written
