@@ -333,7 +333,7 @@ def _as_user(root: Path, n: int, wait_for_check: bool) -> dict[str, Any]:
             if phase == "check_done":
                 if not wait_for_check:
                     break
-                deadline = time.monotonic() + 900
+                deadline = time.monotonic() + 600
                 while _spark_check(service, dataflow_id) == "pending" and time.monotonic() < deadline:
                     time.sleep(1)
             before = _spark_check(service, dataflow_id)
