@@ -274,7 +274,8 @@ class WriteAheadLog:
         if self._inflight is not None or self.failed is not None or not self._group:
             self._kick()
             return
-        assert self._syncer is not None and self._fd is not None, "open() the log first"
+        if self._syncer is None or self._fd is None:  # closed meanwhile: its futures stay pending
+            return
         if self._syncer.poll() is not None:  # its loss stops acknowledgements, whichever path syncs
             self._unwatch()
             self._fail(OSError("the write-ahead log's sync process exited"))
