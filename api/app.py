@@ -27,8 +27,7 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.openapi.docs import get_swagger_ui_html
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import FileResponse, JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -36,6 +35,7 @@ from api import dashboard
 from api.audit import audit_loop
 from api.config import ENGINE_NAMES, Settings
 from api.ingest import Refused
+from api.limits import Limits, Registrations, Subscriptions
 from api.microbatch import microbatch_loop
 from api.models import ErrorBody, ProgressRequest, RegisterRequest
 from api.routes import router as rest
@@ -48,7 +48,7 @@ _DOCUMENTED_ERRORS = {"400": "malformed JSON", "401": "missing or unknown token"
                       "403": "the token may not access this", "404": "unknown dataflow or version",
                       "413": "body too large", "422": "invalid request"}
 _NAMES = {400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found", 405: "method_not_allowed",
-          409: "conflict", 413: "body_too_large", 422: "invalid_request"}
+          409: "conflict", 413: "body_too_large", 422: "invalid_request", 429: "rate_limited"}
 
 
 class BodyLimit:
@@ -167,7 +167,8 @@ of the same UTF-8 JSON); the server sends `{"type": "snapshot", "version", "loca
 then `{"type": "changes", "version", "changes"}` and one `{"type": "ack", "worker", "seq",
 "applied", "duplicate", "version"}` or `{"type": "error", "status", "error", "detail"}` per batch,
 in the order sent, and `{"type": "resync", ...}` followed by a fresh snapshot if the client fell
-behind. A refused handshake answers the same 401/403/404 as the REST routes."""
+behind. A refused handshake answers the same 401/403/404 as the REST routes; a subscribing
+socket beyond the subscriber limits is accepted and closed with 1013 (try again later) and a reason."""
 
 
 def create_app(settings: Settings, admin_token: str) -> FastAPI:
@@ -228,6 +229,9 @@ def create_app(settings: Settings, admin_token: str) -> FastAPI:
         redoc_url=None,
     )
     app.state.service = service
+    app.state.limits = Limits(
+        Registrations(settings.register_rate, settings.register_burst, settings.max_dataflows),
+        Subscriptions(settings.max_subscribers_per_dataflow, settings.max_subscribers))
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, error: RequestValidationError) -> JSONResponse:
@@ -275,10 +279,10 @@ def create_app(settings: Settings, admin_token: str) -> FastAPI:
 
     @app.get("/docs", include_in_schema=False)
     async def docs() -> Response:
-        """Swagger UI over ``/openapi.json``, its script and style vendored (works offline)."""
-        return get_swagger_ui_html(openapi_url="/openapi.json", title=app.title + " - API",
-                                   swagger_js_url="/static/vendor/swagger-ui-bundle.js",
-                                   swagger_css_url="/static/vendor/swagger-ui.css", swagger_favicon_url="data:,")
+        """Swagger UI over ``/openapi.json``, its script and style vendored (works offline), started
+        by ``/static/docs.js``: FastAPI's own page starts it with an inline script, which the
+        Content-Security-Policy (:mod:`api.security`) refuses."""
+        return FileResponse(dashboard.STATIC / "docs.html", media_type="text/html")
 
     app.include_router(rest)
     app.include_router(sockets)

@@ -37,6 +37,48 @@ def port(text: str) -> int:
     return int(text)
 
 
+def count(text: str) -> int:
+    """A whole number of at least 0 (0: no limit).
+
+    >>> count("100")
+    100
+    """
+    if not (text.isascii() and text.isdigit()):
+        raise argparse.ArgumentTypeError(f"must be a whole number of at least 0, got {text!r}")
+    return int(text)
+
+
+def rate(text: str) -> float:
+    """A finite number of at least 0 (0: no limit).
+
+    >>> rate("0.5")
+    0.5
+    """
+    try:
+        number = float(text)
+    except ValueError:
+        number = -1.0
+    if not (0 <= number < float("inf")):
+        raise argparse.ArgumentTypeError(f"must be a finite number of at least 0, got {text!r}")
+    return number
+
+
+_LIMIT_OPTIONS: list[tuple[str, object, str]] = [
+    ("--register-rate", rate, "registrations per second per token, refilled continuously (env TRACKER_REGISTER_RATE; "
+                              "default 10)"),
+    ("--register-burst", count, "registrations per token at once (env TRACKER_REGISTER_BURST; default 100)"),
+    ("--max-dataflows", count, "live dataflows (env TRACKER_MAX_DATAFLOWS; default 1000)"),
+    ("--max-subscribers", count, "stream subscribers, SSE and WebSocket, in all (env TRACKER_MAX_SUBSCRIBERS; "
+                                 "default 1000)"),
+    ("--max-subscribers-per-dataflow", count, "stream subscribers of one dataflow (env "
+                                              "TRACKER_MAX_SUBSCRIBERS_PER_DATAFLOW; default 100)"),
+    ("--max-header-bytes", count, "request line and headers, bytes; 431 beyond (env TRACKER_MAX_HEADER_BYTES; "
+                                  "default 65536)"),
+    ("--header-timeout", rate, "seconds a client may take to send a request's line and headers "
+                               "(env TRACKER_HEADER_TIMEOUT; default 10)"),
+]
+
+
 def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``serve`` to the ``tracker`` command's sub-parsers."""
     serve = commands.add_parser("serve", help="run the service (FastAPI + uvicorn)")
@@ -53,4 +95,7 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
                             "tracker, spark = Spark micro-batches; default native")
     serve.add_argument("--master", default=os.environ.get("SPARK_MASTER"),
                        help="Spark master URL (env SPARK_MASTER; default local[*])")
+    limits = serve.add_argument_group("limits", "0 means no limit; see docs/service.md, \"Limits\"")
+    for flag, kind, text in _LIMIT_OPTIONS:
+        limits.add_argument(flag, type=kind, default=None, help=text)  # type: ignore[arg-type]
     serve.set_defaults(func=_serve)

@@ -21,6 +21,12 @@ ENGINE_NAMES = {"native": "native (compiled)", "reference": "reference (Python)"
 """What ``/healthz``, ``/metrics`` and the start-up log call each engine."""
 
 
+LIMITS = ("register_rate", "register_burst", "max_dataflows", "max_subscribers", "max_subscribers_per_dataflow",
+          "max_header_bytes", "header_timeout")
+"""The settings of the service's limits, each a ``tracker serve`` option (``--max-dataflows``) and
+an environment variable (``TRACKER_MAX_DATAFLOWS``)."""
+
+
 def native_problem() -> str | None:
     """Why ``--engine native`` cannot run here (the compiled module is missing), or ``None``."""
     try:
@@ -77,6 +83,16 @@ class Settings:
     max_body: int = 1024 * 1024  # TRACKER_MAX_BODY: request and WebSocket message limit, bytes
     log_level: str = "info"  # TRACKER_LOG_LEVEL
     ws_deflate: bool = False  # TRACKER_WS_DEFLATE=1 enables permessage-deflate on WebSockets
+    stall_seconds: float = 60.0  # TRACKER_STALL_SECONDS: live pointstamps, no frontier change this long: stalled
+    violation_seconds: float = 5.0  # TRACKER_VIOLATION_SECONDS: a negative count, no batch this long: violation
+    # Limits (docs/service.md, "Limits"); 0 means none.
+    register_rate: float = 10.0  # TRACKER_REGISTER_RATE: registrations per second per token (refill)
+    register_burst: int = 100  # TRACKER_REGISTER_BURST: registrations per token at once
+    max_dataflows: int = 1000  # TRACKER_MAX_DATAFLOWS: live dataflows
+    max_subscribers: int = 1000  # TRACKER_MAX_SUBSCRIBERS: stream subscribers (SSE + WebSocket) in all
+    max_subscribers_per_dataflow: int = 100  # TRACKER_MAX_SUBSCRIBERS_PER_DATAFLOW
+    max_header_bytes: int = 64 * 1024  # TRACKER_MAX_HEADER_BYTES: request line + headers (431 beyond)
+    header_timeout: float = 10.0  # TRACKER_HEADER_TIMEOUT: seconds to receive a request's head
 
     @classmethod
     def from_env(cls, args: argparse.Namespace | None = None) -> Settings:
@@ -103,6 +119,15 @@ class Settings:
             max_body=_env_int("TRACKER_MAX_BODY", 1024 * 1024),
             log_level=env.get("TRACKER_LOG_LEVEL", "info"),
             ws_deflate=env.get("TRACKER_WS_DEFLATE", "0").lower() in ("1", "true", "yes", "on"),
+            stall_seconds=_env_float("TRACKER_STALL_SECONDS", 60.0),
+            violation_seconds=_env_float("TRACKER_VIOLATION_SECONDS", 5.0),
+            register_rate=_env_float("TRACKER_REGISTER_RATE", 10.0),
+            register_burst=_env_int("TRACKER_REGISTER_BURST", 100),
+            max_dataflows=_env_int("TRACKER_MAX_DATAFLOWS", 1000),
+            max_subscribers=_env_int("TRACKER_MAX_SUBSCRIBERS", 1000),
+            max_subscribers_per_dataflow=_env_int("TRACKER_MAX_SUBSCRIBERS_PER_DATAFLOW", 100),
+            max_header_bytes=_env_int("TRACKER_MAX_HEADER_BYTES", 64 * 1024),
+            header_timeout=_env_float("TRACKER_HEADER_TIMEOUT", 10.0),
         )
         if args is not None:
             settings.host = args.host
@@ -110,6 +135,11 @@ class Settings:
             settings.warehouse = Path(args.warehouse)
             settings.engine = args.engine
             settings.master = args.master or settings.master
+            for name in LIMITS:  # `tracker serve` options; a namespace built elsewhere may lack them
+                if getattr(args, name, None) is not None:
+                    setattr(settings, name, getattr(args, name))
+        if settings.max_header_bytes and settings.max_header_bytes < 1024:
+            raise ValueError("--max-header-bytes / TRACKER_MAX_HEADER_BYTES must be 0 (no limit) or at least 1024")
         if settings.master:
             from spark_jobs.session import master_problem
 

@@ -16,6 +16,7 @@ from typing import Annotated, Literal
 from fastapi import Depends, Header, HTTPException, Path, Request
 
 from api.auth import Principal, bearer, forbidden, unauthorized
+from api.limits import LimitExceeded, Limits, Slot
 from api.publish import Selection
 from api.service import Service
 from api.tenant import Tenant
@@ -61,6 +62,40 @@ async def admin(caller: PrincipalDep) -> Principal:
     return caller
 
 
+AdminDep = Annotated[Principal, Depends(admin)]
+
+
+async def get_limits(request: Request) -> Limits:
+    """The admission limits of this app (:mod:`api.limits`)."""
+    return request.app.state.limits
+
+
+LimitsDep = Annotated[Limits, Depends(get_limits)]
+
+
+def too_many(refused: LimitExceeded) -> HTTPException:
+    """The 429 answer of a refused admission, with ``Retry-After``."""
+    return HTTPException(429, refused.body, headers={"Retry-After": str(refused.retry_after)})
+
+
+def registration_slot(limits: Limits, service: Service, caller: Principal) -> Slot:
+    """Admit one registration by ``caller`` (429 ``rate_limited`` or ``too_many_dataflows``;
+    deleted dataflows do not count)."""
+    live = sum(1 for dataflow in service.dataflows.values() if dataflow.ready and dataflow.deleted_at is None)
+    try:
+        return limits.registrations.admit("admin" if caller.admin else f"dataflow:{caller.dataflow_id}", live)
+    except LimitExceeded as refused:
+        raise too_many(refused) from None
+
+
+def subscriber_slot(limits: Limits, dataflow: Tenant) -> Slot:
+    """Admit one stream subscriber of ``dataflow`` (429 ``too_many_subscribers``)."""
+    try:
+        return limits.subscriptions.admit(dataflow.id)
+    except LimitExceeded as refused:
+        raise too_many(refused) from None
+
+
 def lookup(service: Service, caller: Principal, dataflow_id: str) -> Tenant:
     """The dataflow if ``caller`` may access it: 403 for another dataflow's token (whether or
     not the id exists, so tokens do not reveal other ids), 404 for the admin and a bad id."""
@@ -104,7 +139,7 @@ def selection(dataflow: Tenant, text: str | None) -> Selection | None:
                 if not (node.isascii() and node.isdigit() and port.isascii() and port.isdigit()):
                     raise ValueError(item)
                 wanted.append(Location(int(node), int(port), _kind(kind)))
-    except (ValueError, KeyError, TypeError, AttributeError):
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
         raise HTTPException(422, {"error": "invalid_request", "detail": (
             "locations must be node:port:kind items separated by commas (1:0:target,2:0:target) or a JSON list "
             f'of {{"node", "port", "kind"}} objects, got {text[:200]!r}')}) from None

@@ -1,5 +1,6 @@
 """The graph tables of registered dataflows (``dataflows``, ``nodes``, ``edges``, ... and,
-without a Spark check, the native ``summaries``), written in batches on the Delta thread.
+without a Spark check, the native ``summaries``), written in batches on the Delta thread, and
+the ``dataflows.deleted_at`` of deleted ones.
 
 Guarantees: a queued dataflow's tables are written once, with its ``dataflows`` row last, so a
 crash half-way leaves it without that row and recovery queues it again; a burst of
@@ -39,6 +40,8 @@ class Described(Protocol):
     def created_at(self) -> str: ...
     @property
     def lag(self) -> DeltaLag: ...
+    @property
+    def deleted_at(self) -> float | None: ...
 
 
 class GraphWriter:
@@ -50,6 +53,7 @@ class GraphWriter:
         self.metrics = metrics
         self.native_psi = native_psi
         self._queued: list[Described] = []
+        self._deleted: list[Described] = []
         self._task: asyncio.Task[None] | None = None
 
     def queue(self, dataflows: list[Described]) -> None:
@@ -57,15 +61,38 @@ class GraphWriter:
         if self.store is None or not dataflows:
             return
         self._queued.extend(dataflows)
+        self._start()
+
+    def queue_deleted(self, dataflows: list[Described]) -> None:
+        """Queue setting ``deleted_at`` of deleted ``dataflows`` (after any graph write queued
+        before; one whose graph tables are not written yet gets it with them)."""
+        if self.store is None or not dataflows:
+            return
+        self._deleted.extend(dataflows)
+        self._start()
+
+    def _start(self) -> None:
         if self._task is None or self._task.done():
             self._task = asyncio.get_running_loop().create_task(self._drain())
 
     async def _drain(self) -> None:
         # Whatever queued up while a batch was written goes into the next one.
         loop = asyncio.get_running_loop()
-        while self._queued:
+        while self._queued or self._deleted:
             batch, self._queued = self._queued, []
-            await loop.run_in_executor(self.pool, self._write, batch)
+            if batch:
+                await loop.run_in_executor(self.pool, self._write, batch)
+            deleted, self._deleted = self._deleted, []
+            if deleted:
+                await loop.run_in_executor(self.pool, self._mark, deleted)
+
+    def _mark(self, dataflows: list[Described]) -> None:
+        assert self.store is not None
+        try:
+            self.store.mark_deleted({d.id: d.deleted_at for d in dataflows if d.deleted_at is not None})
+        except Exception:
+            self.metrics.delta_errors.inc()
+            log.exception("marking dataflows deleted failed", extra={"dataflows": [d.id for d in dataflows]})
 
     def _write(self, dataflows: list[Described]) -> None:
         assert self.store is not None
@@ -78,6 +105,7 @@ class GraphWriter:
             self.store.write_dataflows([(d.id, d.name, d.graph, d.created_at) for d in dataflows])
             for dataflow in dataflows:
                 dataflow.lag.graph_stored = True
+            self.store.mark_deleted({d.id: d.deleted_at for d in dataflows if d.deleted_at is not None})
         except Exception:
             self.metrics.delta_errors.inc()
             log.exception("writing the graph tables failed", extra={"dataflows": [d.id for d in dataflows]})

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from api.columns import RawBatch
+from api.lifecycle import iso
 from api.live import Pending, SequenceGap
 from api.metrics import Metrics
 from api.parsing import Indexed, InvalidRequest, MalformedJSON, parse_indexed, parse_progress
@@ -78,6 +79,12 @@ def bad_body(error: MalformedJSON | InvalidRequest) -> Refused:
     return Refused(422, {"error": "invalid_request", "detail": error.detail()})
 
 
+def gone(tenant: Tenant) -> Refused:
+    """410: the dataflow was deleted; nothing of it changes any more."""
+    return Refused(410, {"error": "dataflow_deleted", "detail": f"dataflow {tenant.id} ({tenant.name!r}) was deleted "
+                         f"at {iso(tenant.deleted_at)}; it accepts no progress and streams nothing"})
+
+
 def _log_failed(error: LogFailed) -> Refused:
     """503: the batch was not acknowledged (and is not durable); the service must restart."""
     return Refused(503, {"error": "log_failed", "detail": str(error)})
@@ -107,8 +114,8 @@ async def submit(tenant: Tenant, data: bytes, wal: WriteAheadLog, metrics: Metri
         The acknowledgement, once the batch (or, for a duplicate, everything before it) is durable.
 
     Raises:
-        Refused: 400 or 422 for a bad body or update, 409 for a sequence gap, 503 when the log
-            failed.
+        Refused: 400 or 422 for a bad body or update, 409 for a sequence gap, 410 for a deleted
+            dataflow, 503 when the log failed.
     """
     return await settle(accept(tenant, data, wal, metrics), metrics)
 
@@ -122,6 +129,8 @@ def accept(tenant: Tenant, data: bytes, wal: WriteAheadLog, metrics: Metrics) ->
         Refused: as :func:`submit` (then nothing changed).
     """
     started = time.perf_counter()
+    if tenant.deleted_at is not None:
+        raise gone(tenant)
     try:
         # The compiled engine takes flat integer lists: no Python object per update.
         updates: list[Update] | Indexed

@@ -71,6 +71,8 @@ class LiveState:
     durable_version: int = 0
     workers: dict[str, tuple[int, int]] = field(default_factory=dict)
     """worker -> ``(last seq, the version that applied it)``"""
+    last_batch_at: float | None = None
+    """When the last applied batch arrived (POSIX seconds), ``None`` before the first."""
     _recent: dict[tuple[str, int], int] = field(default_factory=dict)
     _pending: dict[int, Pending] = field(default_factory=dict)
     native: Any = field(init=False, default=None)
@@ -114,6 +116,7 @@ class LiveState:
     def apply(self, pending: Pending) -> list[FrontierChange] | ChangeBatch:
         """Apply an admitted, validated batch whose log record is on its way to disk."""
         self._pending[pending.version] = pending
+        self.last_batch_at = pending.received
         return self._apply(pending.updates)
 
     def made_durable(self, version: int) -> None:

@@ -166,7 +166,7 @@ class FrontierResponse(BaseModel):
 class PointstampRow(BaseModel):
     """A non-zero occurrence count."""
 
-    location: LocationModel
+    location: dict[str, Any] = Field(description="a location (with its `scope` in a nested dataflow)")
     time: list[int]
     count: int
 
@@ -181,10 +181,28 @@ class SummaryRow(BaseModel):
     summaries: list[list[int]]
 
 
-class DataflowStatus(BaseModel):
-    """What the service knows about a dataflow beyond its state."""
+State = Literal["running", "complete", "stalled", "violation", "deleted"]
 
-    state: str = "active"
+
+class Violation(BaseModel):
+    """A location whose occurrence count stayed negative after the last batch."""
+
+    location: dict[str, Any] = Field(description="a location (with its `scope` in a nested dataflow)")
+    time: list[int]
+    count: int
+
+
+class DataflowStatus(BaseModel):
+    """What the service knows about a dataflow: its lifecycle state (``api.lifecycle``) and more."""
+
+    state: State = Field(description="running; complete once every frontier is empty; stalled when live "
+                         "pointstamps saw no frontier change for TRACKER_STALL_SECONDS; violation when a count stayed "
+                         "negative with no batch for TRACKER_VIOLATION_SECONDS; deleted")
+    deleted_at: str | None = None
+    last_frontier_change_at: str | None = None
+    last_batch_at: str | None = None
+    violation_count: int = 0
+    violations: list[Violation] = Field(default_factory=list, description="the first 20, sorted by location")
     spark_check: str = Field(description="pending | agreed | disagreed | skipped | error")
     spark_detail: str | None = None
     audit: dict[str, Any] | None = Field(default=None, description="last Spark audit of the live frontier")
@@ -206,6 +224,7 @@ class DataflowSummary(BaseModel):
     timestamp_arity: int
     version: int
     created_at: str
+    state: State
 
 
 class DataflowDetail(DataflowSummary):

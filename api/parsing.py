@@ -97,7 +97,15 @@ def _locations(graph: Graph) -> dict[_Location, Location]:
 def parse_registration(data: bytes) -> RegisterRequest:
     """The body of ``POST /v1/dataflows``: :class:`MalformedJSON` unless it is one strict JSON
     document (no ``NaN``, no trailing data, not empty), :class:`InvalidRequest` unless it has
-    the shape of :class:`~api.models.RegisterRequest`. The graph itself is checked later."""
+    the shape of :class:`~api.models.RegisterRequest` (nesting too deep for the interpreter's
+    recursion limit included). The graph itself is checked later.
+
+    >>> try:
+    ...     parse_registration(b"[" * 200_000)
+    ... except InvalidRequest as error:
+    ...     print(error.loc, error.msg[:40])
+    body arrays and objects are nested too deeply
+    """
     try:
         document = msgspec.json.decode(data)
     except msgspec.DecodeError as error:
@@ -107,11 +115,18 @@ def parse_registration(data: bytes) -> RegisterRequest:
         raise MalformedJSON(f"the body is not UTF-8: {error}") from None
     except msgspec.ValidationError as error:  # an integer beyond 64 bits
         raise InvalidRequest("body", str(error)) from None
+    except RecursionError:  # valid JSON, but no registration nests that deep
+        raise InvalidRequest("body", "arrays and objects are nested too deeply (a registration needs a few dozen "
+                                     "levels at most)") from None
     try:
         return RegisterRequest.model_validate(document)
+    except RecursionError:
+        raise InvalidRequest("body", "arrays and objects are nested too deeply") from None
     except pydantic.ValidationError as error:
         first = error.errors()[0]
         where = ".".join(str(part) for part in ("body", *first["loc"]))
+        if len(where) > 200:  # pydantic's depth limit names every level on the way down
+            where = where[:100] + " ... " + where[-95:]
         raise InvalidRequest(where, first["msg"]) from None
 
 

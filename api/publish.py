@@ -105,6 +105,10 @@ class Listener(Protocol):
         """Take one version's encoded changes; must never block."""
         ...
 
+    def end(self) -> None:
+        """The dataflow was deleted: finish once what was offered before is consumed; must never block."""
+        ...
+
 
 class Encoding(Protocol):
     """How a dataflow whose locations are stand-ins is written out (a nested dataflow's,
@@ -139,6 +143,13 @@ class Publication:
         self.history_limit = history_limit
         self.frontier_version = 0
         """The version the published frontier is exact for (-1: none computed yet)."""
+        self.last_change_at = time.time()
+        """When a published version last changed some frontier (POSIX seconds; at first, when
+        this publication was made): what ``stalled`` is measured from."""
+        self.ended = False
+        """The dataflow was deleted: :meth:`end` told every subscriber, and nobody subscribes again."""
+        self.on_end: set[Callable[[], None]] = set()
+        """Called once by :meth:`end` (a WebSocket that only sends closes itself this way)."""
         self.history: deque[tuple[int, int, str]] = deque()  # (version, number of changes, JSON)
         self._batches: dict[int, ChangeBatch] = {}
         """The compiled engine's batch of each version in the history (the collector does not
@@ -193,6 +204,7 @@ class Publication:
         self.frontier_version = version
         if not changes:
             return
+        self.last_change_at = time.time() if at is None else at
         # One string per version rather than a tuple per change keeps the garbage collector's
         # full passes (and so the latency tail) short even with a long history.
         encoding = self.encoding
@@ -237,6 +249,16 @@ class Publication:
                 asyncio.get_running_loop().call_soon(self._fold)
         elif len(self._unfolded) >= 256:  # replaying a recovered history: no loop to schedule on
             self._fold()
+
+    def end(self) -> None:
+        """The dataflow was deleted: every subscriber is told to finish (after the versions it was
+        offered) and is dropped; :attr:`ended` refuses new ones."""
+        self.ended = True
+        subscribers, self.subscribers = list(self.subscribers), set()
+        for subscriber in subscribers:
+            subscriber.end()
+        for callback in list(self.on_end):
+            callback()
 
     def _fold(self) -> None:
         """Fold published versions' changes into the frontier.

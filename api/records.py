@@ -3,9 +3,10 @@
 Guarantees: :func:`decode` inverts :func:`encode` for every record; anything else raises
 ``ValueError`` (recovery then treats it as the end of the log).
 
-Three kinds, told apart by their ``"t"`` field: a :class:`Register` (a dataflow's registration,
-also the first records of every new segment), a :class:`Batch` (an acknowledged progress batch)
-and a :class:`Check` (the concluded Spark check of a registration). A record's payload is its
+Four kinds, told apart by their ``"t"`` field: a :class:`Register` (a dataflow's registration,
+also the first records of every new segment), a :class:`Batch` (an acknowledged progress batch),
+a :class:`Check` (the concluded Spark check of a registration) and a :class:`Delete` (a
+dataflow's deletion, also repeated at the start of every new segment). A record's payload is its
 compact JSON; a batch's is followed by a newline and the request body exactly as received
 (compact JSON never contains a raw newline, so the first one separates the two), which spares
 the hot path re-encoding every update. Framing and file names are :mod:`api.segments`' job.
@@ -17,6 +18,8 @@ b'{"t":"batch","df":"d1","v":3,"at":1.5}\\n{"worker":"w","seq":0,"updates":[]}'
 True
 >>> decode(encode(Check(df="d1", result="agreed", detail=None)))
 Check(df='d1', result='agreed', detail=None)
+>>> decode(encode(Delete(df="d1", at=2.5)))
+Delete(df='d1', at=2.5)
 """
 
 from __future__ import annotations
@@ -59,9 +62,16 @@ class Check(msgspec.Struct, frozen=True, tag="check", tag_field="t"):
     detail: str | None
 
 
-Record = Register | Batch | Check
+class Delete(msgspec.Struct, frozen=True, tag="delete", tag_field="t"):
+    """Dataflow ``df`` was deleted at ``at`` (POSIX seconds): it stays deleted after a restart."""
+
+    df: str
+    at: float
+
+
+Record = Register | Batch | Check | Delete
 _ENCODER = msgspec.json.Encoder()
-_DECODER = msgspec.json.Decoder(Register | _BatchHead | Check)
+_DECODER = msgspec.json.Decoder(Register | _BatchHead | Check | Delete)
 
 
 def encode(record: Record) -> bytes:

@@ -1,10 +1,10 @@
 """Registration of a dataflow graph: the normalised request, and the checks it must pass.
 
 Guarantees: :func:`build_graph` accepts exactly the graphs the tracker can serve: well formed
-(:meth:`tracker.graph.Graph.build`), with at least one port, no cycle of edges and zero-summary
-connections (every cycle must strictly advance timestamps, as progress tracking in timely
-dataflow requires), and summary antichains narrow enough that one pointstamp cannot stall the
-service; anything else raises :class:`RegistrationError` carrying the exact 422 body.
+(:meth:`tracker.graph.Graph.build`), with at least one port, positive initial counts, no cycle
+of edges and zero-summary connections (every cycle must strictly advance timestamps, as
+progress tracking in timely dataflow requires), and summary antichains narrow enough that one
+pointstamp cannot stall the service; anything else raises :class:`RegistrationError` carrying the exact 422 body.
 
 >>> from api.models import RegisterRequest
 >>> request = RegisterRequest.model_validate({"name": "loop", "nodes": [
@@ -213,6 +213,8 @@ def build_graph(record: Spec, *, new: bool = True, compiled: bool = False) -> tu
                 "stalling the service; merge the parallel summaries (connections with several summaries, or "
                 "paths with different ones) into fewer")})
     if record.initial:
+        if new:
+            _positive_initial(record.initial)
         try:
             initial = graph.check_updates((Location(n, p, k), t, d) for n, p, k, t, d in record.initial)
         except GraphError as error:
@@ -220,6 +222,17 @@ def build_graph(record: Spec, *, new: bool = True, compiled: bool = False) -> tu
     else:
         initial = graph.default_initial()
     return graph, initial
+
+
+def _positive_initial(rows: list[InitialRow]) -> None:
+    """Refuse an initial pointstamp whose count is not positive: it must hold something (a
+    capability or a message) at start. Only new registrations: recovery keeps what was accepted."""
+    for index, (node, port, kind, time, delta) in enumerate(rows):
+        if delta <= 0:
+            raise RegistrationError({"error": "invalid_graph", "detail": (
+                f"initial pointstamps: update {index}: delta {delta} at {Location(node, port, kind)} time "
+                f"{list(time)} must be positive (an initial pointstamp is a capability or a message held at "
+                "the start)")})
 
 
 # -- nested scopes -------------------------------------------------------------------------------
@@ -274,6 +287,8 @@ def build_nested(record: Spec, *, new: bool = True) -> tuple[NestedGraph, list[S
                     "the parallel summaries (connections with several summaries, or paths with different ones) "
                     "into fewer")})
     if record.initial:
+        if new:
+            _positive_initial(record.initial)
         try:
             scopes = record.initial_scopes or [[] for _ in record.initial]
             initial = nested.check_updates([(ScopedLocation(tuple(scope), n, p, k), t, d)

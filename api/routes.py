@@ -12,14 +12,25 @@ import json
 from collections.abc import AsyncIterator, Callable
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, Header, HTTPException, Query, Request
+from fastapi import APIRouter, Header, HTTPException, Query, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from sse_starlette import EventSourceResponse
 
 from api import streams
-from api.deps import DataflowDep, PrincipalDep, ServiceDep, admin, require_json, selection
+from api.deps import (
+    AdminDep,
+    DataflowDep,
+    LimitsDep,
+    PrincipalDep,
+    ServiceDep,
+    registration_slot,
+    require_json,
+    selection,
+    subscriber_slot,
+)
 from api.explain import explain, explain_nested
-from api.ingest import bad_body, submit
+from api.ingest import bad_body, gone, submit
+from api.limits import Slot
 from api.models import (
     DataflowDetail,
     DataflowSummary,
@@ -36,6 +47,7 @@ from api.models import (
 from api.parsing import InvalidRequest, MalformedJSON, parse_registration
 from api.scopes import Hosting, parse_scope
 from api.tenant import Tenant
+from api.wal import LogFailed
 from tracker.graph import Graph, Location
 from tracker.scope import ScopedLocation
 from tracker.structure import summaries_by_origin
@@ -51,6 +63,9 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
     413: {"model": ErrorBody, "description": "body too large"},
     422: {"model": ErrorBody, "description": "invalid request"},
 }
+_LIMITED: dict[int | str, dict[str, Any]] = {429: {
+    "model": ErrorBody, "description": "a limit is reached (see `error`); retry after `Retry-After` seconds",
+    "headers": {"Retry-After": {"schema": {"type": "integer"}, "description": "seconds to wait"}}}}
 PSI_LOCATIONS = 2_000  # the whole of Psi is quadratic (streamed): beyond this, ask for one origin at a time
 NodeQ = Annotated[int | None, Query(ge=0, le=2**31 - 1)]
 KindQ = Annotated[Literal["source", "target"] | None, Query()]
@@ -59,31 +74,68 @@ ScopeQ = Annotated[str | None, Query(max_length=200, description="a scope path o
 
 
 @router.post("/dataflows", status_code=201, response_model=RegisterResponse,
-             responses={**_ERRORS, 415: {"model": ErrorBody, "description": "the body is declared as something else "
-                                                                          "than JSON"}},
+             responses={**_ERRORS, **_LIMITED, 415: {"model": ErrorBody, "description": "the body is declared as "
+                                                                                     "something else than JSON"}},
              openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
                  "schema": {"$ref": "#/components/schemas/RegisterRequest"}}}}},
-             dependencies=[Depends(admin)], summary="Register a dataflow graph")
-async def register(request: Request, service: ServiceDep) -> JSONResponse:
+             summary="Register a dataflow graph")
+async def register(request: Request, service: ServiceDep, caller: AdminDep, limits: LimitsDep) -> JSONResponse:
     """Validate the graph (422 naming the problem or the offending cycle), store it durably and
     return its id and token. The Spark cycle check and summaries run in the background; see
     ``status.spark_check``.
 
     The body (schema ``RegisterRequest``) is parsed by :func:`api.parsing.parse_registration`,
-    strictly, as the progress bodies are: JSON that is not one document is 400."""
-    require_json(request.headers.get("content-type"))
+    strictly, as the progress bodies are: JSON that is not one document is 400. Admission comes
+    first (429 ``rate_limited`` or ``too_many_dataflows``), so that a flood costs no parsing."""
+    slot = registration_slot(limits, service, caller)
     try:
-        body = parse_registration(await request.body())
-    except (MalformedJSON, InvalidRequest) as error:
-        raise bad_body(error) from None
-    dataflow, token = await service.register(body)
+        require_json(request.headers.get("content-type"))
+        try:
+            body = parse_registration(await request.body())
+        except (MalformedJSON, InvalidRequest) as error:
+            raise bad_body(error) from None
+        dataflow, token = await service.register(body)
+    finally:
+        slot.release()
     return JSONResponse({"id": dataflow.id, "token": token}, status_code=201)
 
 
 @router.get("/dataflows", response_model=list[DataflowSummary], responses=_ERRORS, summary="List dataflows")
-async def list_dataflows(service: ServiceDep, caller: PrincipalDep) -> list[dict[str, Any]]:
-    """Every dataflow the token may see (the admin: all; a dataflow token: its own)."""
-    return [d.summary() for d in service.dataflows.values() if d.ready and caller.may_access(d.id)]
+async def list_dataflows(
+    service: ServiceDep, caller: PrincipalDep,
+    state: Annotated[Literal["running", "complete", "stalled", "violation", "deleted"] | None, Query(
+        description="only dataflows in this state (default: every state but deleted)")] = None,
+    name: Annotated[str | None, Query(max_length=200, description="only dataflows registered with this name")] = None,
+) -> list[dict[str, Any]]:
+    """Every dataflow the token may see (the admin: all; a dataflow token: its own), oldest
+    first, filtered by ``state`` and ``name``; deleted ones only with ``state=deleted``."""
+    found = []
+    for dataflow in service.dataflows.values():
+        if not (dataflow.ready and caller.may_access(dataflow.id)) or (name is not None and dataflow.name != name):
+            continue
+        now = dataflow.lifecycle()["state"]
+        if now == state or (state is None and now != "deleted"):
+            found.append(dataflow.summary(now))
+    return sorted(found, key=lambda d: d["created_at"])
+
+
+@router.delete("/dataflows/{id}", status_code=204, response_class=Response,
+               responses={**_ERRORS, 410: {"model": ErrorBody, "description": "already deleted"},
+                          503: {"model": ErrorBody, "description": "the write-ahead log failed"}},
+               summary="Delete a dataflow")
+async def delete_dataflow(dataflow: DataflowDep, service: ServiceDep, _caller: AdminDep) -> Response:
+    """Stop the dataflow for good (admin token only): from then on its progress is refused with
+    410 (POST and WebSocket), its SSE streams end with a ``deleted`` event, its WebSockets close
+    with code 4410; it keeps answering reads, with ``status.state`` ``deleted``, also after a
+    restart. Its Delta rows stay, with ``dataflows.deleted_at`` set. 410 if already deleted."""
+    if dataflow.deleted_at is not None:
+        raise gone(dataflow)
+    try:
+        await service.delete(dataflow)
+    except LogFailed:
+        raise HTTPException(503, {"error": "log_failed", "detail": "the write-ahead log failed; restart the service"}
+                            ) from None
+    return Response(status_code=204)
 
 
 @router.get("/dataflows/{id}", response_model=DataflowDetail, responses=_ERRORS, summary="A dataflow")
@@ -98,6 +150,7 @@ async def get_dataflow(dataflow: DataflowDep) -> dict[str, Any]:
              openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
                  "schema": {"$ref": "#/components/schemas/ProgressRequest"}}}}},
              responses={**_ERRORS, 409: {"model": ErrorBody, "description": "sequence gap; see `expected`"},
+                        410: {"model": ErrorBody, "description": "the dataflow was deleted"},
                         415: {"model": ErrorBody, "description": "the body is declared as something else than JSON"},
                         503: {"model": ErrorBody, "description": "the write-ahead log failed: not acknowledged"}})
 async def progress(request: Request, dataflow: DataflowDep, service: ServiceDep) -> JSONResponse:
@@ -259,13 +312,32 @@ async def frontier_explain(
                                                 tuple(parts)))
 
 
-@router.get("/dataflows/{id}/frontier/stream", response_class=EventSourceResponse, responses={**_ERRORS, 200: {
-    "content": {"text/event-stream": {"schema": {"type": "string"}}},
-    "description": "SSE: `snapshot` (or the missed `changes` after `Last-Event-ID`), then `changes`; "
-                   "`resync` + `snapshot` if the subscriber fell behind"}},
-    summary="Frontier changes as Server-Sent Events")
+class _Held(EventSourceResponse):
+    """An SSE response holding a subscriber slot until it ends, however it ends (Starlette
+    always runs the response it is given, even for a client already gone, whereas the event
+    generator's ``finally`` does not run if it never started)."""
+
+    def __init__(self, content: Any, slot: Slot, **kwargs: Any) -> None:
+        super().__init__(content, **kwargs)
+        self.slot = slot
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self.slot.release()
+
+
+_EVENTS = {"content": {"text/event-stream": {"schema": {"type": "string"}}},
+           "description": "SSE: `snapshot` (or the missed `changes` after `Last-Event-ID`), then `changes`; "
+                          "`resync` + `snapshot` if the subscriber fell behind"}
+
+
+@router.get("/dataflows/{id}/frontier/stream", response_class=EventSourceResponse,
+            responses={**_ERRORS, **_LIMITED, 410: {"model": ErrorBody, "description": "the dataflow was deleted"},
+                       200: _EVENTS}, summary="Frontier changes as Server-Sent Events")
 async def frontier_stream(
-    dataflow: DataflowDep, service: ServiceDep,
+    dataflow: DataflowDep, service: ServiceDep, limits: LimitsDep,
     last_event_id: Annotated[str | None, Header(
         alias="Last-Event-ID",
         description="the last version received: resume after it with no gap and no duplicate (a fresh "
@@ -274,13 +346,18 @@ async def frontier_stream(
         max_length=100_000, description="only these locations: node:port:kind items separated by commas "
                                         "(1:0:target,2:0:target), or a JSON list of {node, port, kind}")] = None,
 ) -> EventSourceResponse:
-    """SSE stream; ``id`` = version; send ``Last-Event-ID`` to resume without gap or duplicate."""
+    """SSE stream; ``id`` = version; send ``Last-Event-ID`` to resume without gap or duplicate.
+    A ``deleted`` event ends it when the dataflow is deleted (410 for a deleted one); 429
+    ``too_many_subscribers`` beyond the subscriber limits."""
+    if dataflow.publication.ended:
+        raise gone(dataflow)
     metrics = service.metrics
     gauge = metrics.subscribers.labels("sse")
+    wanted = selection(dataflow, locations)
+    slot = subscriber_slot(limits, dataflow)
     events = streams.sse_events(dataflow.publication, last_event_id, service.settings.subscriber_queue,
-                                metrics.resyncs.inc, gauge.inc, selection(dataflow, locations))
-    return EventSourceResponse(events, ping=15,
-                               headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+                                metrics.resyncs.inc, gauge.inc, wanted)
+    return _Held(events, slot, ping=15, headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
 
 def _time(text: str, arity: int) -> tuple[int, ...]:

@@ -18,12 +18,16 @@ import uvicorn
 from api.app import create_app
 from api.auth import load_admin_token
 from api.config import ENGINE_NAMES, Settings
+from api.protocol import guarded_http
+from api.security import HEADERS, redact
 
 _STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime", "taskName"}
 
 
 class JsonFormatter(logging.Formatter):
-    """One JSON object per line: time, level, logger, message, and every ``extra`` field."""
+    """One JSON object per line: time, level, logger, message, and every ``extra`` field, with
+    token values redacted (:func:`api.security.redact`: uvicorn logs each WebSocket handshake
+    with its query string, which holds a browser's ``?token=``)."""
 
     def format(self, record: logging.LogRecord) -> str:
         entry: dict[str, Any] = {
@@ -37,7 +41,7 @@ class JsonFormatter(logging.Formatter):
                 entry[key] = value
         if record.exc_info:
             entry["exc"] = self.formatException(record.exc_info)
-        return json.dumps(entry, default=str)
+        return redact(json.dumps(entry, default=str))
 
 
 def _not_a_denied_handshake(record: logging.LogRecord) -> bool:
@@ -90,7 +94,9 @@ def build(settings: Settings) -> Any:
 
 
 def app_from_env() -> Any:
-    """Factory for ``uvicorn --factory api.server:app_from_env`` (settings from the environment)."""
+    """Factory for ``uvicorn --factory api.server:app_from_env`` (settings from the environment).
+    The head limits are uvicorn's protocol, not the app's: add ``--http api.protocol:GuardedHttp``
+    (64 KiB, 10 s) to keep them; ``tracker serve`` does it with the configured values."""
     return build(Settings.from_env())
 
 
@@ -115,7 +121,8 @@ def serve(args: argparse.Namespace) -> int:
     sys.setswitchinterval(0.0001)
     config = uvicorn.Config(app, host=settings.host, port=settings.port, log_config=None, access_log=False,
                             ws_max_size=settings.max_body, ws_per_message_deflate=settings.ws_deflate,
-                            lifespan="on", timeout_graceful_shutdown=5)
+                            lifespan="on", timeout_graceful_shutdown=5, headers=HEADERS,
+                            http=guarded_http(settings.max_header_bytes, settings.header_timeout))
     server = uvicorn.Server(config)
     server.run()
     return 0 if server.started else 1

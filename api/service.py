@@ -27,11 +27,12 @@ from api.columns import RawBatch
 from api.config import ENGINE_NAMES, Settings
 from api.counts import CountsOnly
 from api.graphs import GraphWriter
+from api.lifecycle import Rules
 from api.live import LiveState
 from api.metrics import Metrics
 from api.models import RegisterRequest
 from api.publish import Publication
-from api.records import Batch, Check, Record, Register
+from api.records import Batch, Check, Delete, Record, Register
 from api.registration import RegistrationError, Spec, build_graph, build_nested, is_nested, registration_record
 from api.scopes import Hosting, NestedEngine
 from api.spark import Hosted, Spark
@@ -64,6 +65,7 @@ class Service:
         self.started = time.time()
         self.loop: asyncio.AbstractEventLoop | None = None  # the event loop serving requests
         self.checks: dict[str, Check] = {}  # dataflow id -> its logged Spark check result
+        self.deletions: dict[str, Delete] = {}  # dataflow id -> its logged deletion
         self.syncer = Syncer(store, self.delta_pool, self.wal, self.metrics, self.dataflows, self.log_header,
                              segment_bytes=settings.segment_bytes,
                              tidier=Tidier(store, self.delta_pool, settings.vacuum_hours))
@@ -125,6 +127,22 @@ class Service:
         self._after_registration(tenant)
         return tenant, token
 
+    async def delete(self, tenant: Tenant) -> None:
+        """Delete a dataflow: from now on its progress is refused (410) and its streams end;
+        answered once the deletion is durable, so a restart keeps it deleted. Its state stays
+        readable and its Delta rows stay, ``dataflows.deleted_at`` set.
+
+        Raises:
+            LogFailed: the log could not make the deletion durable.
+        """
+        record = Delete(df=tenant.id, at=time.time())
+        tenant.deleted_at = record.at  # refuses batches at once: none is admitted after this line
+        self.deletions[tenant.id] = record
+        tenant.publication.end()
+        await self.wal.enqueue(record)
+        log.info("deleted dataflow", extra={"dataflow": tenant.id, "dataflow_name": tenant.name})
+        self.graphs.queue_deleted([tenant])
+
     def _new_tenant(self, record: Register, graph: Graph, tracker: FrontierEngine, initial: list[Update],
                     hosting: Hosting | None = None) -> Tenant:
         lag = DeltaLag()
@@ -136,7 +154,9 @@ class Service:
                         publication=Publication(graph, self.settings.history, lag.changes_published, hosting,
                                                 native=live.native,
                                                 frontiers_at=None if live.native is None else live.frontiers_at),
-                        lag=lag, engine_mode=mode, hosting=hosting)
+                        lag=lag, engine_mode=mode, hosting=hosting,
+                        rules=Rules(self.settings.stall_seconds, self.settings.violation_seconds))
+        tenant.publication.last_change_at = datetime.fromisoformat(record.created_at).timestamp()
         tenant.reset_published()
         lag.batch_durable(0, "_initial", 0, initial, time.time())
         if not self._checks_in_spark:
@@ -156,6 +176,8 @@ class Service:
         """Finish what a crash interrupted: graph tables never written, Spark checks never
         concluded (each on its own thread, queued behind the Spark session's start)."""
         self.graphs.queue(list(self._unstored))
+        # Idempotent, and covers a crash between the logged deletion and its Delta row.
+        self.graphs.queue_deleted([self.dataflows[d] for d in self.deletions if d in self.dataflows])
         for tenant in self._unchecked:
             self._check_in_spark(tenant)
         self._unstored, self._unchecked = [], []
@@ -195,12 +217,18 @@ class Service:
                 registrations.setdefault(record.df, record)
             elif isinstance(record, Batch):
                 batches[record.df].append(record)
+            elif isinstance(record, Delete):
+                self.deletions.setdefault(record.df, record)
             else:
                 self.checks[record.df] = record
         with self.store.warehouse.pinned() if self.store is not None else contextlib.nullcontext():
             stored = self.store.registered() if self.store is not None else set()
             for record in registrations.values():
                 self._recover_one(record, batches.get(record.df, []), stored)
+        for dataflow_id, deletion in self.deletions.items():  # deleted stays deleted: 410, no stream
+            if dataflow_id in self.dataflows:
+                self.dataflows[dataflow_id].deleted_at = deletion.at
+                self.dataflows[dataflow_id].publication.ended = True
         self.metrics.dataflows.set(len(self.dataflows))
         self.wal.open()
 
@@ -285,13 +313,15 @@ class Service:
             changes = tenant.live.replay(version, worker, seq, updates)
         except GraphError as error:
             raise GraphError(f"dataflow {tenant.id}: {error}") from None
+        tenant.live.last_batch_at = at
         if tenant.engine_mode != "spark":
             tenant.publication.publish(version, changes, notify=False, at=at)
 
     def log_header(self) -> list[Record]:
-        """The records a new log segment starts with: every live registration, and the Spark
-        check results logged so far."""
+        """The records a new log segment starts with: every registration, the Spark check
+        results logged so far and the deletions."""
         header: list[Record] = [d.registration for d in self.dataflows.values()]
+        header += [self.deletions[d] for d in self.dataflows if d in self.deletions]
         return header + [self.checks[d] for d in self.dataflows if d in self.checks]
 
     def _tracker_with(self, graph: Graph, initial: list[Update], hosting: Hosting | None = None) -> FrontierEngine:

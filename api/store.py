@@ -90,6 +90,10 @@ class Store:
         self.warehouse.write_dataflows([(i, name, graph, datetime.fromisoformat(created))
                                         for i, name, graph, created in graphs])
 
+    def mark_deleted(self, deleted: Mapping[str, float]) -> None:
+        """Set ``dataflows.deleted_at`` of each ``dataflow_id -> POSIX time`` in one commit."""
+        self.warehouse.mark_deleted({i: datetime.fromtimestamp(at, UTC) for i, at in deleted.items()})
+
     def append_progress(self, batches: Iterable[tuple[str, Graph, int, str, int, list[Update] | RawBatch, float]]
                         ) -> int:
         """One commit with the rows of many batches of many dataflows.

@@ -21,6 +21,7 @@ from typing import Any
 from api.publish import Publication, Selection
 
 RESYNC = (-1, "")
+END = (-2, "")
 
 
 class Subscriber:
@@ -41,6 +42,13 @@ class Subscriber:
         self.selection = selection
         """Only these locations (snapshot and changes), or every location."""
         self._on_lag = on_lag
+
+    def end(self) -> None:
+        """Queue the end of the stream (the dataflow was deleted) without ever blocking; a full
+        queue makes room for it (the stream ends either way)."""
+        if self.queue.full():
+            self.queue.get_nowait()
+        self.queue.put_nowait(END)
 
     def offer(self, version: int, encoded: str) -> None:
         """Queue an event without ever blocking the publisher."""
@@ -68,7 +76,10 @@ def attach(publication: Publication, last_event_id: str | None, maxsize: int,
     Returns the subscriber and ``(event, version, data)`` items to send before the queue.
     """
     subscriber = Subscriber(maxsize, on_lag, selection)
-    publication.subscribers.add(subscriber)
+    if publication.ended:  # deleted since the request was accepted: end after the first events
+        subscriber.end()
+    else:
+        publication.subscribers.add(subscriber)
     resume = _parse_event_id(last_event_id)
     backlog = publication.changes_since(resume, selection) if resume is not None else None
     if backlog is None:
@@ -95,8 +106,12 @@ def _parse_event_id(value: str | None) -> int | None:
 
 
 async def next_events(publication: Publication, subscriber: Subscriber) -> list[tuple[str, int, str]]:
-    """Wait for the subscriber's next item(s); a resync becomes ``resync`` + ``snapshot``."""
+    """Wait for the subscriber's next item(s); a resync becomes ``resync`` + ``snapshot``, the
+    end of the stream one ``deleted`` event (nothing follows it)."""
     version, encoded = await subscriber.queue.get()
+    if (version, encoded) == END:
+        return [("deleted", publication.frontier_version, json.dumps(
+            {"reason": "the dataflow was deleted; this stream ends", "version": publication.frontier_version}))]
     if (version, encoded) == RESYNC:
         # Re-arm before taking the snapshot: both happen without an await, so nothing is lost.
         subscriber.lagged = False
@@ -114,7 +129,8 @@ async def sse_events(publication: Publication, last_event_id: str | None, maxsiz
                      on_lag: Callable[[], None] | None = None,
                      on_change: Callable[[int], None] | None = None, selection: Selection | None = None
                      ) -> AsyncIterator[dict[str, Any]]:
-    """The SSE event source: ``snapshot`` or the missed ``changes``, then live ``changes``.
+    """The SSE event source: ``snapshot`` or the missed ``changes``, then live ``changes``;
+    a ``deleted`` event and the end of the response when the dataflow is deleted.
 
     Subscribes when the response starts streaming and unsubscribes in ``finally``, so a client
     that goes away at any point leaves nothing behind; ``on_change(+1/-1)`` counts subscribers.
@@ -128,6 +144,8 @@ async def sse_events(publication: Publication, last_event_id: str | None, maxsiz
         while True:
             for event, version, data in await next_events(publication, subscriber):
                 yield {"event": event, "id": str(version), "data": data}
+                if event == "deleted":
+                    return
     finally:
         publication.subscribers.discard(subscriber)
         if on_change is not None:

@@ -11,10 +11,13 @@ small protocols the lower layers read it through (:class:`api.sync.Synced`,
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from api.lifecycle import Rules, assess
 from api.live import Counts, LiveState
+from api.models import location_json
 from api.parsing import parse_progress
 from api.publish import Publication
 from api.records import Register
@@ -41,6 +44,10 @@ class Tenant:
     hosting: Hosting | None = None
     """A dataflow with nested scopes: its scopes and its locations' flat stand-ins
     (:mod:`api.scopes`); ``None`` for a flat dataflow."""
+    rules: Rules = field(default_factory=Rules)
+    """When its state turns ``stalled`` or ``violation`` (:mod:`api.lifecycle`)."""
+    deleted_at: float | None = None
+    """When ``DELETE`` was answered (POSIX seconds); progress is refused from then on."""
 
     @property
     def id(self) -> str:
@@ -83,10 +90,17 @@ class Tenant:
             return
         self.publication.reset(live.tracker.frontiers(), live.version)
 
+    def lifecycle(self, counts: Counts | None = None) -> dict[str, Any]:
+        """The lifecycle fields of the status (``state`` first; :func:`api.lifecycle.assess`)."""
+        return assess(self.rules, self.counts() if counts is None else counts,
+                      last_change=self.publication.last_change_at, last_batch=self.live.last_batch_at,
+                      now=time.time(), deleted_at=self.deleted_at,
+                      location_json=location_json if self.hosting is None else self.hosting.location_json)
+
     def status(self) -> dict[str, Any]:
         """The ``status`` object of ``GET /v1/dataflows/{id}``."""
         return {
-            "state": "active" if self.ready else "registering",
+            **self.lifecycle(),
             "spark_check": self.spark.check,
             "spark_detail": self.spark.detail,
             "audit": self.spark.audit,
@@ -98,7 +112,8 @@ class Tenant:
             "workers": {w: s for w, (s, _) in sorted(self.live.workers.items())},
         }
 
-    def summary(self) -> dict[str, Any]:
-        """The listing entry of ``GET /v1/dataflows``."""
+    def summary(self, state: str | None = None) -> dict[str, Any]:
+        """The listing entry of ``GET /v1/dataflows`` (``state``: already assessed, else now)."""
         return {"id": self.id, "name": self.name, "timestamp_arity": self.graph.arity,
-                "version": self.live.durable_version, "created_at": self.created_at}
+                "version": self.live.durable_version, "created_at": self.created_at,
+                "state": state or self.lifecycle()["state"]}

@@ -6,8 +6,11 @@ UTF-8 JSON). Messages to the client (JSON text):
 ``{"type": "changes", "version", "changes"}``, ``{"type": "ack", "worker", "seq", "applied",
 "duplicate", "version"}`` per batch in the order sent, ``{"type": "error", "status", "error",
 "detail", ...}`` for a refused batch, and ``{"type": "resync", ...}`` + a snapshot if the client
-fell behind. Batches are pipelined: the next one is read while earlier ones wait for their
-group commit, and acks still go out in order.
+fell behind. A subscribing socket beyond the subscriber limits (:mod:`api.limits`) is accepted
+and closed at once with 1013 and a reason naming the limit. When the dataflow is deleted the
+server closes the socket with code 4410 (reason ``dataflow_deleted``); a handshake on a deleted
+dataflow is refused with 410. Batches are pipelined: the next one is read while earlier ones
+wait for their group commit, and acks still go out in order.
 
 Guarantees: a batch sent here goes through exactly the use case of ``POST .../progress``
 (:func:`api.ingest.accept` then :func:`api.ingest.settle`, as :func:`api.ingest.submit`), so it
@@ -25,6 +28,7 @@ one event-loop hop from durable to the ack on the wire.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 from collections.abc import Awaitable, Callable
@@ -36,13 +40,19 @@ from fastapi.responses import JSONResponse
 from api import streams
 from api.auth import bearer
 from api.deps import lookup, selection
-from api.ingest import Accepted, Ack, Refused, accept, settle
+from api.ingest import Accepted, Ack, Refused, accept, gone, settle
+from api.limits import LimitExceeded, Limits, Slot
+from api.publish import Selection
 from api.service import Service
 from api.tenant import Tenant
 
 router = APIRouter(prefix="/v1")
 log = logging.getLogger("tracker.ws")
 MAX_PIPELINED = 1024
+CLOSE_DELETED = 4410
+"""The close code of a WebSocket whose dataflow was deleted (reason ``dataflow_deleted``)."""
+TRY_AGAIN_LATER = 1013
+"""The close code of a subscription over the subscriber limits (its reason says which)."""
 
 
 def _typed(kind: str, data: str) -> str:
@@ -71,12 +81,34 @@ async def worker_socket(websocket: WebSocket, id: str) -> None:
         if caller is None:
             raise HTTPException(401, {"error": "unauthorized", "detail": "unknown token"})
         dataflow = lookup(service, caller, id)
+        if dataflow.deleted_at is not None:
+            refused = gone(dataflow)
+            raise HTTPException(refused.status, refused.body)
         subscribe = _flag(websocket.query_params.get("subscribe", "true"), "subscribe")
         wanted = selection(dataflow, websocket.query_params.get("locations"))
     except HTTPException as error:
         detail: Any = error.detail  # the JSON body: every HTTPException raised above carries a dict
         await _deny(websocket, error.status_code, detail)
         return
+    limits: Limits = websocket.app.state.limits
+    try:
+        slot = limits.subscriptions.admit(dataflow.id) if subscribe else Slot(None)
+    except LimitExceeded as refused:
+        # Accepted, then closed with 1013 (try again later): unlike an HTTP refusal of the
+        # handshake, a close code and its reason reach a browser's script.
+        log.info("websocket refused", extra={"status": 429, "error": refused.body["error"],
+                                             "path": websocket.url.path})
+        await websocket.accept()
+        await websocket.close(code=TRY_AGAIN_LATER, reason=refused.reason)
+        return
+    try:
+        await _serve(websocket, service, dataflow, subscribe, wanted)
+    finally:
+        slot.release()
+
+
+async def _serve(websocket: WebSocket, service: Service, dataflow: Tenant, subscribe: bool,
+                 wanted: Selection | None) -> None:
     await websocket.accept()
     send_lock = asyncio.Lock()
 
@@ -87,6 +119,18 @@ async def worker_socket(websocket: WebSocket, id: str) -> None:
     # Bounded: a client that pipelines without reading its acks is slowed down, not buffered.
     acks: asyncio.Queue[Accepted | str] = asyncio.Queue(MAX_PIPELINED)
     tasks = [asyncio.create_task(_send_acks(acks, send, service))]
+
+    async def close_deleted() -> None:
+        async with send_lock:
+            with contextlib.suppress(RuntimeError, WebSocketDisconnect):  # the client may have left first
+                await websocket.close(code=CLOSE_DELETED, reason="dataflow_deleted")
+
+    def deleted() -> None:
+        tasks.append(asyncio.create_task(close_deleted()))
+
+    dataflow.publication.on_end.add(deleted)
+    if dataflow.publication.ended:  # deleted while the handshake was answered
+        deleted()
     subscriber = None
     metrics = service.metrics
     if subscribe:
@@ -107,6 +151,7 @@ async def worker_socket(websocket: WebSocket, id: str) -> None:
     except WebSocketDisconnect:
         pass
     finally:
+        dataflow.publication.on_end.discard(deleted)
         for task in tasks:
             task.cancel()
         if subscriber is not None:
@@ -174,6 +219,8 @@ async def _send_changes(dataflow: Tenant, subscriber: streams.Subscriber, send: 
     try:
         while True:
             for event, version, data in await streams.next_events(dataflow.publication, subscriber):
+                if event == "deleted":  # the socket is being closed with CLOSE_DELETED
+                    return
                 if event == "resync":
                     await send(json.dumps({"type": "resync", "version": version, **json.loads(data)}))
                 else:

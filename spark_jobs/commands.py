@@ -65,7 +65,7 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     report = commands.add_parser("report", help="print a dataflow's frontiers, epoch clear times and stuck "
                                  "locations from the Delta tables alone (no service, no Spark)")
     _warehouse(report)
-    report.add_argument("--dataflow", required=True, help="dataflow id")
+    report.add_argument("--dataflow", required=True, help="dataflow id, or name if only one dataflow has it")
     report.add_argument("--json", action="store_true", help="print JSON instead of text tables")
     report.add_argument("--as-of", default=None, help="ISO time the durations are measured at, not before the "
                         "tables' last entry (default: now, UTC); the tables are read as they are now")

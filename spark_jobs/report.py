@@ -317,6 +317,22 @@ def render(report: Report) -> str:
     return "\n".join(sections)
 
 
+def resolve(warehouse: Warehouse, name_or_id: str) -> str:
+    """The id of the dataflow with this id, else of the one with this name (a deleted one only
+    if no other has it).
+
+    Raises:
+        UnknownDataflowError: none has it, or several (not deleted) do: the message lists their ids.
+    """
+    named = warehouse.dataflow_ids_named(name_or_id)
+    if name_or_id in warehouse.dataflow_ids() or not named:
+        return name_or_id  # an id, or nothing: build_report says it is unknown
+    live = [dataflow_id for dataflow_id, deleted_at in named if deleted_at is None] or [i for i, _ in named]
+    if len(live) > 1:
+        raise UnknownDataflowError(f"{len(live)} dataflows are named {name_or_id!r}; give one id: {', '.join(live)}")
+    return live[0]
+
+
 def run_report(args: argparse.Namespace) -> int:
     """``tracker report``: print the report (text or ``--json``); 2, with a message and no
     traceback, for an unknown dataflow, a missing warehouse or a bad option."""
@@ -337,7 +353,8 @@ def run_report(args: argparse.Namespace) -> int:
     if problem:
         return fail(f"warehouse {warehouse!r} {problem}")
     try:
-        report = build_report(warehouse, args.dataflow, as_of=as_of, limit=args.limit)
+        dataflow_id = resolve(Warehouse(warehouse), args.dataflow)
+        report = build_report(warehouse, dataflow_id, as_of=as_of, limit=args.limit)
     except (UnknownDataflowError, NotThenError) as error:
         return fail(str(error))
     if args.json:

@@ -39,10 +39,11 @@ def graph_rows(dataflow_id: str, graph: Graph) -> dict[str, list[Row]]:
     return {"nodes": nodes, "connections": connections, "edges": edges}
 
 
-def dataflow_row(dataflow_id: str, name: str, graph: Graph, graph_version: int, created_at: datetime) -> Row:
-    """The one ``dataflows`` row of a dataflow."""
+def dataflow_row(dataflow_id: str, name: str, graph: Graph, graph_version: int, created_at: datetime,
+                 deleted_at: datetime | None = None) -> Row:
+    """The one ``dataflows`` row of a dataflow (``deleted_at``: null while it is not deleted)."""
     return {"dataflow_id": dataflow_id, "name": name, "timestamp_arity": graph.arity, "graph_version": graph_version,
-            "created_at": created_at}
+            "created_at": created_at, "deleted_at": deleted_at}
 
 
 def summary_rows(dataflow_id: str, psi: Mapping[tuple[Location, Location], Antichain]) -> list[Row]:

@@ -406,6 +406,24 @@ class Warehouse:
         self.replace_partitions("dataflows", ids, [dataflow_row(dataflow_id, name, graph, graph_version, created_at)
                                                    for dataflow_id, name, graph, created_at in graphs])
 
+    def mark_deleted(self, deleted: Mapping[str, datetime]) -> None:
+        """Set ``dataflows.deleted_at`` of each ``dataflow_id -> when`` (one commit); every other
+        row and table is kept. Dataflows without a ``dataflows`` row are skipped."""
+        if not deleted or not self.exists("dataflows"):
+            return
+        rows = self.read("dataflows", sorted(deleted)).to_pylist()
+        for row in rows:
+            row["deleted_at"] = deleted[row["dataflow_id"]]
+        if rows:
+            self.replace_partitions("dataflows", sorted({r["dataflow_id"] for r in rows}), rows)
+
+    def dataflow_ids_named(self, name: str) -> list[tuple[str, datetime | None]]:
+        """``(dataflow_id, deleted_at)`` of every dataflow registered as ``name``, oldest first."""
+        if not self.exists("dataflows"):
+            return []
+        rows = [r for r in self.read("dataflows").to_pylist() if r["name"] == name]
+        return [(r["dataflow_id"], r.get("deleted_at")) for r in sorted(rows, key=lambda r: r["created_at"])]
+
     def dataflow_row(self, dataflow_id: str) -> dict[str, Any]:
         """The ``dataflows`` row of ``dataflow_id``; :class:`UnknownDataflowError` if none."""
         rows = self.read("dataflows", dataflow_id).to_pylist()

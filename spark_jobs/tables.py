@@ -30,6 +30,7 @@ TABLES: dict[str, pa.Schema] = {
             ("timestamp_arity", _INT),
             ("graph_version", _LONG),
             ("created_at", _TS),
+            ("deleted_at", _TS),
         ]
     ),
     "nodes": pa.schema([("dataflow_id", _STR), ("node", _INT), ("name", _STR), ("inputs", _INT), ("outputs", _INT)]),
@@ -72,6 +73,7 @@ TABLES: dict[str, pa.Schema] = {
 """Every table's Arrow schema, exactly as stored."""
 
 _NOW_COLUMNS = ("created_at", "received_at", "at")
+_NULL_COLUMNS = ("deleted_at",)
 
 
 Rows: TypeAlias = pa.Table | Iterable[Mapping[str, Any]]
@@ -80,7 +82,8 @@ Rows: TypeAlias = pa.Table | Iterable[Mapping[str, Any]]
 def to_arrow(table: str, rows: Rows) -> pa.Table:
     """``rows`` (Arrow or dicts) as an Arrow table of ``table``'s exact schema.
 
-    Missing timestamp columns (``created_at``, ``received_at``, ``at``) are filled with now.
+    Missing timestamp columns (``created_at``, ``received_at``, ``at``) are filled with now, a
+    missing ``deleted_at`` with null (not deleted).
 
     >>> to_arrow("frontiers", [{"dataflow_id": "d", "node": 1, "port": 0, "kind": "target", "time": [3]}]).num_rows
     1
@@ -94,6 +97,8 @@ def to_arrow(table: str, rows: Rows) -> pa.Table:
                 columns.append(rows.column(field.name).cast(field.type))
             elif field.name in _NOW_COLUMNS:
                 columns.append(pa.array([now] * rows.num_rows, type=field.type))
+            elif field.name in _NULL_COLUMNS:
+                columns.append(pa.nulls(rows.num_rows, type=field.type))
             else:
                 raise ValueError(f"{table}: missing column {field.name}")
         return pa.Table.from_arrays(columns, schema=schema)
@@ -103,6 +108,9 @@ def to_arrow(table: str, rows: Rows) -> pa.Table:
         for name in _NOW_COLUMNS:
             if name in schema.names and row.get(name) is None:
                 row[name] = now
+        for name in _NULL_COLUMNS:
+            if name in schema.names:
+                row.setdefault(name, None)
         missing = [n for n in schema.names if n not in row]
         if missing:
             raise ValueError(f"{table}: row {row!r} lacks {missing}")

@@ -40,7 +40,7 @@ def test_schemas_follow_the_design_contract(tmp_path: Path) -> None:
     wh = Warehouse(tmp_path)
     wh.write_dataflow("df-1", "loop", loop_graph())
     expected_columns = {
-        "dataflows": ["dataflow_id", "name", "timestamp_arity", "graph_version", "created_at"],
+        "dataflows": ["dataflow_id", "name", "timestamp_arity", "graph_version", "created_at", "deleted_at"],
         "nodes": ["dataflow_id", "node", "name", "inputs", "outputs"],
         "connections": ["dataflow_id", "node", "input_port", "output_port", "summary"],
         "edges": ["dataflow_id", "src_node", "src_port", "dst_node", "dst_port"],

@@ -35,7 +35,8 @@ LAYERS: list[tuple[str, ...]] = [
     # one through a Protocol or a callback it defines itself.
     # Parse and models: request bodies, registration checks, settings, metrics.
     ("api.config", "api.models", "api.parsing", "api.registration", "api.auth", "api.metrics", "api.columns",
-     "api.explain", "api.scopes"),
+     "api.limits",
+     "api.explain", "api.scopes", "api.lifecycle"),
     # Live state: the frontier engine, versions, workers.
     ("api.live", "api.counts"),
     # Durability: typed log records, framing and segment names, the group-committed log.
@@ -49,7 +50,8 @@ LAYERS: list[tuple[str, ...]] = [
     # The service and its use cases.
     ("api.tenant", "api.ingest", "api.service"),
     # HTTP: dependencies, routes, the app, the command.
-    ("api.deps", "api.routes", "api.ws", "api.dashboard", "api.app", "api.server", "api.commands", "api"),
+    ("api.deps", "api.routes", "api.ws", "api.dashboard", "api.security", "api.protocol", "api.app", "api.server",
+     "api.commands", "api"),
     # Measurements.
     ("bench",),
     # The tests, above everything they test: nothing else may import them.

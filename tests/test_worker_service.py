@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import re
 import subprocess
 import sys
 import threading
@@ -198,7 +199,9 @@ def test_example_command_prints_the_reference_rows(service: ServiceProcess) -> N
     assert done.returncode == 0, done.stderr
     example = load_example("components")
     expected = example.render(example.reference({**example.DEFAULTS, "epochs": 3}))
-    assert done.stdout.splitlines() == [*expected, "OK: 3 epochs equal the sequential reference"]
+    header, *rows = done.stdout.splitlines()
+    assert re.fullmatch("dataflow components registered: id [0-9a-f]{32}", header), header
+    assert rows == [*expected, "OK: 3 epochs equal the sequential reference"]
 
 
 def test_link_resends_unacknowledged_batches_and_the_service_drops_duplicates(service: ServiceProcess) -> None:

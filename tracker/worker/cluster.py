@@ -24,12 +24,12 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-import httpx
-
+from tracker.worker.client import Admin, register
 from tracker.worker.link import Link, ServiceLink
 from tracker.worker.runtime import Worker
 from tracker.worker.transport import Transport
@@ -51,17 +51,8 @@ def load_example(name: str) -> ModuleType:
     return importlib.import_module(f"examples.{name}")
 
 
-def register(url: str, admin_token: str, body: dict[str, Any]) -> tuple[str, str]:
-    """``POST /v1/dataflows``; returns ``(id, token)`` or raises ``RuntimeError`` with the answer."""
-    answer = httpx.post(f"{url.rstrip('/')}/v1/dataflows", json=body, timeout=30.0,
-                        headers={"Authorization": f"Bearer {admin_token}"})
-    if answer.status_code != 201:
-        raise RuntimeError(f"registration refused ({answer.status_code}): {answer.text}")
-    data = answer.json()
-    return data["id"], data["token"]
-
-
-def _free_ports(count: int) -> list[int]:
+def free_ports(count: int) -> list[int]:
+    """``count`` loopback TCP ports nobody listens on right now (for the workers' transports)."""
     sockets = [socket.socket() for _ in range(count)]
     try:
         for sock in sockets:
@@ -74,7 +65,8 @@ def _free_ports(count: int) -> list[int]:
 
 def launch(name: str, config: dict[str, Any], url: str, admin_token: str, workers: int = 2, *,
            delay: float = 0.0, progress_delay: float = 0.0, seed: int = 0, trace_dir: Path | None = None,
-           timeout: float = 120.0, service_url: str | list[str] | None = None, link: str = "ws") -> dict[str, Any]:
+           timeout: float = 120.0, service_url: str | list[str] | None = None, link: str = "ws",
+           on_registered: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Run example ``name`` on ``workers`` processes and wait until every one has finished.
 
     Args:
@@ -84,6 +76,7 @@ def launch(name: str, config: dict[str, Any], url: str, admin_token: str, worker
             worker; a proxy in tests).
         link: ``ws`` (one WebSocket per worker) or ``sse`` (POST + the SSE stream).
         delay, progress_delay, seed, trace_dir, timeout: passed to each ``tracker worker``.
+        on_registered: told the dataflow's id once it is registered.
 
     Returns:
         ``{"rows", "stats", "dataflow", "wall_s"}``: the rows of every worker merged by epoch,
@@ -101,7 +94,9 @@ def launch(name: str, config: dict[str, Any], url: str, admin_token: str, worker
     example = load_example(name)
     config = {**example.DEFAULTS, **config}
     dataflow_id, token = register(url, admin_token, example.build(config).registration(workers))
-    addresses = ",".join(f"127.0.0.1:{p}" for p in _free_ports(workers))
+    if on_registered is not None:
+        on_registered(dataflow_id)
+    addresses = ",".join(f"127.0.0.1:{p}" for p in free_ports(workers))
     urls = service_url if isinstance(service_url, list) else [service_url or url] * workers
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     started = time.perf_counter()
@@ -171,16 +166,19 @@ def worker_main(args: argparse.Namespace) -> int:
     return 0
 
 
-def example_main(args: argparse.Namespace) -> int:
-    """``tracker example``: register, run on ``--workers`` processes, print the rows."""
+def example_main(args: argparse.Namespace, admin: Admin) -> int:
+    """``tracker example``: register, run on ``--workers`` processes, print the dataflow's id and
+    then the rows."""
     example = load_example(args.name)
     config = {**example.DEFAULTS, **{k: v for k, v in (("epochs", args.epochs), ("seed", args.seed)) if v is not None}}
-    token = args.token or os.environ.get("TRACKER_ADMIN_TOKEN")
-    if not token:
-        print("tracker example: needs the admin token (--token or env TRACKER_ADMIN_TOKEN)", file=sys.stderr)
-        return 2
-    result = launch(args.name, config, args.url, token, args.workers, delay=args.delay, timeout=args.timeout,
-                    link=args.link)
+    try:
+        result = launch(args.name, config, admin.url, admin.token, args.workers, delay=args.delay,
+                        timeout=args.timeout, link=args.link, on_registered=lambda dataflow_id: print(
+                            f"dataflow {args.name} registered: id {dataflow_id}", flush=True))
+    except RuntimeError as error:  # a worker failed: its last line says why
+        lines = str(error).strip().splitlines()
+        print(f"tracker example: error: {lines[0]}{' ' + lines[-1] if len(lines) > 1 else ''}", file=sys.stderr)
+        return 1
     for line in example.render(result["rows"]):
         print(line)
     if args.stats:

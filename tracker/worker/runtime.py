@@ -345,6 +345,38 @@ class Worker:
                 del self.requested[stage]
         return ran
 
+    def holding(self) -> str:
+        """What keeps this worker from finishing, in words: its open inputs' capabilities (the
+        usual culprit: a driver that never called ``close()``), its pending notification
+        requests and queued messages, else the locations whose frontier is not empty yet.
+
+        >>> from tracker.worker.vertex import Dataflow
+        >>> flow = Dataflow("one")
+        >>> lines = flow.input("lines")
+        >>> worker = Worker(flow, 0, 1, link=None)
+        >>> worker.input(lines).epoch = 3
+        >>> worker.holding()
+        "input 'lines' still holds a capability at (3,); did you forget close()?"
+        """
+        stages = self.dataflow.stages
+        held = [f"input '{stages[s].name}' still holds a capability at {h.time()}; did you forget close()?"
+                for s, h in self.inputs.items() if not h.closed]
+        held += [f"stage '{stages[s].name}' waits to be notified at {', '.join(map(str, sorted(times)))}"
+                 for s, times in sorted(self.requested.items()) if times]
+        if self.queue:
+            held.append(f"{len(self.queue)} received messages not delivered yet")
+        if held:
+            return "; ".join(held)
+        view = self.link.view if self.link is not None else None
+        if view is None or not view.known:
+            return "no frontier received from the service yet"
+        waiting = sorted(f"{location}@{min(times)}" for location, times in view.times.items() if times)
+        if not waiting:
+            return "batches not acknowledged by the service yet" if self.link is not None and not self.link.idle() \
+                else "nothing held here"
+        return (f"nothing held here, but the frontier is not empty at {', '.join(waiting[:5])}"
+                f"{' and more' if len(waiting) > 5 else ''} (another worker still holds a capability)")
+
     def finished(self) -> bool:
         """Nothing left here and the frontier is empty everywhere: the dataflow is done."""
         return (not self.queue and not self.requested and self.link is not None and self.link.idle()
@@ -406,8 +438,7 @@ class Worker:
                     break
                 remaining = deadline - clock.perf_counter()
                 if remaining <= 0:
-                    raise TimeoutError(f"worker {self.index}: not finished after {timeout}s "
-                                       f"(queue {len(self.queue)}, requested {dict(self.requested)})")
+                    raise TimeoutError(f"worker {self.index}: not finished after {timeout}s: {self.holding()}")
                 waiting_on_progress = bool(self.requested) or driver_task is None or driver_task.done()
                 self._event.clear()
                 idle = clock.perf_counter()

@@ -1,0 +1,174 @@
+"""The service as the ``tracker`` client commands see it: where it is, the admin token, and the
+few admin calls they make (register, list, delete), each failing with one readable line.
+
+Where the service is: ``--url``, else ``TRACKER_URL``, else ``http://127.0.0.1:8000``. The admin
+token: ``--token``, else ``TRACKER_ADMIN_TOKEN``, else the file the service generated,
+``<warehouse>/admin-token`` (``--warehouse``, else ``TRACKER_WAREHOUSE``, else ``./warehouse``).
+
+Guarantee: every failure is a :class:`ClientError` whose message is one line saying what went
+wrong and what to do (the commands print it and exit with code 2); nothing here prints.
+
+>>> admin_token(None, "/nonexistent", env={})  # doctest: +ELLIPSIS
+Traceback (most recent call last):
+...
+tracker.worker.client.ClientError: no admin token: ... (--warehouse; /nonexistent/admin-token does not exist)
+>>> service_url(None, env={"TRACKER_URL": "http://10.0.0.7:9000/"})
+'http://10.0.0.7:9000'
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+DEFAULT_URL = "http://127.0.0.1:8000"
+
+
+class ClientError(RuntimeError):
+    """A one-line reason why a client command cannot go on (exit code 2)."""
+
+
+def service_url(explicit: str | None, env: Mapping[str, str] = os.environ) -> str:
+    """``explicit``, else ``TRACKER_URL``, else :data:`DEFAULT_URL` (no trailing slash)."""
+    return (explicit or env.get("TRACKER_URL") or DEFAULT_URL).rstrip("/")
+
+
+def admin_token(explicit: str | None, warehouse: str | Path | None, env: Mapping[str, str] = os.environ) -> str:
+    """``explicit``, else ``TRACKER_ADMIN_TOKEN``, else the first line of ``<warehouse>/admin-token``.
+
+    Raises:
+        ClientError: none of them gives a token.
+    """
+    token = explicit or env.get("TRACKER_ADMIN_TOKEN")
+    if token:
+        return token
+    path = Path(warehouse or env.get("TRACKER_WAREHOUSE") or "./warehouse") / "admin-token"
+    try:
+        token = path.read_text().strip()
+    except OSError as error:
+        why = "does not exist" if isinstance(error, FileNotFoundError) else f"cannot be read ({error.strerror})"
+        raise ClientError("no admin token: pass --token, set TRACKER_ADMIN_TOKEN, or run where the service's "
+                          f"warehouse is (--warehouse; {path} {why})") from None
+    if not token:
+        raise ClientError(f"no admin token: {path} is empty")
+    return token
+
+
+@dataclass(frozen=True)
+class Admin:
+    """Admin calls to the service at ``url`` with ``token``."""
+
+    url: str
+    token: str
+    timeout: float = 30.0
+
+    def _call(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        try:
+            answer = httpx.request(method, f"{self.url}{path}", timeout=self.timeout,
+                                   headers={"Authorization": f"Bearer {self.token}"}, **kwargs)
+        except httpx.TransportError as error:
+            raise ClientError(f"cannot reach the service at {self.url} ({_reason(error)}); start it (bin/serve) or "
+                              "point --url / TRACKER_URL at it") from None
+        if answer.status_code == 401:
+            raise ClientError(f"the service at {self.url} refused the admin token (401); use the one it was started "
+                              "with: --token, TRACKER_ADMIN_TOKEN or <warehouse>/admin-token") from None
+        if answer.status_code == 403:
+            raise ClientError(f"the service at {self.url} refused the token (403): it is a dataflow's token, "
+                              "not the admin token")
+        return answer
+
+    def check(self) -> None:
+        """Raise :class:`ClientError` unless the service answers and takes the admin token."""
+        self.dataflows()
+
+    def register(self, body: dict[str, Any]) -> tuple[str, str]:
+        """``POST /v1/dataflows``: the new dataflow's ``(id, token)``."""
+        answer = self._call("POST", "/v1/dataflows", json=body)
+        if answer.status_code != 201:
+            raise ClientError(f"registration refused ({answer.status_code}): {_detail(answer)}")
+        data = answer.json()
+        return data["id"], data["token"]
+
+    def dataflows(self, state: str | None = None, name: str | None = None) -> list[dict[str, Any]]:
+        """``GET /v1/dataflows`` with its filters (oldest first)."""
+        params = {k: v for k, v in (("state", state), ("name", name)) if v is not None}
+        answer = self._call("GET", "/v1/dataflows", params=params)
+        if answer.status_code != 200:
+            raise ClientError(f"listing refused ({answer.status_code}): {_detail(answer)}")
+        found: list[dict[str, Any]] = answer.json()
+        return found
+
+    def dataflow(self, dataflow_id: str) -> dict[str, Any]:
+        """``GET /v1/dataflows/{id}``."""
+        answer = self._call("GET", f"/v1/dataflows/{dataflow_id}")
+        if answer.status_code != 200:
+            raise ClientError(f"no dataflow {dataflow_id!r} ({answer.status_code}): {_detail(answer)}")
+        found: dict[str, Any] = answer.json()
+        return found
+
+    def resolve(self, name_or_id: str) -> str:
+        """The id of the dataflow with this id, else of the one (not deleted) with this name.
+
+        Raises:
+            ClientError: no such dataflow, or several have that name (the message lists their ids).
+        """
+        every = self.dataflows() + self.dataflows(state="deleted")
+        if any(d["id"] == name_or_id for d in every):
+            return name_or_id
+        named = [d for d in every if d["name"] == name_or_id and d["state"] != "deleted"]
+        if len(named) == 1:
+            return str(named[0]["id"])
+        if not named:
+            raise ClientError(f"no dataflow has the id or name {name_or_id!r} (tracker dataflows lists them)")
+        raise ClientError(f"{len(named)} dataflows are named {name_or_id!r}; give one id: "
+                          + ", ".join(d["id"] for d in named))
+
+    def delete(self, dataflow_id: str) -> None:
+        """``DELETE /v1/dataflows/{id}``."""
+        answer = self._call("DELETE", f"/v1/dataflows/{dataflow_id}")
+        if answer.status_code != 204:
+            raise ClientError(f"delete refused ({answer.status_code}): {_detail(answer)}")
+
+
+def register(url: str, token: str, body: dict[str, Any]) -> tuple[str, str]:
+    """Register the dataflow ``body`` (``Dataflow.registration(workers)``, or a hand-written
+    body) with the admin ``token``; its ``(id, token)``.
+
+    Raises:
+        ClientError: the service cannot be reached, refuses the token or the graph.
+    """
+    return Admin(url.rstrip("/"), token).register(body)
+
+
+def connect(url: str | None, token: str | None, warehouse: str | None) -> Admin:
+    """The service (``--url``/``TRACKER_URL``) with the admin token (``--token``,
+    ``TRACKER_ADMIN_TOKEN`` or ``<warehouse>/admin-token``), checked to answer and accept it.
+
+    Raises:
+        ClientError: no token, the service cannot be reached, or it refuses the token.
+    """
+    admin = Admin(service_url(url), admin_token(token, warehouse))
+    admin.check()
+    return admin
+
+
+def _reason(error: httpx.TransportError) -> str:
+    text = str(error).strip() or type(error).__name__
+    if "Connection refused" in text or "Errno 111" in text:
+        return "connection refused"
+    return text.splitlines()[-1][:200]
+
+
+def _detail(answer: httpx.Response) -> str:
+    try:
+        body = answer.json()
+    except ValueError:
+        return answer.text[:200]
+    if isinstance(body, dict):
+        return str(body.get("detail") or body.get("error") or body)[:300]
+    return str(body)[:300]
