@@ -44,7 +44,7 @@ def audit(spark: Spark, metrics: Metrics, dataflow: Hosted, version: int, counts
             "mismatches": [{"location": str(loc), "live": live_view.get(loc, []), "spark": spark_view.get(loc, [])}
                            for loc in differing[:5]],
         }
-        metrics.audit_ok.labels(dataflow.id).set(1 if ok else 0)
+        metrics.audit_result(dataflow.id, ok)
         metrics.audits.labels("ok" if ok else "mismatch").inc()
         (log.info if ok else log.error)("spark audit", extra={"dataflow": dataflow.id, "version": version,
                                                               "ok": ok, "mismatches": len(differing)})

@@ -1,4 +1,5 @@
-"""``tracker serve``: the service's command, registered under the ``tracker.commands`` entry points.
+"""``tracker serve`` and ``tracker watch``: the service's commands, registered under the
+``tracker.commands`` entry points.
 
 Only :mod:`argparse` here; the service (FastAPI, uvicorn, Spark) is imported when the command
 runs, so listing commands stays instant and works without the ``[service]`` extra.
@@ -24,6 +25,27 @@ def _serve(args: argparse.Namespace) -> int:
 
         return needs_extra("serve", "service", error)
     return serve(args)
+
+
+def _watch(args: argparse.Namespace) -> int:
+    from api.watch import watch  # httpx only, a base dependency: works with any extra
+
+    return watch(args)
+
+
+def _interval(text: str) -> float:
+    """A refresh period in seconds, from 0.1 to 3600.
+
+    >>> _interval("2")
+    2.0
+    """
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0.1 <= value <= 3600:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds from 0.1 to 3600, got {text!r}")
+    return value
 
 
 def port(text: str) -> int:
@@ -80,7 +102,7 @@ _LIMIT_OPTIONS: list[tuple[str, object, str]] = [
 
 
 def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add ``serve`` to the ``tracker`` command's sub-parsers."""
+    """Add ``serve`` and ``watch`` to the ``tracker`` command's sub-parsers."""
     serve = commands.add_parser("serve", help="run the service (FastAPI + uvicorn)")
     serve.add_argument("--host", default=os.environ.get("TRACKER_HOST", "127.0.0.1"),
                        help="interface to listen on (env TRACKER_HOST; default 127.0.0.1)")
@@ -95,7 +117,21 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
                             "tracker, spark = Spark micro-batches; default native")
     serve.add_argument("--master", default=os.environ.get("SPARK_MASTER"),
                        help="Spark master URL (env SPARK_MASTER; default local[*])")
+    serve.add_argument("--metrics-per-dataflow", action="store_true",
+                       help="also export /metrics series labelled with dataflow ids (lag per operator input, "
+                            "audit results); off by default because /metrics needs no token "
+                            "(env TRACKER_METRICS_PER_DATAFLOW=1)")
     limits = serve.add_argument_group("limits", "0 means no limit; see docs/service.md, \"Limits\"")
     for flag, kind, text in _LIMIT_OPTIONS:
         limits.add_argument(flag, type=kind, default=None, help=text)  # type: ignore[arg-type]
     serve.set_defaults(func=_serve)
+    watch = commands.add_parser("watch", help="a live terminal view of a dataflow: frontiers, lag, what holds them")
+    watch.add_argument("dataflow", metavar="ID_OR_NAME", help="the dataflow's id (or a prefix of 6+) or its name")
+    watch.add_argument("--url", default=os.environ.get("TRACKER_URL", "http://127.0.0.1:8000"),
+                       help="the service (env TRACKER_URL; default http://127.0.0.1:8000)")
+    watch.add_argument("--warehouse", default=os.environ.get("TRACKER_WAREHOUSE", "./warehouse"),
+                       help="where to find the generated admin token when neither TRACKER_TOKEN nor "
+                            "TRACKER_ADMIN_TOKEN is set (env TRACKER_WAREHOUSE; default ./warehouse)")
+    watch.add_argument("--interval", type=_interval, default=1.0, help="seconds between refreshes (default 1)")
+    watch.add_argument("--once", action="store_true", help="print one frame and exit")
+    watch.set_defaults(func=_watch)

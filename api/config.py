@@ -79,10 +79,12 @@ class Settings:
     vacuum_hours: float = 24.0  # TRACKER_VACUUM_HOURS: how long files of old table versions are kept (time travel)
     segment_bytes: int = 64 * 1024 * 1024  # TRACKER_WAL_SEGMENT_BYTES: WAL rotation size
     subscriber_queue: int = 1024  # TRACKER_SUBSCRIBER_QUEUE: events buffered per subscriber
+    subscriber_bytes: int = 4 * 1024 * 1024  # TRACKER_SUBSCRIBER_BYTES: bytes of events buffered per subscriber
     history: int = 100_000  # TRACKER_HISTORY: versions of frontier changes kept in memory
     max_body: int = 1024 * 1024  # TRACKER_MAX_BODY: request and WebSocket message limit, bytes
     log_level: str = "info"  # TRACKER_LOG_LEVEL
     ws_deflate: bool = False  # TRACKER_WS_DEFLATE=1 enables permessage-deflate on WebSockets
+    metrics_per_dataflow: bool = False  # TRACKER_METRICS_PER_DATAFLOW=1: /metrics series labelled by dataflow id
     stall_seconds: float = 60.0  # TRACKER_STALL_SECONDS: live pointstamps, no frontier change this long: stalled
     violation_seconds: float = 5.0  # TRACKER_VIOLATION_SECONDS: a negative count, no batch this long: violation
     # Limits (docs/service.md, "Limits"); 0 means none.
@@ -115,10 +117,12 @@ class Settings:
             vacuum_hours=_env_float("TRACKER_VACUUM_HOURS", 24.0),
             segment_bytes=_env_int("TRACKER_WAL_SEGMENT_BYTES", 64 * 1024 * 1024),
             subscriber_queue=_env_int("TRACKER_SUBSCRIBER_QUEUE", 1024),
+            subscriber_bytes=_env_int("TRACKER_SUBSCRIBER_BYTES", 4 * 1024 * 1024),
             history=_env_int("TRACKER_HISTORY", 100_000),
             max_body=_env_int("TRACKER_MAX_BODY", 1024 * 1024),
             log_level=env.get("TRACKER_LOG_LEVEL", "info"),
             ws_deflate=env.get("TRACKER_WS_DEFLATE", "0").lower() in ("1", "true", "yes", "on"),
+            metrics_per_dataflow=env.get("TRACKER_METRICS_PER_DATAFLOW", "0").lower() in ("1", "true", "yes", "on"),
             stall_seconds=_env_float("TRACKER_STALL_SECONDS", 60.0),
             violation_seconds=_env_float("TRACKER_VIOLATION_SECONDS", 5.0),
             register_rate=_env_float("TRACKER_REGISTER_RATE", 10.0),
@@ -135,6 +139,7 @@ class Settings:
             settings.warehouse = Path(args.warehouse)
             settings.engine = args.engine
             settings.master = args.master or settings.master
+            settings.metrics_per_dataflow |= bool(getattr(args, "metrics_per_dataflow", False))
             for name in LIMITS:  # `tracker serve` options; a namespace built elsewhere may lack them
                 if getattr(args, name, None) is not None:
                     setattr(settings, name, getattr(args, name))

@@ -8,23 +8,28 @@ for the graph, uPlot for the plots) are vendored under ``api/static/vendor`` wit
 licences, so the page works offline (docs/dashboard.md describes the page).
 
 The history route returns what happened before the page was opened, from the Delta tables:
-``frontier_changes`` for the frontier plot and ``progress`` for the throughput plot. It uses
-the same dependency as the ``/v1`` routes, so the same tokens and the same 401/403/404 apply.
+``frontier_changes`` for the frontier plot (with the frontier just before the first change it
+returns, folded from the older rows, so the page never depends on the service's in-memory
+history, which a restart trims) and ``progress`` for the throughput plot. It uses the same
+dependency as the ``/v1`` routes, so the same tokens and the same 401/403/404 apply.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
 from fastapi.responses import FileResponse, JSONResponse, RedirectResponse
 from fastapi.staticfiles import StaticFiles
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from api.deps import DataflowDep, ServiceDep
 from api.models import LocationModel
+from api.publish import Publication
+from tracker.graph import Location
 
 STATIC = Path(__file__).resolve().parent / "static"
 """Where the page, its script, its style sheet and the vendored libraries live."""
@@ -50,10 +55,25 @@ class HistoryRate(BaseModel):
     updates: int
 
 
+class HistoryFrontier(BaseModel):
+    """One location's frontier in :class:`HistoryResponse`'s ``base``."""
+
+    location: LocationModel
+    frontier: list[list[int]]
+
+
+class HistoryBase(BaseModel):
+    """Every location's frontier as of ``version``, the one before the first returned change."""
+
+    version: int
+    locations: list[HistoryFrontier]
+
+
 class HistoryResponse(BaseModel):
     """What the Delta tables hold of a dataflow's past, for the dashboard's plots."""
 
     frontier_changes: list[HistoryChange]
+    base: HistoryBase | None = Field(description="the frontier the changes start from (null without changes)")
     throughput: list[HistoryRate]
     delta: bool
 router.mount("/static", StaticFiles(directory=STATIC), name="static")
@@ -73,7 +93,9 @@ async def dashboard() -> FileResponse:
 
 
 def _history(root: Path, dataflow_id: str, limit: int) -> dict[str, Any]:
-    """The last ``limit`` frontier changes and the per-second throughput, from Delta.
+    """The last ``limit`` frontier changes (whole versions: a version the limit cuts is left
+    out) and the per-second throughput, from Delta; locations as stored (a nested dataflow's
+    stand-ins).
 
     Read with polars' lazy Delta scan: only this dataflow's partition and the needed columns are
     read, and the top ``limit`` versions are kept while scanning (the table grows by hundreds of
@@ -95,8 +117,12 @@ def _history(root: Path, dataflow_id: str, limit: int) -> dict[str, Any]:
 
     changes_scan = scan("frontier_changes", ["version", "node", "port", "kind", "time", "diff", "at"])
     progress_scan = scan("progress", ["version", "received_at", "delta"])
-    changes = [] if changes_scan is None else (
-        changes_scan.top_k(limit, by="version").sort("version", maintain_order=True).collect().iter_rows(named=True))
+    # One row more than the limit: if it is there, the oldest version kept may be cut short.
+    changes = [] if changes_scan is None else list(changes_scan.top_k(limit + 1, by="version").sort(
+        "version", maintain_order=True).collect().iter_rows(named=True))
+    if len(changes) > limit:
+        oldest = changes[0]["version"]
+        changes = [r for r in changes if r["version"] != oldest]
     rate = throughput(pl.DataFrame() if progress_scan is None else progress_scan.collect())
     return {
         "frontier_changes": [
@@ -109,15 +135,68 @@ def _history(root: Path, dataflow_id: str, limit: int) -> dict[str, Any]:
     }
 
 
+def _undo(view: dict[Location, set[tuple[int, ...]]], location: Location, time: tuple[int, ...], diff: int) -> None:
+    if diff > 0:
+        view.setdefault(location, set()).discard(time)
+    else:
+        view.setdefault(location, set()).add(time)
+
+
+def _published(publication: Publication, changes: list[dict[str, Any]]
+               ) -> tuple[dict[Location, set[tuple[int, ...]]], list[str]] | None:
+    """On the event loop: a copy of the published frontier and the in-memory history's encoded
+    versions newer than the last of ``changes`` (Delta rows: every version from the first to
+    the last compacted one), or ``None`` if the history does not reach back to that one (it
+    does after a restart too: recovery starts it at the compacted snapshot, which Delta holds)."""
+    if not changes or publication.frontier_version < 0:
+        return None
+    compacted = changes[-1]["version"]
+    if not publication.history_floor <= compacted <= publication.frontier_version:
+        return None
+    _, published = publication.frontier_at()
+    newer = [encoded for changed, _, encoded in publication.history if changed > compacted]
+    return {loc: set(times) for loc, times in published.items()}, newer
+
+
+def _base(publication: Publication, changes: list[dict[str, Any]],
+          state: tuple[dict[Location, set[tuple[int, ...]]], list[str]]) -> dict[str, Any]:
+    """Every frontier just before the first of ``changes``: the published frontier (``state``,
+    from :func:`_published`) with the newer in-memory versions undone, newest first, then the
+    rows themselves. Delta's ``frontier_changes`` alone cannot say it: the frontier at
+    registration is in no row (docs/tables.md)."""
+    view, newer = state
+    encoding = publication.encoding
+    for encoded in reversed(newer):
+        for change in reversed(json.loads(encoded)):
+            where = change["location"]
+            location = (Location(where["node"], where["port"], where["kind"]) if encoding is None
+                        else encoding.location(where))
+            _undo(view, location, tuple(change["time"]), change["diff"])
+    for row in reversed(changes):
+        where = row["location"]
+        _undo(view, Location(where["node"], where["port"], where["kind"]), tuple(row["time"]), row["diff"])
+    return {"version": changes[0]["version"] - 1, "locations": publication.frontier_rows(view)}
+
+
 @router.get("/dashboard/api/dataflows/{id}/history", summary="Frontier-change and throughput history (Delta)",
             tags=["dashboard"], response_model=HistoryResponse)
 async def history(dataflow: DataflowDep, service: ServiceDep,
                   limit: Annotated[int, Query(ge=1, le=100_000)] = 20_000) -> JSONResponse:
-    """``{"frontier_changes": [{"version", "location", "time", "diff", "at"}], "throughput":
-    [{"second", "batches", "updates"}]}`` (times in epoch seconds) as compacted into Delta; empty
-    lists when the service runs without Delta storage. Live changes come from the SSE stream."""
+    """``{"frontier_changes": [{"version", "location", "time", "diff", "at"}], "base": {"version",
+    "locations"}, "throughput": [{"second", "batches", "updates"}]}`` (times in epoch seconds) as
+    compacted into Delta, ``base`` being every frontier just before the first change (a location
+    not listed: empty); empty lists when the service runs without Delta storage. Live changes
+    come from the SSE stream."""
     store = service.store
     if store is None:
-        return JSONResponse({"frontier_changes": [], "throughput": [], "delta": False})
+        return JSONResponse({"frontier_changes": [], "base": None, "throughput": [], "delta": False})
     body = await asyncio.to_thread(_history, Path(store.warehouse.root), dataflow.id, limit)
-    return JSONResponse({**body, "delta": True})
+    changes = body["frontier_changes"]
+    state = _published(dataflow.publication, changes)
+    base = None if state is None else await asyncio.to_thread(_base, dataflow.publication, changes, state)
+    hosting = dataflow.hosting
+    if hosting is not None:  # stand-ins as stored -> scoped locations
+        for row in changes:
+            raw = row["location"]
+            row["location"] = hosting.location_json(Location(raw["node"], raw["port"], raw["kind"]))
+    return JSONResponse({**body, "base": base, "delta": True})

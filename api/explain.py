@@ -9,7 +9,7 @@ concrete path (the transitions a record would follow), so a user can see why a d
 from __future__ import annotations
 
 from collections import defaultdict, deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from api.models import location_json
@@ -79,9 +79,28 @@ def _describe(path: list[Transition], times: list[Timestamp], start: Location, t
     return "".join(text)
 
 
+Blame = Callable[[Any, Timestamp], dict[str, Any]]
+"""``(location of a blocking pointstamp, its time) -> {"operator", "port", "worker", "age_seconds"}``
+(:func:`api.lag.blamer`), merged into each blocker."""
+
+
+def _blamed(blocker: dict[str, Any], blame: Blame | None, origin: Any, when: Timestamp) -> dict[str, Any]:
+    """``blocker`` with its operator, worker and age, also said in its ``text``."""
+    if blame is None:
+        return blocker
+    extra = blame(origin, when)
+    said = f"{extra['operator']} {extra['port']}"
+    if extra.get("worker") is not None:
+        said += f", last reported by worker {extra['worker']}"
+    if extra.get("age_seconds") is not None:
+        said += f", live for {extra['age_seconds']:.1f} s"
+    return {**blocker, **extra, "text": f"{blocker['text']} [{said}]"}
+
+
 def explain(graph: Graph, counts: dict[tuple[Location, Timestamp], int], frontier: list[Timestamp],
-            version: int, location: Location, time: Timestamp) -> dict[str, Any]:
-    """The ``ExplainResponse`` body for ``(location, time)`` given the active counts."""
+            version: int, location: Location, time: Timestamp, blame: Blame | None = None) -> dict[str, Any]:
+    """The ``ExplainResponse`` body for ``(location, time)`` given the active counts; with
+    ``blame``, each blocker also names its operator, the worker that last reported it and its age."""
     searches: dict[Location, Any] = {}
     blockers: list[dict[str, Any]] = []
     total = 0
@@ -104,14 +123,14 @@ def explain(graph: Graph, counts: dict[tuple[Location, Timestamp], int], frontie
         arrives, summary = best
         path = _path(parent, location, summary)
         times = _times_along(path, when)
-        blockers.append({
+        blockers.append(_blamed({
             "location": location_json(origin), "time": list(when), "count": count,
             "summary": list(summary), "arrives_as": list(arrives),
             "path": [{"from": location_json(s.src), "to": location_json(s.dst), "summary": list(s.summary),
                       "time": list(t)} for s, t in zip(path, times, strict=True)],
             "text": f"{count} x {origin}@{list(when)} can reach {location} as {list(arrives)} <= {list(time)}: "
                     + _describe(path, times, origin, when),
-        })
+        }, blame, origin, when))
     safe = total == 0
     if safe:
         explanation = (f"Safe: no active pointstamp can reach {location} at a time <= {list(time)}, so a "
@@ -129,7 +148,7 @@ def explain(graph: Graph, counts: dict[tuple[Location, Timestamp], int], frontie
 
 def explain_nested(steps: Mapping[ScopedLocation, list[Step]],
                    counts: Mapping[tuple[ScopedLocation, Timestamp], int], frontier: list[Timestamp], version: int,
-                   location: ScopedLocation, time: Timestamp) -> dict[str, Any]:
+                   location: ScopedLocation, time: Timestamp, blame: Blame | None = None) -> dict[str, Any]:
     """:func:`explain` for a dataflow with nested scopes: each blocker's path runs over the
     flattened graph (:mod:`tracker.scoped_paths`) and may cross scope boundaries, each step
     saying what it is (``via``: edge, operator, ingress, egress) and the time after it, in its
@@ -153,14 +172,14 @@ def explain_nested(steps: Mapping[ScopedLocation, list[Step]],
         for step, after in path:
             via = f"operator {step.src.node} +{list(step.summary)}" if step.via == "operator" else step.via
             text.append(f" --{via}--> {step.dst}@{list(after)}")
-        blockers.append({
+        blockers.append(_blamed({
             "location": _scoped_json(origin), "time": list(when), "count": count, "summary": summary,
             "arrives_as": list(arrives),
             "path": [{"from": _scoped_json(step.src), "to": _scoped_json(step.dst),
                       "summary": list(step.summary), "time": list(after), "via": step.via} for step, after in path],
             "text": f"{count} x {origin}@{list(when)} can reach {location} as {list(arrives)} <= {list(time)}: "
                     + "".join(text),
-        })
+        }, blame, origin, when))
     safe = total == 0
     shown = "" if total <= len(blockers) else f" (the first {len(blockers)} are listed)"
     explanation = (

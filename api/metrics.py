@@ -1,12 +1,33 @@
 """Prometheus metrics (prometheus-client), served as text at ``/metrics``.
 
 Each service gets its own :class:`CollectorRegistry` so that several apps in one process (tests,
-benchmarks) never collide on metric names.
+benchmarks) never collide on metric names. ``/metrics`` needs no token, so by default no
+series names a dataflow (nor, so, reveals its id): per-dataflow gauges are aggregated
+(``tracker_frontier_lag_max_seconds``, one ``tracker_audit_ok``); with ``per_dataflow``
+(``--metrics-per-dataflow``) the labelled series are exported too.
+
+>>> metrics = Metrics(per_dataflow=False)
+>>> metrics.lag_source = lambda: [("d1", "op #1", "in 0", 3.5), ("d2", "op #1", "in 0", 7.0)]
+>>> metrics.audit_result("d1", True); metrics.audit_result("d2", False)
+>>> text = metrics.render().decode()
+>>> "tracker_frontier_lag_max_seconds 7.0" in text, "tracker_audit_ok 0.0" in text, "d1" in text
+(True, True, False)
+>>> metrics = Metrics(per_dataflow=True)
+>>> metrics.lag_source = lambda: [("d1", "op #1", "in 0", 3.5)]
+>>> 'tracker_frontier_lag_seconds{dataflow="d1",operator="op #1",port="in 0"} 3.5' in metrics.render().decode()
+True
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Iterator
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+LagRow = tuple[str, str, str, float]
+"""``(dataflow id, operator, port, lag seconds)`` of one operator input with a non-empty frontier."""
 
 _LATENCY_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 
@@ -14,8 +35,14 @@ _LATENCY_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 
 class Metrics:
     """Every metric the service exports."""
 
-    def __init__(self, engine: str = "native (compiled)") -> None:
+    def __init__(self, engine: str = "native (compiled)", *, per_dataflow: bool = False) -> None:
         self.registry = CollectorRegistry()
+        self.per_dataflow = per_dataflow
+        self.lag_source: Callable[[], Iterable[LagRow]] = lambda: ()
+        """Read at every scrape (set by the service: every hosted dataflow's input lags)."""
+        self.age_source: Callable[[], float] = lambda: 0.0
+        """Read at every scrape: the age of the oldest live pointstamp of any dataflow."""
+        self._audits: dict[str, bool] = {}
         r = self.registry
         # tracker_engine_info{engine="native (compiled)"} 1.0: which engine keeps the frontiers.
         Info("tracker_engine", "The frontier engine on the hot path", registry=r).info({"engine": engine})
@@ -39,12 +66,24 @@ class Metrics:
         self.flush_lag = Gauge("tracker_delta_lag_versions", "Durable versions not yet in the Delta progress table",
                                registry=r)
         self.delta_errors = Counter("tracker_delta_errors", "Failed Delta flushes or compactions", registry=r)
-        self.audit_ok = Gauge("tracker_audit_ok",
-                              "1 if Spark's from-scratch frontier equalled the live one at the last audit, 0 if not",
-                              ["dataflow"], registry=r)
+        if per_dataflow:
+            self.audit_ok = Gauge("tracker_audit_ok", "1 if Spark's from-scratch frontier equalled the live one at "
+                                  "the dataflow's last audit, 0 if not", ["dataflow"], registry=r)
+        else:
+            self.audit_ok = Gauge("tracker_audit_ok", "1 if, for every audited dataflow, Spark's from-scratch "
+                                  "frontier equalled the live one at its last audit, 0 if not", registry=r)
+        r.register(_LagCollector(self))
         self.audits = Counter("tracker_audits", "Spark audits by result", ["result"], registry=r)
         self.spark_checks = Counter("tracker_spark_registration_checks", "Spark registration checks by result",
                                     ["result"], registry=r)
+
+    def audit_result(self, dataflow_id: str, ok: bool) -> None:
+        """A dataflow's audit concluded (labelled by dataflow only with ``per_dataflow``)."""
+        if self.per_dataflow:
+            self.audit_ok.labels(dataflow_id).set(1 if ok else 0)
+            return
+        self._audits[dataflow_id] = ok
+        self.audit_ok.set(1 if all(self._audits.values()) else 0)
 
     def on_sync(self, records: int, seconds: float) -> None:
         """Called by the write-ahead log after each group commit."""
@@ -54,3 +93,31 @@ class Metrics:
     def render(self) -> bytes:
         """The Prometheus text exposition."""
         return generate_latest(self.registry)
+
+
+class _LagCollector(Collector):
+    """The lag gauges, computed at scrape time from :attr:`Metrics.lag_source`."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self._metrics = metrics
+
+    def collect(self) -> Iterator[Metric]:
+        metrics = self._metrics
+        rows = list(metrics.lag_source())
+        yield GaugeMetricFamily("tracker_frontier_lag_max_seconds",
+                                "The largest wall-clock time any operator input's non-empty frontier has gone "
+                                "without changing, over all dataflows (0 if none waits)",
+                                value=max((row[3] for row in rows), default=0.0))
+        yield GaugeMetricFamily("tracker_pointstamp_age_max_seconds",
+                                "The age of the oldest live pointstamp of any dataflow (0 if none)",
+                                value=metrics.age_source())
+        if metrics.per_dataflow:
+            labelled = GaugeMetricFamily("tracker_frontier_lag_seconds",
+                                         "Wall-clock seconds since an operator input's non-empty frontier last "
+                                         "changed", labels=["dataflow", "operator", "port"])
+            for dataflow_id, operator, port, seconds in rows:
+                labelled.add_metric([dataflow_id, operator, port], seconds)
+            yield labelled
+
+    def describe(self) -> Iterator[Metric]:
+        return iter(())

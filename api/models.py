@@ -260,6 +260,11 @@ class Blocker(BaseModel):
     arrives_as: list[int] = Field(description="s(time): the earliest time it can reach the queried location as")
     path: list[PathStep]
     text: str
+    operator: str = Field(description="the name of the operator holding the pointstamp ('operator N' if unnamed)")
+    port: str = Field(description="its port: 'in p' or 'out p' ('enter p' / 'leave p' on a scope's boundary)")
+    worker: str | None = Field(description="the worker whose batch last changed its count (null: an initial "
+                                           "pointstamp, or one recovered from a compacted snapshot)")
+    age_seconds: float | None = Field(description="wall-clock seconds since its count left zero")
 
 
 class ExplainResponse(BaseModel):
@@ -272,6 +277,38 @@ class ExplainResponse(BaseModel):
     frontier: list[list[int]]
     blockers: list[Blocker]
     explanation: str
+
+
+class OldestPointstamp(BaseModel):
+    """The live pointstamp of a location that appeared first."""
+
+    time: list[int]
+    worker: str | None = Field(description="the worker whose batch last changed its count (null: an initial "
+                                           "pointstamp, or one recovered from a compacted snapshot)")
+    age_seconds: float = Field(description="wall-clock seconds since its count left zero")
+
+
+class LagRow(BaseModel):
+    """One location's frontier and how long it has been waiting."""
+
+    location: LocationModel
+    operator: str
+    port: str = Field(description="'in p' or 'out p' ('enter p' / 'leave p' on a scope's boundary)")
+    frontier: list[list[int]]
+    lag_seconds: float | None = Field(description="wall-clock seconds since the frontier last changed; null when "
+                                                  "it is empty (nothing more can arrive: nothing is awaited)")
+    changed_at: float = Field(description="when it last changed (epoch seconds; the registration, or the last "
+                                          "restart from a compacted snapshot, if it has not since)")
+    oldest_pointstamp: OldestPointstamp | None
+
+
+class LagResponse(BaseModel):
+    """Every location's lag as of one published version."""
+
+    version: int
+    at: float = Field(description="when this was computed (epoch seconds)")
+    max_lag_seconds: float | None = Field(description="the largest lag_seconds (null when every frontier is empty)")
+    locations: list[LagRow]
 
 
 class ScopeSummaryRow(BaseModel):

@@ -29,6 +29,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
+from api.fanout import FanOut
 from tracker.graph import Graph, Location
 from tracker.reachability import FrontierChange
 from tracker.timestamp import Timestamp
@@ -39,6 +40,9 @@ if TYPE_CHECKING:
 Frontier = dict[Location, set[Timestamp]]
 _PREFIX: dict[Location, str] = {}  # '{"location":{...},"time":[' per location, shared by all dataflows
 _TAIL = {1: '],"diff":1}', -1: '],"diff":-1}'}
+UNFOLDED_CHANGES = 100_000
+"""At most this many changes (and 1,024 versions) wait unfolded before the published frontier
+is brought up to date."""
 
 
 def changes_json(changes: list[FrontierChange]) -> str:
@@ -129,7 +133,8 @@ class Publication:
                  on_published: Callable[[int, str, float], None] | None = None,
                  encoding: Encoding | None = None, *,
                  native: Engine | None = None,
-                 frontiers_at: Callable[[int], Mapping[Location, Iterable[Timestamp]] | None] | None = None
+                 frontiers_at: Callable[[int], Mapping[Location, Iterable[Timestamp]] | None] | None = None,
+                 moved: Callable[[list[FrontierChange] | ChangeBatch, float], None] | None = None
                  ) -> None:
         """``on_published(version, encoded changes, at)`` is told of every version with changes
         (also during recovery), for the Delta ``frontier_changes`` table; ``encoding`` (a nested
@@ -137,7 +142,8 @@ class Publication:
         compiled engine whose ``ChangeBatch`` es are published (for selections), and
         ``frontiers_at(version)`` its frontiers if it is exactly at ``version`` (nothing applied
         beyond), else ``None``: then the published frontier is read from the engine instead of
-        folding every version's changes into it."""
+        folding every version's changes into it; ``moved(changes, at)`` is told of every
+        version with changes too (the lag bookkeeping, :class:`api.ages.Ages`)."""
         self.graph = graph
         self.encoding = encoding
         self.history_limit = history_limit
@@ -160,12 +166,19 @@ class Publication:
         self._history_changes = 0
         self._published: Frontier = {}
         self._unfolded: list[list[FrontierChange] | ChangeBatch] = []
+        self._unfolded_changes = 0
         self._on_published = on_published
         self._native = native
         self._frontiers_at = frontiers_at
+        self._moved = moved
         self._selections: dict[frozenset[Location], Selection] = {}
-        self.selected_encodings = 0
+        self.fanout = FanOut(lambda: self.subscribers, encode)
+        """Hands each published version to the subscribers, a bounded slice per turn of the loop."""
+
+    @property
+    def selected_encodings(self) -> int:
         """How many selection encodings publishing made (one per distinct selection per version)."""
+        return self.fanout.selected_encodings
 
     def select(self, locations: Iterable[Location]) -> Selection:
         """The :class:`Selection` of ``locations`` (ports of the graph), shared by every
@@ -191,7 +204,7 @@ class Publication:
         """Publish ``frontier`` as exact for ``version`` (after registration or recovery);
         ``floor`` raises the oldest version the history answers for."""
         self._published = {loc: set(ts) for loc, ts in frontier.items()}
-        self._unfolded = []
+        self._unfolded, self._unfolded_changes = [], 0
         self.frontier_version = version
         if floor is not None:
             self.history_floor = max(self.history_floor, floor)
@@ -225,27 +238,22 @@ class Publication:
             self._batches.pop(old_version, None)
             self._history_changes -= old_count
             self.history_floor = old_version
+        stamp = time.time() if at is None else at
+        if self._moved is not None:
+            self._moved(changes, stamp)
         if self._on_published is not None:
             rows = encoded if encoding is None else encoding.delta_changes_json(changes)  # type: ignore[arg-type]
-            self._on_published(version, rows, time.time() if at is None else at)
+            self._on_published(version, rows, stamp)
         self._unfolded.append(changes)
+        self._unfolded_changes += len(changes)
         if notify:
-            selected: dict[int, str] = {}  # id(selection) -> its encoding: once per distinct selection
-            for subscriber in list(self.subscribers):
-                selection = subscriber.selection
-                if selection is None:
-                    subscriber.offer(version, encoded)
-                    continue
-                text = selected.get(id(selection))
-                if text is None:
-                    text = selected[id(selection)] = encode(changes, selection)
-                    self.selected_encodings += 1
-                if text != "[]":
-                    subscriber.offer(version, text)
+            self.fanout.push(version, changes, encoded)
             if self._frontiers_at is None:
                 if len(self._unfolded) == 1:  # scheduled after the subscribers' wake-ups, so after their sends
                     asyncio.get_running_loop().call_soon(self._fold)
-            elif len(self._unfolded) == 1024:  # the engine's batches are cheap to keep: fold when read
+            elif len(self._unfolded) == 1024 or self._unfolded_changes >= UNFOLDED_CHANGES:
+                # The engine's batches are cheap to keep (fold when read), but not without bound:
+                # 1,024 batches of an 8,000-operator chain held 600 MB.
                 asyncio.get_running_loop().call_soon(self._fold)
         elif len(self._unfolded) >= 256:  # replaying a recovered history: no loop to schedule on
             self._fold()
@@ -274,7 +282,7 @@ class Publication:
             current = self._frontiers_at(self.frontier_version)
             if current is not None:  # the engine is exactly at the published version: read it
                 self._published = {loc: set(times) for loc, times in current.items()}
-                self._unfolded = []
+                self._unfolded, self._unfolded_changes = [], 0
                 return
         published = self._published
         for batch in self._unfolded:
@@ -287,7 +295,7 @@ class Publication:
                     times.add(when)
                 else:
                     times.discard(when)
-        self._unfolded = []
+        self._unfolded, self._unfolded_changes = [], 0
 
     def frontier_at(self, version: int | None = None) -> tuple[int, Frontier]:
         """The published frontier, or as of an earlier ``version`` by undoing the history.

@@ -2,26 +2,31 @@
 
 Guarantees: a subscriber receives every published version after its starting point exactly
 once, in order, or (if it fell behind) a ``resync`` marker followed by a fresh snapshot; a
-slow subscriber never slows down publishing.
+slow subscriber never slows down publishing, and what the service holds for one subscriber is
+bounded (``maxsize`` events and ``max_bytes`` of them queued, a resume backlog within the same
+bounds), whether it reads or not.
 
 Publishing never waits for a subscriber: :meth:`Subscriber.offer` is ``put_nowait`` on a bounded
-queue. A subscriber whose queue is full is marked *lagged*: its queue is emptied and replaced
-by one ``resync`` marker, so the stream tells it so and then sends a fresh ``snapshot`` (taken
-when the marker is consumed), after which changes continue from the snapshot's version. Progress
-of other dataflows and other subscribers is never slowed down by one slow reader.
+queue. A subscriber whose queue is full (in events or in bytes) is marked *lagged*: its queue
+is emptied and replaced by one ``resync`` marker, so the stream tells it so and then sends a
+fresh ``snapshot`` (taken when the marker is consumed), after which changes continue from the
+snapshot's version. A resume (``Last-Event-ID``) further back than those bounds gets a fresh
+``snapshot`` instead of the backlog. Progress of other dataflows and other subscribers is never
+slowed down by one slow reader.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Callable
-from typing import Any
+from collections.abc import AsyncIterator, Callable, Iterable
 
 from api.publish import Publication, Selection
 
 RESYNC = (-1, "")
 END = (-2, "")
+MAX_BYTES = 4 * 1024 * 1024
+"""Default bound on the bytes of events queued for one subscriber (``TRACKER_SUBSCRIBER_BYTES``)."""
 
 
 class Subscriber:
@@ -32,62 +37,108 @@ class Subscriber:
     >>> subscriber.offer(1, "[]"); subscriber.offer(2, "[]")
     >>> subscriber.lagged, subscriber.queue.get_nowait() == RESYNC
     (True, True)
+
+    The bytes queued are bounded too (an event larger than the bound still goes to an empty queue):
+
+    >>> subscriber = Subscriber(100, max_bytes=10)
+    >>> subscriber.offer(1, "[" + "x" * 20 + "]"); subscriber.lagged
+    False
+    >>> subscriber.offer(2, "[]"); subscriber.lagged, subscriber.queued_bytes
+    (True, 0)
     """
 
     def __init__(self, maxsize: int, on_lag: Callable[[], None] | None = None,
-                 selection: Selection | None = None) -> None:
+                 selection: Selection | None = None, max_bytes: int = MAX_BYTES) -> None:
         self.queue: asyncio.Queue[tuple[int, str]] = asyncio.Queue(maxsize)
         self.lagged = False
         self.after = 0
         self.selection = selection
         """Only these locations (snapshot and changes), or every location."""
+        self.max_bytes = max_bytes
+        self.queued_bytes = 0
+        """Characters of the encoded changes in :attr:`queue` (shared with the history while it
+        holds them, but a subscriber must not pin evicted ones without bound)."""
         self._on_lag = on_lag
 
     def end(self) -> None:
         """Queue the end of the stream (the dataflow was deleted) without ever blocking; a full
         queue makes room for it (the stream ends either way)."""
         if self.queue.full():
-            self.queue.get_nowait()
+            self.take(self.queue.get_nowait())
         self.queue.put_nowait(END)
 
     def offer(self, version: int, encoded: str) -> None:
         """Queue an event without ever blocking the publisher."""
         if self.lagged:
             return
+        size = len(encoded)
+        if self.queued_bytes and self.queued_bytes + size > self.max_bytes:
+            self._lag()
+            return
         try:
             self.queue.put_nowait((version, encoded))
         except asyncio.QueueFull:
-            self.lagged = True
-            while not self.queue.empty():
-                self.queue.get_nowait()
-            self.queue.put_nowait(RESYNC)
-            if self._on_lag is not None:
-                self._on_lag()
+            self._lag()
+            return
+        self.queued_bytes += size
+
+    def take(self, item: tuple[int, str]) -> None:
+        """Account for ``item`` having left the queue."""
+        self.queued_bytes = max(0, self.queued_bytes - len(item[1]))
+
+    def _lag(self) -> None:
+        self.lagged = True
+        while not self.queue.empty():
+            self.queue.get_nowait()
+        self.queued_bytes = 0
+        self.queue.put_nowait(RESYNC)
+        if self._on_lag is not None:
+            self._on_lag()
 
 
 def attach(publication: Publication, last_event_id: str | None, maxsize: int,
-           on_lag: Callable[[], None] | None = None, selection: Selection | None = None
-           ) -> tuple[Subscriber, list[tuple[str, int, str]]]:
+           on_lag: Callable[[], None] | None = None, selection: Selection | None = None,
+           max_bytes: int = MAX_BYTES) -> tuple[Subscriber, Iterable[tuple[str, int, str]]]:
     """Subscribe and compute what to send first: a snapshot, or the missed changes (of
     ``selection``'s locations only, if given).
 
     Synchronous on purpose: between subscribing and reading the history nothing else runs, so
-    the backlog and the queue together hold every version exactly once.
-    Returns the subscriber and ``(event, version, data)`` items to send before the queue.
+    the backlog and the queue together hold every version exactly once. A resume further back
+    than ``maxsize`` versions or ``max_bytes`` of changes gets a snapshot instead: a backlog is
+    what a subscriber that never reads would pin, and the snapshot is the bounded answer.
+    Returns the subscriber and the ``(event, version, data)`` items to send before the queue,
+    built one at a time as they are consumed: the backlog shares the history's strings, so a
+    client that does not read pins one event's payload, not a copy of the backlog.
     """
-    subscriber = Subscriber(maxsize, on_lag, selection)
+    subscriber = Subscriber(maxsize, on_lag, selection, max_bytes)
     if publication.ended:  # deleted since the request was accepted: end after the first events
         subscriber.end()
     else:
         publication.subscribers.add(subscriber)
     resume = _parse_event_id(last_event_id)
-    backlog = publication.changes_since(resume, selection) if resume is not None else None
+    backlog = None
+    if resume is not None and _within(publication, resume, maxsize, max_bytes):
+        backlog = publication.changes_since(resume, selection)
     if backlog is None:
         version, data = publication.snapshot_json(selection)
         subscriber.after = version
         return subscriber, [("snapshot", version, data)]
     subscriber.after = publication.frontier_version
-    return subscriber, [("changes", v, change_event(v, encoded)) for v, encoded in backlog]
+    return subscriber, (("changes", v, change_event(v, encoded)) for v, encoded in backlog)
+
+
+def _within(publication: Publication, after: int, count: int, size: int) -> bool:
+    """Whether the history's versions after ``after`` are at most ``count`` and ``size``
+    characters; walks back from the newest and stops at the first bound crossed, so its cost
+    is bounded too."""
+    total = 0
+    for seen, (version, _, encoded) in enumerate(reversed(publication.history)):
+        if version <= after:
+            return True
+        total += len(encoded)
+        if seen >= count or total > size:
+            return False
+    return True
 
 
 def change_event(version: int, encoded: str) -> str:
@@ -106,47 +157,65 @@ def _parse_event_id(value: str | None) -> int | None:
 
 
 async def next_events(publication: Publication, subscriber: Subscriber) -> list[tuple[str, int, str]]:
-    """Wait for the subscriber's next item(s); a resync becomes ``resync`` + ``snapshot``, the
+    """Wait for the subscriber's next item, then take every item already queued (a subscriber
+    that fell behind catches up in one send); a resync becomes ``resync`` + ``snapshot``, the
     end of the stream one ``deleted`` event (nothing follows it)."""
-    version, encoded = await subscriber.queue.get()
-    if (version, encoded) == END:
-        return [("deleted", publication.frontier_version, json.dumps(
-            {"reason": "the dataflow was deleted; this stream ends", "version": publication.frontier_version}))]
-    if (version, encoded) == RESYNC:
-        # Re-arm before taking the snapshot: both happen without an await, so nothing is lost.
-        subscriber.lagged = False
-        snap_version, data = publication.snapshot_json(subscriber.selection)
-        subscriber.after = snap_version
-        reason = json.dumps({"reason": "subscriber fell behind; a fresh snapshot follows", "version": snap_version})
-        return [("resync", snap_version, reason), ("snapshot", snap_version, data)]
-    if version <= subscriber.after:
-        return []
-    subscriber.after = version
-    return [("changes", version, change_event(version, encoded))]
+    items = [await subscriber.queue.get()]
+    while not subscriber.queue.empty() and items[-1] not in (RESYNC, END):
+        items.append(subscriber.queue.get_nowait())
+    events: list[tuple[str, int, str]] = []
+    for version, encoded in items:
+        subscriber.take((version, encoded))
+        if (version, encoded) == END:
+            events.append(("deleted", publication.frontier_version, json.dumps(
+                {"reason": "the dataflow was deleted; this stream ends", "version": publication.frontier_version})))
+        elif (version, encoded) == RESYNC:
+            # Re-arm before taking the snapshot: both happen without an await, so nothing is lost.
+            subscriber.lagged = False
+            snap_version, data = publication.snapshot_json(subscriber.selection)
+            subscriber.after = snap_version
+            reason = json.dumps({"reason": "subscriber fell behind; a fresh snapshot follows",
+                                 "version": snap_version})
+            events += [("resync", snap_version, reason), ("snapshot", snap_version, data)]
+        elif version > subscriber.after:
+            subscriber.after = version
+            events.append(("changes", version, change_event(version, encoded)))
+    return events
 
 
 async def sse_events(publication: Publication, last_event_id: str | None, maxsize: int,
                      on_lag: Callable[[], None] | None = None,
-                     on_change: Callable[[int], None] | None = None, selection: Selection | None = None
-                     ) -> AsyncIterator[dict[str, Any]]:
-    """The SSE event source: ``snapshot`` or the missed ``changes``, then live ``changes``;
-    a ``deleted`` event and the end of the response when the dataflow is deleted.
+                     on_change: Callable[[int], None] | None = None, selection: Selection | None = None,
+                     max_bytes: int = MAX_BYTES) -> AsyncIterator[bytes]:
+    """The SSE event source: ``snapshot`` or the missed ``changes``, then live ``changes``, as
+    encoded SSE frames (several events a subscriber fell behind on go out as one write); a
+    ``deleted`` event and the end of the response when the dataflow is deleted.
 
     Subscribes when the response starts streaming and unsubscribes in ``finally``, so a client
     that goes away at any point leaves nothing behind; ``on_change(+1/-1)`` counts subscribers.
     """
-    subscriber, first = attach(publication, last_event_id, maxsize, on_lag, selection)
+    subscriber, first = attach(publication, last_event_id, maxsize, on_lag, selection, max_bytes)
     if on_change is not None:
         on_change(1)
     try:
         for event, version, data in first:
-            yield {"event": event, "id": str(version), "data": data}
+            yield _frame(event, version, data)
         while True:
-            for event, version, data in await next_events(publication, subscriber):
-                yield {"event": event, "id": str(version), "data": data}
-                if event == "deleted":
-                    return
+            events = await next_events(publication, subscriber)
+            if events:
+                yield b"".join(_frame(event, version, data) for event, version, data in events)
+            if any(event == "deleted" for event, _, _ in events):
+                return
     finally:
         publication.subscribers.discard(subscriber)
         if on_change is not None:
             on_change(-1)
+
+
+def _frame(event: str, version: int, data: str) -> bytes:
+    """One SSE event (``data`` is one line of JSON), as sse-starlette would encode it.
+
+    >>> _frame("changes", 3, '{"version":3}')
+    b'id: 3\\r\\nevent: changes\\r\\ndata: {"version":3}\\r\\n\\r\\n'
+    """
+    return f"id: {version}\r\nevent: {event}\r\ndata: {data}\r\n\r\n".encode()

@@ -4,7 +4,8 @@ that own each part of its state.
 Guarantees: each part has one owner that changes it: :class:`~api.live.LiveState` (tracker,
 versions, workers) is changed by the ingest path and recovery, :class:`~api.publish.Publication`
 (published frontier, history, subscribers) by the publish step, :class:`~api.sync.DeltaLag`
-by the Delta sync, :class:`~api.spark.SparkState` by the Spark tasks. A tenant satisfies the
+by the Delta sync, :class:`~api.spark.SparkState` by the Spark tasks, :class:`~api.ages.Ages`
+by the publish step (frontier moves) and the ingest path (durable batches). A tenant satisfies the
 small protocols the lower layers read it through (:class:`api.sync.Synced`,
 :class:`api.spark.Hosted`, :class:`api.graphs.Described`).
 """
@@ -15,6 +16,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from api.ages import Ages
 from api.lifecycle import Rules, assess
 from api.live import Counts, LiveState
 from api.models import location_json
@@ -44,6 +46,8 @@ class Tenant:
     hosting: Hosting | None = None
     """A dataflow with nested scopes: its scopes and its locations' flat stand-ins
     (:mod:`api.scopes`); ``None`` for a flat dataflow."""
+    ages: Ages = field(default_factory=lambda: Ages(time.time()))
+    """When its frontiers last moved and its live pointstamps appeared (lag and blame)."""
     rules: Rules = field(default_factory=Rules)
     """When its state turns ``stalled`` or ``violation`` (:mod:`api.lifecycle`)."""
     deleted_at: float | None = None

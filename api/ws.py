@@ -135,7 +135,7 @@ async def _serve(websocket: WebSocket, service: Service, dataflow: Tenant, subsc
     metrics = service.metrics
     if subscribe:
         subscriber, first = streams.attach(dataflow.publication, None, service.settings.subscriber_queue,
-                                           metrics.resyncs.inc, wanted)
+                                           metrics.resyncs.inc, wanted, service.settings.subscriber_bytes)
         metrics.subscribers.labels("ws").inc()
         for event, _version, data in first:
             await send(_typed(event, data))

@@ -75,6 +75,19 @@ class Example:
         raise AssertionError(f"version {version} did not reach the Delta tables within {timeout}s")
 
 
+def wait_js(page: Page, expression: str, arg: Any = None, timeout_ms: int = WAIT_MS) -> None:
+    """Until the JavaScript ``expression`` (or function of ``arg``) is truthy in the page.
+
+    Polled with ``page.evaluate`` rather than ``page.wait_for_function``, whose polling runs
+    the predicate through ``eval`` inside the page, which the service's Content-Security-Policy
+    (``script-src 'self'``, no ``unsafe-eval``) refuses."""
+    deadline = time.monotonic() + timeout_ms / 1000
+    while not page.evaluate(expression, arg):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not true within {timeout_ms} ms: {expression}")
+        time.sleep(0.1)
+
+
 def frontier_cell(page: Page, loc: str) -> Any:
     """The frontier table's cell of location ``node:port:kind``."""
     return page.locator(f'#frontiers tr[data-loc="{loc}"] td.frontier')
@@ -120,7 +133,7 @@ def test_live_graph_frontiers_plots_and_screenshot(service: ServiceProcess, brow
 
     # The graph: 4 operators (compound nodes), 8 ports, 4 edges and 4 internal connections,
     # one of which advances time (the loop), all drawn on Cytoscape's canvas.
-    page.wait_for_function("window.dashboard.cy && window.dashboard.cy.nodes('.port').length === 8", timeout=WAIT_MS)
+    wait_js(page, "window.dashboard.cy && window.dashboard.cy.nodes('.port').length === 8")
     counts = page.evaluate("""() => { const cy = window.dashboard.cy; return {
         operators: cy.nodes('.operator').length, edges: cy.edges('.edge').length,
         internal: cy.edges('.internal').length, loops: cy.edges('.loop').map(e => e.data('label')) }; }""")
@@ -132,18 +145,15 @@ def test_live_graph_frontiers_plots_and_screenshot(service: ServiceProcess, brow
     # The live frontier as of the first batch: the input holds epoch 1; op2's input sees 1 and
     # op1's loop input sees 2 (the feedback adds one).
     expect(frontier_cell(page, "2:0:target")).to_have_text("{(1)}", timeout=WAIT_MS)
-    page.wait_for_function("window.dashboard.cy.getElementById('t-1-0').data('label') === 'in 0 {(2)}'",
-                           timeout=WAIT_MS)
+    wait_js(page, "window.dashboard.cy.getElementById('t-1-0').data('label') === 'in 0 {(2)}'")
     # What holds op2's input back: the input operator's capability at epoch 1.
     expect(page.locator('#held tr[data-loc="2:0:target"]')).to_contain_text("1 × (0,0,source)@(1)", timeout=WAIT_MS)
 
     # Progress posted now must show up on screen through the SSE stream, without a reload.
     example.advance()
     expect(frontier_cell(page, "2:0:target")).to_have_text("{(2)}", timeout=WAIT_MS)
-    page.wait_for_function("window.dashboard.cy.getElementById('t-2-0').data('label') === 'in 0 {(2)}'",
-                           timeout=WAIT_MS)
-    page.wait_for_function("window.dashboard.cy.getElementById('t-1-0').data('label') === 'in 0 {(3)}'",
-                           timeout=WAIT_MS)
+    wait_js(page, "window.dashboard.cy.getElementById('t-2-0').data('label') === 'in 0 {(2)}'")
+    wait_js(page, "window.dashboard.cy.getElementById('t-1-0').data('label') === 'in 0 {(3)}'")
     expect(page.locator('#held tr[data-loc="2:0:target"]')).to_contain_text("(0,0,source)@(2)", timeout=WAIT_MS)
     expect(page.locator("#status")).to_contain_text("version 2", timeout=WAIT_MS)
 
@@ -151,11 +161,12 @@ def test_live_graph_frontiers_plots_and_screenshot(service: ServiceProcess, brow
     page.locator('#held tr[data-loc="3:0:target"]').click()
     expect(page.locator("#explain")).to_contain_text("Not safe yet", timeout=WAIT_MS)
 
-    # Frontier plot: history replayed from Delta plus live samples, epochs rising to 2 for op2.
-    page.wait_for_function("(() => { const s = window.dashboard.series; "
-                           "return s.ys[s.keys.indexOf('2:0:target')].includes(2); })()", timeout=WAIT_MS)
+    # Epochs plot (one series per operator: its inputs' earliest open epoch): history replayed
+    # from Delta plus live samples, epochs rising to 2 for op2.
+    wait_js(page, "(() => { const s = window.dashboard.series; "
+                           "return s.ys[s.keys.indexOf('2')].includes(2); })()")
     series = page.evaluate("() => window.dashboard.series")
-    op2 = series["keys"].index("2:0:target")
+    op2 = series["keys"].index("2")
     assert next(y for y in series["ys"][op2] if y is not None) == 0  # from version 0, before the page opened
     assert max(y for y in series["ys"][op2] if y is not None) == 2
     assert series["x"] == sorted(series["x"])
@@ -163,7 +174,7 @@ def test_live_graph_frontiers_plots_and_screenshot(service: ServiceProcess, brow
     # Throughput plot: Delta history (1 batch in its second) and live samples from version polling.
     for _ in range(3):
         example.advance()
-    page.wait_for_function("window.dashboard.rate.batches.some((b, i) => i > 0 && b > 0)", timeout=WAIT_MS)
+    wait_js(page, "window.dashboard.rate.batches.some((b, i) => i > 0 && b > 0)")
     expect(frontier_cell(page, "2:0:target")).to_have_text("{(5)}", timeout=WAIT_MS)
 
     OUTPUT.mkdir(exist_ok=True)
@@ -210,7 +221,7 @@ def test_a_nested_dataflow_is_drawn_with_its_scopes(service: ServiceProcess, bro
     page.click("#save-token")
     page.locator(f'#dataflows li[data-id="{dataflow}"]').click(timeout=WAIT_MS)
     # Ports: root 1 + 2 + 1, scope [1]: 2 boundary + 3 + 2 + 2, scope [1,2]: 2 boundary + 2.
-    page.wait_for_function("window.dashboard.cy && window.dashboard.cy.nodes('.port').length === 17", timeout=WAIT_MS)
+    wait_js(page, "window.dashboard.cy && window.dashboard.cy.nodes('.port').length === 17")
     drawn = page.evaluate("""() => { const cy = window.dashboard.cy; return {
         scopes: cy.nodes('.scope').map(n => [n.id(), n.data('label')]),
         parent: cy.getElementById('op-1_2-1').parent().id(), crossing: cy.edges('.crossing').length}; }""")
@@ -227,8 +238,7 @@ def test_a_nested_dataflow_is_drawn_with_its_scopes(service: ServiceProcess, bro
         ]}).status_code == 200
     expect(frontier_cell(page, "2:0:target")).to_have_text("{(1)}", timeout=WAIT_MS)
     expect(frontier_cell(page, "1/1:1:target")).to_have_text("{(1, 5), (3, 1)}", timeout=WAIT_MS)
-    page.wait_for_function("window.dashboard.cy.getElementById('t-1-1-in-1').data('label') === 'in 1 {(1, 5), (3, 1)}'",
-                           timeout=WAIT_MS)
+    wait_js(page, "window.dashboard.cy.getElementById('t-1-1-in-1').data('label') === 'in 1 {(1, 5), (3, 1)}'")
     page.locator('#frontiers tr[data-loc="2:0:target"]').click(timeout=WAIT_MS)
     expect(page.locator("#explain")).to_contain_text("[1,2](1,0,source)", timeout=WAIT_MS)
     expect(page.locator('#held tr[data-loc="2:0:target"]')).to_contain_text("[1,2](1,0,source)@(1, 4, 2)",
@@ -280,15 +290,14 @@ def test_a_running_worker_example_is_drawn_and_moves_on_screen(service: ServiceP
             page.click("#save-token")
         page.locator(f'#dataflows li[data-id="{dataflow_id}"]').click(timeout=WAIT_MS)
         # edges, the loop scope (a compound node holding cc and the feedback), sink.
-        page.wait_for_function("window.dashboard.cy && window.dashboard.cy.nodes('.operator').length === 5 "
-                               "&& window.dashboard.cy.nodes('.scope').length === 1", timeout=WAIT_MS)
+        wait_js(page, "window.dashboard.cy && window.dashboard.cy.nodes('.operator').length === 5 "
+                               "&& window.dashboard.cy.nodes('.scope').length === 1")
         assert page.evaluate("window.dashboard.cy.edges('.loop').length") >= 1  # the feedback loop is drawn
         status = page.locator("#status")
         expect(status).to_contain_text("version", timeout=WAIT_MS)
         first = status.inner_text()
         # The workers keep reporting progress: the version shown must move without a reload.
-        page.wait_for_function("(t) => document.querySelector('#status').innerText !== t", arg=first,
-                               timeout=WAIT_MS)
+        wait_js(page, "(t) => document.querySelector('#status').innerText !== t", first)
         page.screenshot(path=str(OUTPUT / "dashboard-example.png"), full_page=True)
         page.close()
     finally:
@@ -304,6 +313,89 @@ def test_history_route_uses_the_same_auth(service: ServiceProcess) -> None:
     assert httpx.get(route, headers={"Authorization": f"Bearer {other.token}"}).status_code == 403
     answer = httpx.get(route, headers={"Authorization": f"Bearer {example.token}"})
     assert answer.status_code == 200 and answer.json()["delta"] is True
+
+
+def test_open_metrics_name_no_dataflow_by_default(service: ServiceProcess) -> None:
+    """``/metrics`` needs no token: without ``--metrics-per-dataflow`` it aggregates, naming no
+    dataflow (the labelled gauges are in tests/test_api_lag.py)."""
+    Example(service).advance()
+    with service.client() as client:
+        ids = [d["id"] for d in client.get("/v1/dataflows").json()]
+    text = httpx.get(service.url + "/metrics").text
+    assert ids and not [i for i in ids if i in text] and "dataflow=" not in text
+    assert "tracker_frontier_lag_seconds{" not in text
+    lag = float(text.split("\ntracker_frontier_lag_max_seconds ")[1].split()[0])
+    assert lag > 0  # the example's operators wait for its input
+
+
+def open_dashboard(service: ServiceProcess, browser: Browser, path: str = "/dashboard", **viewport: int
+                   ) -> tuple[Page, list[str]]:
+    """A new page on the dashboard, logged in with the admin token; the list collects console
+    errors, page errors and failed (4xx/5xx) responses."""
+    page = browser.new_page(viewport={"width": 1400, "height": 1250, **viewport})
+    problems: list[str] = []
+    page.on("pageerror", lambda error: problems.append(str(error)))
+    page.on("console", lambda msg: problems.append(msg.text) if msg.type == "error" else None)
+    page.on("response", lambda r: problems.append(f"{r.status} {r.url}") if r.status >= 400 else None)
+    page.goto(service.url + path)
+    page.fill("#token", ADMIN_TOKEN)
+    page.click("#save-token")
+    expect(page.locator("#app")).to_be_visible(timeout=WAIT_MS)
+    return page, problems
+
+
+def test_a_stalled_dataflow_shows_its_lag_and_who_holds_it(service: ServiceProcess, browser: Browser) -> None:
+    """The input moved to epoch 1 and worker w-2 holds a message at epoch 1 in op2; then nothing
+    moves. The page shows op3's input waiting (amber, then red, with thresholds lowered
+    through the URL) and the held-back row names the operators, the workers and the ages."""
+    example = Example(service)
+    example.advance()
+    with service.client(example.token) as client:
+        assert client.post(f"/v1/dataflows/{example.id}/progress", json={"worker": "w-2", "seq": 0, "updates": [
+            update(2, 0, "source", [1], 1)]}).status_code == 200
+    page, problems = open_dashboard(service, browser, "/dashboard?lag_warn=0.5&lag_bad=2")
+    page.locator(f'#dataflows li[data-id="{example.id}"]').click(timeout=WAIT_MS)
+    lag = page.locator('#frontiers tr[data-loc="3:0:target"] td.lag')
+    expect(lag).to_have_class("lag lag-bad", timeout=WAIT_MS)
+    assert float(lag.inner_text().split()[0]) >= 2.0
+    # The port is outlined red in the graph, and the summary says how long the longest wait is.
+    assert page.evaluate("window.dashboard.cy.getElementById('t-3-0').hasClass('lag-bad')")
+    expect(page.locator("#lag-summary")).to_contain_text("longest wait", timeout=WAIT_MS)
+    held = page.locator('#held tr[data-loc="3:0:target"]')
+    expect(held).to_contain_text("(3,0,target) op3 in 0", timeout=WAIT_MS)
+    expect(held).to_contain_text("1 × (2,0,source)@(1) — op2 out 0 · worker w-2 · ", timeout=WAIT_MS)
+    expect(held).to_contain_text("1 × (0,0,source)@(1) — input out 0 · worker input · ", timeout=WAIT_MS)
+    assert " s old" in held.inner_text()
+    OUTPUT.mkdir(exist_ok=True)
+    page.screenshot(path=str(OUTPUT / "dashboard-stalled.png"), full_page=True)
+    assert problems == [], problems
+    page.close()
+
+
+def test_history_plots_survive_a_restart(service: ServiceProcess, browser: Browser) -> None:
+    """After a restart the service's in-memory history starts at the compacted snapshot; the
+    epochs plot still starts at the registration, from Delta, and nothing on the page fails."""
+    example = Example(service)
+    for _ in range(3):
+        example.advance()
+    example.wait_for_delta(3)
+    before_restart = time.time()
+    service.stop()
+    service.restart()
+    page, problems = open_dashboard(service, browser)
+    page.locator(f'#dataflows li[data-id="{example.id}"]').click(timeout=WAIT_MS)
+    expect(frontier_cell(page, "2:0:target")).to_have_text("{(3)}", timeout=WAIT_MS)
+    wait_js(page, "window.dashboard.series.x.length >= 2")
+    series = page.evaluate("() => window.dashboard.series")
+    op2 = [y for y in series["ys"][series["keys"].index("2")] if y is not None]
+    assert op2[0] == 0 and op2[-1] == 3 and sorted(op2) == op2  # epochs 0, 1, 2, 3 in order, from before the restart
+    assert series["x"][0] < before_restart and series["x"] == sorted(series["x"])
+    rate = page.evaluate("() => window.dashboard.rate")
+    assert sum(rate["batches"]) >= 1 and rate["x"][0] < before_restart  # the throughput of before the restart
+    page.wait_for_timeout(1600)
+    page.screenshot(path=str(OUTPUT / "dashboard-restart.png"), full_page=True)
+    assert problems == [], problems
+    page.close()
 
 
 def test_api_docs_work_offline_and_authorize_with_a_token(service: ServiceProcess, browser: Browser) -> None:
@@ -355,4 +447,6 @@ def test_history_keeps_the_last_versions_of_its_own_dataflow(tmp_path: Path) -> 
     got = _history(tmp_path, "mine", 10)["frontier_changes"]
     assert [c["version"] for c in got] == [46, 46, 47, 47, 48, 48, 49, 49, 50, 50]
     assert {tuple(c["time"]) for c in got} == {(v,) for v in range(46, 51)}
+    # A limit that cuts a version leaves that version out rather than half of it.
+    assert [c["version"] for c in _history(tmp_path, "mine", 5)["frontier_changes"]] == [49, 49, 50, 50]
     assert _history(tmp_path, "nobody", 10) == {"frontier_changes": [], "throughput": []}

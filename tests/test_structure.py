@@ -34,24 +34,24 @@ LAYERS: list[tuple[str, ...]] = [
     # (durability), published, synced to Delta, handed to Spark; a lower layer tells a higher
     # one through a Protocol or a callback it defines itself.
     # Parse and models: request bodies, registration checks, settings, metrics.
-    ("api.config", "api.models", "api.parsing", "api.registration", "api.auth", "api.metrics", "api.columns",
-     "api.limits",
+    ("api.config", "api.models", "api.parsing", "api.bodies", "api.registration", "api.auth", "api.metrics",
+     "api.columns", "api.limits",
      "api.explain", "api.scopes", "api.lifecycle"),
     # Live state: the frontier engine, versions, workers.
-    ("api.live", "api.counts"),
+    ("api.live", "api.counts", "api.ages"),
     # Durability: typed log records, framing and segment names, the group-committed log.
     ("api.records", "api.segments", "api.syncer", "api.wal"),
     # Publication: the published frontier, its history, its subscribers.
-    ("api.publish", "api.streams"),
+    ("api.fanout", "api.publish", "api.rewind", "api.streams"),
     # Delta sync: tables, flush, compaction, log retirement, tidying, graph tables.
     ("api.store", "api.tidy", "api.sync", "api.graphs"),
     # Spark tasks: the session, registration checks, audits, micro-batches.
     ("api.spark", "api.checks", "api.audit", "api.microbatch"),
     # The service and its use cases.
-    ("api.tenant", "api.ingest", "api.service"),
+    ("api.tenant", "api.lag", "api.ingest", "api.service"),
     # HTTP: dependencies, routes, the app, the command.
     ("api.deps", "api.routes", "api.ws", "api.dashboard", "api.security", "api.protocol", "api.app", "api.server",
-     "api.commands", "api"),
+     "api.commands", "api.watch", "api"),
     # Measurements.
     ("bench",),
     # The tests, above everything they test: nothing else may import them.

@@ -183,7 +183,13 @@ class Graph:
 
     def locations(self) -> list[Location]:
         """Every location, sorted by (node, kind, port) so listings are stable."""
-        return sorted(self._locations, key=lambda loc: (loc.node, loc.kind != "target", loc.port))
+        # Sorted once per graph: every frontier answer and snapshot lists them, and sorting
+        # 100,000 locations took ~0.4 s of the event loop each time.
+        cached: tuple[Location, ...] | None = self.__dict__.get("_sorted")
+        if cached is None:
+            cached = tuple(sorted(self._locations, key=lambda loc: (loc.node, loc.kind != "target", loc.port)))
+            object.__setattr__(self, "_sorted", cached)
+        return list(cached)
 
     def has_location(self, location: Location) -> bool:
         """True iff ``location`` is a port of this graph."""

@@ -8,6 +8,10 @@ const TOKEN_KEY = "tracker.token";
 const MAX_SERIES = 10;        // frontier plot: one line per operator input, at most this many
 const MAX_POINTS = 2000;      // per plot; older points are dropped
 const MAX_EXPLAINED = 30;     // "held back by" queries per refresh
+const MAX_ZOOM = 1.1;         // a small graph is not blown up beyond this (its labels stay readable)
+// Seconds after which a lag turns amber, then red; ?lag_warn=&lag_bad= in the page's URL override them.
+const QUERY = new URLSearchParams(location.search);
+const LAG_WARN = Number(QUERY.get("lag_warn")) || 5, LAG_BAD = Number(QUERY.get("lag_bad")) || 30;
 const $ = (sel) => document.querySelector(sel);
 
 const state = {
@@ -20,6 +24,8 @@ const state = {
   plots: {frontier: null, throughput: null},
   series: {keys: [], x: [], ys: []},
   rate: {x: [], batches: [], lastVersion: null, lastAt: null},
+  lag: new Map(),           // "node:port:kind" -> GET .../lag row
+  names: new Map(),         // "path/node" -> operator name
   selected: null,
   explainTimer: null,
 };
@@ -163,6 +169,7 @@ async function openDataflow(id) {
   state.frontiers = new Map();
   state.selected = null;
   state.rate = {x: [], batches: [], lastVersion: null, lastAt: null};
+  state.lag = new Map();
   for (const item of document.querySelectorAll("#dataflows li")) {
     item.classList.toggle("selected", item.dataset.id === id);
   }
@@ -177,6 +184,7 @@ async function openDataflow(id) {
   drawGraph(flow);
   buildFrontierTable(flow);
   await loadHistory(flow, abort.signal);
+  await refreshLag(flow, abort.signal);  // before the first "held back by" refresh, which shows names and lags
   streamFrontier(flow, abort.signal);  // runs until the dataflow changes (reconnects on its own)
   pollThroughput(flow, abort.signal);
 }
@@ -347,6 +355,8 @@ function drawGraph(flow) {
       {selector: "node.port[side ^= 'in']", style: {"text-halign": "left", "text-margin-x": -4}},
       {selector: "node.port[side ^= 'out']", style: {"text-halign": "right", "text-margin-x": 4}},
       {selector: "node.port.live", style: {"background-color": "#4263eb"}},
+      {selector: "node.port.lag-warn", style: {"border-width": 3, "border-color": "#f08c00"}},
+      {selector: "node.port.lag-bad", style: {"border-width": 3, "border-color": "#e03131"}},
       {selector: "node.port.changed", style: {"background-color": "#fab005", "border-width": 3,
         "border-color": "#e67700"}},
       {selector: "node.port:selected", style: {"border-width": 3, "border-color": "#1d2433"}},
@@ -366,6 +376,8 @@ function drawGraph(flow) {
         "target-arrow-color": "#1c7ed6", "width": 1.5}},
     ],
   });
+  // fit() blows a small graph up until its labels are huge: cap the zoom and centre it.
+  if (state.cy.zoom() > MAX_ZOOM) { state.cy.zoom(MAX_ZOOM); state.cy.center(); }
   state.cy.on("tap", "node.port", (event) => selectLocation(event.target.data("key")));
   // A tap on a scope collapses it to its own ports (its summary stays in its label), or opens it.
   state.cy.on("tap", "node.scope", (event) => {
@@ -416,7 +428,7 @@ function buildFrontierTable(flow) {
   const addRow = (loc, text) => {
     const row = document.createElement("tr");
     row.dataset.loc = locKey(loc);
-    row.innerHTML = "<td></td><td></td><td class='frontier'></td>";
+    row.innerHTML = "<td></td><td></td><td class='frontier'></td><td class='lag'></td>";
     row.cells[0].textContent = locText(loc);
     row.cells[1].textContent = text;
     row.addEventListener("click", () => selectLocation(locKey(loc)));
@@ -532,9 +544,12 @@ function refreshStatus() {
 
 // ---------------------------------------------------------------- plots
 
-function minEpoch(key) {
-  const times = frontierOf(key);
-  return times.length ? Math.min(...times.map((t) => t[0])) : null;
+function minEpoch(keys) {
+  // The earliest epoch (first coordinate: the root's time, in every scope) still open at any
+  // of an operator's inputs; null once they are all done.
+  let best = null;
+  for (const key of keys) for (const t of frontierOf(key)) if (best === null || t[0] < best) best = t[0];
+  return best;
 }
 
 function plotWidth() {
@@ -542,11 +557,20 @@ function plotWidth() {
 }
 
 function makePlot(target, title, labels, colors, data, stepped) {
-  // A frontier holds its value until the next change: drawn as steps, not slopes.
+  // A frontier holds its value until the next change: drawn as steps, not slopes. With no
+  // data yet the time axis shows the last minute (uPlot alone would pick an arbitrary range).
   const paths = stepped ? uPlot.paths.stepped({align: 1}) : undefined;
+  // Both plots span the same wall time (from the earliest point either has to now), so that
+  // epochs and throughput line up; with no data yet, the last minute.
+  const shared = (u, min, max) => {
+    const now = Date.now() / 1000;
+    const firsts = [state.series.x[0], state.rate.x[0], min].filter((v) => v !== undefined && v !== null);
+    const from = firsts.length ? Math.min(...firsts) : now - 60;
+    return [Math.min(from, now - 60 * (firsts.length ? 0 : 1)), Math.max(now, max || now)];
+  };
   const series = [{label: "time"}, ...labels.map((label, i) => ({
     label, stroke: colors[i % colors.length], width: 2, spanGaps: false, paths, points: {show: true, size: 4}}))];
-  return new uPlot({width: plotWidth(), height: 220, title, series, scales: {x: {time: true}},
+  return new uPlot({width: plotWidth(), height: 220, title, series, scales: {x: {time: true, range: shared}},
     axes: [{}, {label: title}], legend: {live: false}}, data, target);
 }
 
@@ -554,29 +578,55 @@ const COLORS = ["#4263eb", "#e8590c", "#2f9e44", "#ae3ec9", "#1098ad", "#f08c00"
   "#364fc7", "#862e9c"];
 
 function resetFrontierPlot() {
-  const keys = state.dataflow.nodes.flatMap((n) =>
-    Array.from({length: n.inputs}, (_, p) => locKey({node: n.id, port: p, kind: "target"}))).slice(0, MAX_SERIES);
-  state.series = {keys, x: [], ys: keys.map(() => [])};
+  // One series per root operator with inputs (up to MAX_SERIES): its earliest open epoch.
+  const operators = state.dataflow.nodes.filter((n) => n.inputs > 0).slice(0, MAX_SERIES);
+  const keys = operators.map((n) => `${n.id}`);
+  const inputs = operators.map((n) => Array.from({length: n.inputs}, (_, p) => locKey({node: n.id, port: p, kind: "target"})));
+  state.series = {keys, inputs, x: [], ys: keys.map(() => [])};
   if (state.plots.frontier) state.plots.frontier.destroy();
-  const names = new Map(state.dataflow.nodes.map((n) => [n.id, n.name || "operator"]));
-  const labels = keys.map((k) => { const [n, p] = k.split(":"); return `${names.get(Number(n))} in ${p}`; });
-  state.plots.frontier = makePlot($("#frontier-plot"), "epoch", labels, COLORS, [[], ...keys.map(() => [])], true);
+  const labels = operators.map((n) => `${n.name || "operator"} #${n.id}`);
+  state.plots.frontier = makePlot($("#frontier-plot"), "earliest open epoch", labels, COLORS,
+    [[], ...keys.map(() => [])], true);
 }
 
-function sampleFrontier(at) {
+function sampleFrontier(at, redraw = true) {
+  // A sample whose values equal the previous one's only moves the last point to `at` (the
+  // step then reaches the present), so that idle time costs no points.
   const s = state.series;
-  s.x.push(at);
-  s.keys.forEach((key, i) => s.ys[i].push(minEpoch(key)));
+  const values = s.inputs.map((keys) => minEpoch(keys));
+  const n = s.x.length;
+  if (n >= 2 && s.ys.every((y, i) => y[n - 1] === values[i] && y[n - 2] === values[i])) {
+    s.x[n - 1] = Math.max(s.x[n - 1], at);
+  } else {
+    s.x.push(Math.max(at, n ? s.x[n - 1] : at));
+    values.forEach((v, i) => s.ys[i].push(v));
+  }
   if (s.x.length > MAX_POINTS) { s.x.shift(); s.ys.forEach((y) => y.shift()); }
-  state.plots.frontier.setData([s.x, ...s.ys]);
+  if (redraw) state.plots.frontier.setData([s.x, ...s.ys]);
+}
+
+function withIdleSeconds(rows) {
+  // Per-second counts exist only for seconds with batches: an idle stretch gets zeros at its
+  // ends, so the line drops to 0 there instead of running straight across it.
+  const x = [], batches = [];
+  rows.forEach((r, i) => {
+    if (i > 0 && r.second - rows[i - 1].second > 1) {
+      x.push(rows[i - 1].second + 1); batches.push(0);
+      if (r.second - rows[i - 1].second > 2) { x.push(r.second - 1); batches.push(0); }
+    }
+    x.push(r.second); batches.push(r.batches);
+  });
+  if (x.length) { x.push(x[x.length - 1] + 1); batches.push(0); }
+  return {x, batches};
 }
 
 function resetThroughputPlot(history) {
-  state.rate.x = history.map((r) => r.second);
-  state.rate.batches = history.map((r) => r.batches);
+  const filled = withIdleSeconds(history);
+  state.rate.x = filled.x;
+  state.rate.batches = filled.batches;
   if (state.plots.throughput) state.plots.throughput.destroy();
   state.plots.throughput = makePlot($("#throughput-plot"), "batches/s", ["batches/s"], ["#2f9e44"],
-    [state.rate.x, state.rate.batches]);
+    [state.rate.x, state.rate.batches], true);
 }
 
 async function loadHistory(flow, signal) {
@@ -590,17 +640,18 @@ async function loadHistory(flow, signal) {
   }
   resetThroughputPlot(history.throughput);
   const changes = history.frontier_changes;
-  if (!changes.length) return;
-  // Replay the compacted changes forward from the frontier just before the first of them
-  // (?version= answers from the service's in-memory history; without it, plot live only).
-  const base = await api(`/v1/dataflows/${encodeURIComponent(flow.id)}/frontier?version=${changes[0].version - 1}`,
-    {signal});
-  if (!base.ok) return;
-  applySnapshot(await base.json());
+  if (!changes.length || !history.base) return;
+  // Replay the compacted changes forward from the frontier just before the first of them,
+  // which the history route folds from the older rows (the Delta tables survive restarts;
+  // the service's in-memory history does not reach back that far after one).
+  state.frontiers = new Map();
+  for (const row of history.base.locations) {
+    state.frontiers.set(locKey(row.location), new Map(row.frontier.map((t) => [JSON.stringify(t), t])));
+  }
   // The state before the first compacted change held since that version was applied; for
-  // version 0 that is the registration.
-  const first = changes[0].version === 1 ? Date.parse(flow.created_at) / 1000 : changes[0].at;
-  sampleFrontier(Math.min(first, changes[0].at));
+  // version 0 or 1 that is the registration.
+  const first = changes[0].version <= 1 ? Date.parse(flow.created_at) / 1000 : changes[0].at;
+  sampleFrontier(Math.min(first, changes[0].at), false);
   let i = 0;
   while (i < changes.length) {
     const version = changes[i].version, at = changes[i].at, batch = [];
@@ -611,25 +662,32 @@ async function loadHistory(flow, signal) {
       if (c.diff > 0) state.frontiers.get(key).set(JSON.stringify(c.time), c.time);
       else state.frontiers.get(key).delete(JSON.stringify(c.time));
     }
-    sampleFrontier(at);
+    sampleFrontier(at, false);
   }
+  state.plots.frontier.setData([state.series.x, ...state.series.ys]);
 }
 
 async function pollThroughput(flow, signal) {
-  // Batches per second from the dataflow's version (it counts applied batches), every 2 s.
+  // Batches per second from the dataflow's version (it counts applied batches), every 2 s;
+  // the lag with it.
+  let polls = 0;
   while (!signal.aborted) {
     try {
       const now = await apiJson(`/v1/dataflows/${encodeURIComponent(flow.id)}`, {signal});
       const at = Date.now() / 1000;
       const r = state.rate;
       if (r.lastVersion !== null && at > r.lastAt) {
-        r.x.push(at);
+        // The rate over [lastAt, at), drawn as a step from lastAt (after the history's last second).
+        r.x.push(r.x.length ? Math.max(r.lastAt, r.x[r.x.length - 1] + 0.001) : r.lastAt);
         r.batches.push((now.version - r.lastVersion) / (at - r.lastAt));
         if (r.x.length > MAX_POINTS) { r.x.shift(); r.batches.shift(); }
         state.plots.throughput.setData([r.x, r.batches]);
       }
       r.lastVersion = now.version;
       r.lastAt = at;
+      sampleFrontier(at);  // the steps reach the present even while nothing changes
+      await refreshLag(flow, signal);
+      if (++polls % 3 === 0) scheduleExplain();  // the blockers' ages grow while nothing changes
       const meta = document.querySelector(`#dataflows li[data-id="${flow.id}"] small`);
       if (meta) meta.textContent = `${flow.id.slice(0, 8)} · arity ${flow.timestamp_arity} · v${now.version}`;
     } catch (error) {
@@ -638,6 +696,43 @@ async function pollThroughput(flow, signal) {
     }
     await new Promise((resolve) => setTimeout(resolve, 2000));
   }
+}
+
+// ---------------------------------------------------------------- lag
+
+const lagText = (seconds) => (seconds === null || seconds === undefined ? "—"
+  : seconds < 60 ? `${seconds.toFixed(1)} s` : seconds < 3600 ? `${(seconds / 60).toFixed(1)} min`
+    : `${(seconds / 3600).toFixed(1)} h`);
+const lagClass = (seconds) => (seconds === null || seconds === undefined ? "lag-none"
+  : seconds < LAG_WARN ? "lag-ok" : seconds < LAG_BAD ? "lag-warn" : "lag-bad");
+
+function paintLag(cell, seconds) {
+  cell.textContent = lagText(seconds);
+  cell.className = "lag " + lagClass(seconds);
+}
+
+async function refreshLag(flow, signal) {
+  // GET .../lag: how long each frontier has gone without changing, and its oldest pointstamp.
+  const report = await apiJson(`/v1/dataflows/${encodeURIComponent(flow.id)}/lag`, {signal});
+  state.lag = new Map(report.locations.map((row) => [locKey(row.location), row]));
+  for (const [key, row] of state.lag) {
+    for (const cell of document.querySelectorAll(`#frontiers tr[data-loc="${key}"] td.lag, #held tr[data-loc="${key}"] td.lag`)) {
+      paintLag(cell, row.lag_seconds);
+    }
+    if (state.cy) {
+      const el = state.cy.getElementById(portId(keyLocation(key)));
+      if (el.nonempty()) {
+        el.removeClass("lag-warn lag-bad");
+        if (row.location.kind === "target" && row.lag_seconds !== null && row.lag_seconds >= LAG_WARN) {
+          el.addClass(lagClass(row.lag_seconds));
+        }
+      }
+    }
+  }
+  const worst = report.max_lag_seconds;
+  $("#lag-summary").textContent = worst === null ? "every frontier is empty: nothing is awaited"
+    : `longest wait: ${lagText(worst)}`;
+  $("#lag-summary").className = "hint " + lagClass(worst);
 }
 
 // ---------------------------------------------------------------- held back by (explain)
@@ -672,13 +767,20 @@ async function refreshHeld() {
   for (const {key, times, answer} of rows) {
     const row = document.createElement("tr");
     row.dataset.loc = key;
-    row.innerHTML = "<td></td><td class='frontier'></td><td></td>";
-    row.cells[0].textContent = locText(keyLocation(key));
+    row.innerHTML = "<td></td><td class='frontier'></td><td class='lag'></td><td></td>";
+    const lag = state.lag.get(key);
+    row.cells[0].textContent = locText(keyLocation(key)) + (lag ? ` ${lag.operator} ${lag.port}` : "");
     row.cells[1].textContent = frontierText(times);
-    row.cells[2].textContent = answer.blockers.map((b) =>
+    paintLag(row.cells[2], lag ? lag.lag_seconds : null);
+    // Each blocker: count × where@time, its operator and port, the worker that last reported
+    // it and how long it has been live (its age).
+    row.cells[3].textContent = answer.blockers.map((b) =>
       `${b.count} × ${locText(b.location)}@${timeText(b.time)}` +
       (b.summary === null ? ` via ${b.path.filter((p) => p.via === "ingress" || p.via === "egress").map((p) => p.via).join(", ")}`
-        : b.summary.some((v) => v > 0) ? ` via +${timeText(b.summary)}` : "")).join("; ") || "nothing";
+        : b.summary.some((v) => v > 0) ? ` via +${timeText(b.summary)}` : "") +
+      ` — ${b.operator} ${b.port}` + (b.worker ? ` · worker ${b.worker}` : " · worker —") +
+      (b.age_seconds === null || b.age_seconds === undefined ? "" : ` · ${lagText(b.age_seconds)} old`)).join("; ") ||
+      "nothing";
     row.classList.toggle("selected", key === state.selected);
     row.addEventListener("click", () => selectLocation(key));
     body.append(row);

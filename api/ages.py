@@ -1,0 +1,168 @@
+"""Wall-clock bookkeeping of one dataflow: when each location's frontier last moved, and when
+each live pointstamp appeared and which worker last reported it.
+
+Guarantees: the hot path only appends (a published version's change batch, a durable batch's
+updates, as they are). The queues are folded in when someone reads (lag, blame, ``/metrics``),
+or the versions every 1024 of them, and the batches once they hold more updates than four times
+the live pointstamps (plus 8192); the per-change and per-update work of a fold is done in C
+(``dict.fromkeys`` over each batch's locations or ``(location, time)`` keys), its Python work
+is per live pointstamp. A pointstamp's *birth* is the
+arrival of the first queued batch that touched it, for a pointstamp that was not live at the
+previous fold (and is live, by the dataflow's counts, at this one); a live one keeps its birth;
+the worker is that of the last batch that touched it. So a pointstamp retired and reported
+again between two folds keeps the earlier birth. Times are ``time.time()`` seconds.
+
+>>> from tracker.graph import Location
+>>> out, into = Location.source(0, 0), Location.target(1, 0)
+>>> counts = {}
+>>> ages = Ages(created=100.0, counts=lambda: counts)
+>>> def batch(at, worker, updates):
+...     for loc, t, d in updates:
+...         counts[(loc, t)] = counts.get((loc, t), 0) + d
+...     ages.batch_durable(at, worker, updates)
+>>> batch(110.0, "w1", [(out, (0,), 1)])
+>>> batch(120.0, "w2", [(out, (0,), 1), (out, (1,), 1)])
+>>> ages.blame(out, (0,))
+(110.0, 'w2')
+>>> batch(130.0, "w1", [(out, (0,), -2)])
+>>> counts = {k: c for k, c in counts.items() if c}
+>>> ages.blame(out, (0,)) is None, ages.oldest(out)
+(True, ((1,), 120.0, 'w2'))
+>>> ages.frontier_moved([(into, (1,), 1)], 125.0)
+>>> ages.moved_at(into, []), ages.moved_at(out, [])
+(125.0, 100.0)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from operator import itemgetter
+from typing import TYPE_CHECKING, Any
+
+from api.parsing import Indexed
+from tracker.graph import Location, Update
+from tracker.timestamp import Timestamp
+
+if TYPE_CHECKING:
+    from progress_engine import ChangeBatch
+
+Key = tuple[Location, Timestamp]
+_KEY = itemgetter(0, 1)
+
+
+def _keys(updates: Sequence[Update] | Indexed) -> list[Key]:
+    """The ``(location, time)`` of each update, built in C: from an :class:`Indexed` batch's
+    flat lists, or a list of core updates."""
+    if not isinstance(updates, Indexed):
+        return list(map(_KEY, updates))
+    order = updates.order
+    flat = iter(updates.times)
+    times = zip(*[flat] * updates.arity, strict=True)  # the flat times, ``arity`` at a time
+    return list(zip(map(order.__getitem__, updates.locations), times, strict=True))
+
+
+class Ages:
+    """When things happened to one dataflow's locations and pointstamps (see the module doc)."""
+
+    __slots__ = ("_born", "_by_index", "_moved", "_moves", "_queue", "_queued", "counts", "created")
+
+    def __init__(self, created: float, counts: Callable[[], Mapping[Key, int]] = dict) -> None:
+        self.created = created
+        """When a location's frontier counts as last moved if it never moved since (the
+        registration, or the restart for a dataflow recovered from a compacted snapshot)."""
+        self.counts = counts
+        """The dataflow's non-zero counts as of its durable version (its tenant's ``counts``)."""
+        self._moved: dict[Location, float] = {}
+        self._moves: list[tuple[float, list[Any] | ChangeBatch]] = []
+        self._by_index: dict[int, float] = {}
+        """Locations the compiled engine reported by index (into ``sorted(graph.locations())``)."""
+        self._queue: list[tuple[float, str | None, Sequence[Update] | Indexed]] = []
+        self._queued = 0
+        self._born: dict[Key, tuple[float, str | None]] = {}
+        """``(location, time) -> (born at, last worker)`` of every live pointstamp, as of the last fold."""
+
+    # -- the hot path: appends only ----------------------------------------------------------
+
+    def frontier_moved(self, changes: list[Any] | ChangeBatch, at: float) -> None:
+        """A published version changed the frontier at these changes' locations at ``at``
+        (kept as given; read when someone asks, or every 1024 versions)."""
+        self._moves.append((at, changes))
+        if len(self._moves) >= 1024:
+            self._fold_moves()
+
+    def _fold_moves(self) -> None:
+        for at, changes in self._moves:  # oldest first: the newest time wins
+            if isinstance(changes, list):
+                self._moved.update(dict.fromkeys([change[0] for change in changes], at))
+            else:
+                self._by_index.update(dict.fromkeys(changes.locations(), at))
+        self._moves = []
+
+    def batch_durable(self, at: float, worker: str | None, updates: Sequence[Update] | Indexed) -> None:
+        """A batch of ``worker`` received at ``at`` is durable (folded in when next read)."""
+        self._queue.append((at, worker, updates))
+        self._queued += len(updates)
+        if self._queued > 4 * len(self._born) + 8192:
+            self._fold()
+
+    def seed(self, counts: Mapping[Key, int], at: float) -> None:
+        """Replace every pointstamp with ``counts`` (recovered from a compacted snapshot, whose
+        births are unknown): born ``at``."""
+        self._queue, self._queued = [], 0
+        self._born = {key: (at, None) for key, count in counts.items() if count > 0}
+
+    # -- readers -----------------------------------------------------------------------------
+
+    def _fold(self) -> None:
+        queue = self._queue
+        if not queue:
+            return
+        keyed = [(at, worker, _keys(updates)) for at, worker, updates in queue]
+        first: dict[Key, float] = {}
+        for at, _, keys in reversed(keyed):  # the oldest batch writes last
+            first.update(dict.fromkeys(keys, at))
+        last: dict[Key, str | None] = {}
+        for _, worker, keys in keyed:  # the newest batch writes last
+            last.update(dict.fromkeys(keys, worker))
+        born, now = self._born, queue[-1][0]
+        fresh: dict[Key, tuple[float, str | None]] = {}
+        for key, count in self.counts().items():
+            if count <= 0:
+                continue
+            old = born.get(key)
+            if old is None:
+                fresh[key] = (first.get(key, now), last.get(key))
+            else:
+                fresh[key] = (old[0], last.get(key, old[1]))
+        self._born, self._queue, self._queued = fresh, [], 0
+
+    def moved_at(self, location: Location, order: list[Location]) -> float:
+        """When the frontier at ``location`` last changed (``order``: the compiled engine's
+        location order, ``sorted(graph.locations())``, or ``[]`` when it reports none)."""
+        self._fold_moves()
+        if self._by_index:
+            for index, at in self._by_index.items():
+                loc = order[index]
+                if self._moved.get(loc, 0.0) < at:
+                    self._moved[loc] = at
+            self._by_index.clear()
+        return self._moved.get(location, self.created)
+
+    def blame(self, location: Location, time: Timestamp) -> tuple[float, str | None] | None:
+        """``(born at, the worker that last reported it)`` of a live pointstamp, else ``None``
+        (``None`` worker: recovered from a snapshot, or an initial pointstamp)."""
+        self._fold()
+        return self._born.get((location, time))
+
+    def oldest(self, location: Location) -> tuple[Timestamp, float, str | None] | None:
+        """The live pointstamp at ``location`` that appeared first: ``(time, born at, worker)``."""
+        return self.oldest_by_location().get(location)
+
+    def oldest_by_location(self) -> dict[Location, tuple[Timestamp, float, str | None]]:
+        """For every location holding live pointstamps, its oldest (as :meth:`oldest`)."""
+        self._fold()
+        found: dict[Location, tuple[Timestamp, float, str | None]] = {}
+        for (location, when), (at, worker) in self._born.items():
+            if location not in found or (at, when) < found[location][1::-1]:
+                found[location] = (when, at, worker)
+        return found

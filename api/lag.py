@@ -1,0 +1,140 @@
+"""Lag and blame of one hosted dataflow, as ``GET /v1/dataflows/{id}/lag``, ``explain`` and
+``/metrics`` report them.
+
+Per location: its operator's name and the port, its frontier, the wall-clock seconds since
+that frontier last changed (``lag_seconds``, ``null`` once the frontier is empty: nothing is
+awaited there) and its oldest live pointstamp with the worker that last reported it and its
+age. Read from the dataflow's :class:`~api.ages.Ages` and published frontier, on the event
+loop (each call is a consistent view of one version).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from api.tenant import Tenant
+from tracker.graph import Graph, Location
+from tracker.scope import ScopedLocation
+from tracker.timestamp import Timestamp
+
+
+def port_label(location: ScopedLocation | Location, boundary: bool = False) -> str:
+    """How a port is called on screen: ``in 0``, ``out 1``; a scope's boundary (node 0 inside
+    it) has ``enter p`` (its outputs) and ``leave q`` (its inputs).
+
+    >>> port_label(Location.target(3, 0)), port_label(Location.source(0, 1), boundary=True)
+    ('in 0', 'enter 1')
+    """
+    if boundary:
+        return f"{'enter' if location.kind == 'source' else 'leave'} {location.port}"
+    return f"{'in' if location.kind == 'target' else 'out'} {location.port}"
+
+
+class Names:
+    """Operator names and port labels of one dataflow's locations (stand-ins for a nested one)."""
+
+    def __init__(self, tenant: Tenant) -> None:
+        self._tenant = tenant
+        graphs: dict[tuple[int, ...], Graph] = (
+            {(): tenant.graph} if tenant.hosting is None
+            else {path: scope.graph for path, scope in tenant.hosting.nested.scopes.items()})
+        self._names = {(path, node.id): node.name or f"operator {node.id}"
+                       for path, graph in graphs.items() for node in graph.nodes}
+        for path in graphs:
+            if path:  # a scope's boundary is named after the scope node
+                self._names[(path, 0)] = f"{self._names.get((path[:-1], path[-1]), 'scope')} boundary"
+
+    def scoped(self, location: Location) -> ScopedLocation:
+        """The scoped location of a location (a stand-in in a nested dataflow)."""
+        hosting = self._tenant.hosting
+        return ScopedLocation((), *location) if hosting is None else hosting.scoped(location)
+
+    def json(self, location: Location) -> dict[str, Any]:
+        """The service's JSON of a location (``scope`` only inside a nested scope)."""
+        hosting = self._tenant.hosting
+        if hosting is not None:
+            return hosting.location_json(location)
+        return {"node": location.node, "port": location.port, "kind": location.kind}
+
+    def operator(self, location: Location) -> str:
+        """The name of the operator owning ``location`` (``operator N`` when unnamed)."""
+        scoped = self.scoped(location)
+        return self._names.get((scoped.scope, scoped.node), f"operator {scoped.node}")
+
+    def port(self, location: Location) -> str:
+        """``in p`` / ``out p`` (``enter p`` / ``leave p`` on a scope's boundary)."""
+        scoped = self.scoped(location)
+        return port_label(scoped, boundary=bool(scoped.scope) and scoped.node == 0)
+
+    def qualified(self, location: Location) -> str:
+        """The operator as a metric label: ``name #id``, after its scope path inside a scope."""
+        scoped = self.scoped(location)
+        prefix = f"[{','.join(map(str, scoped.scope))}] " if scoped.scope else ""
+        return f"{prefix}{self.operator(location)} #{scoped.node}"
+
+
+def _locations(tenant: Tenant) -> list[Location]:
+    return tenant.hosting.locations if tenant.hosting is not None else tenant.graph.locations()
+
+
+def _order(tenant: Tenant) -> list[Location]:
+    """The compiled engine's location order (it reports changed locations by index)."""
+    return sorted(tenant.graph.locations()) if tenant.live.native is not None else []
+
+
+def blamer(tenant: Tenant, now: float) -> Callable[[Location, Timestamp], dict[str, Any]]:
+    """``(location, time) -> {"operator", "port", "worker", "age_seconds"}`` for the blockers of
+    ``explain``, over a copy of the births taken now (``explain`` runs off the event loop)."""
+    names = Names(tenant)
+    ages = tenant.ages
+    births = {key: ages.blame(*key) for key in tenant.counts()}
+
+    def blame(location: Location, time: Timestamp) -> dict[str, Any]:
+        born = births.get((location, time))
+        return {"operator": names.operator(location), "port": names.port(location),
+                "worker": None if born is None else born[1],
+                "age_seconds": None if born is None else round(max(now - born[0], 0.0), 3)}
+
+    return blame
+
+
+def lag_report(tenant: Tenant, now: float) -> dict[str, Any]:
+    """The ``GET .../lag`` body: every location's frontier, lag and oldest pointstamp."""
+    names = Names(tenant)
+    version, view = tenant.publication.frontier_at()
+    order = _order(tenant)
+    ages = tenant.ages
+    oldest = ages.oldest_by_location()
+    rows = []
+    worst: float | None = None
+    for location in _locations(tenant):
+        frontier = sorted(view.get(location, ()))
+        moved = ages.moved_at(location, order)
+        lag = round(max(now - moved, 0.0), 3) if frontier else None
+        if lag is not None and (worst is None or lag > worst):
+            worst = lag
+        first = oldest.get(location)
+        rows.append({
+            "location": names.json(location), "operator": names.operator(location), "port": names.port(location),
+            "frontier": [list(t) for t in frontier], "lag_seconds": lag, "changed_at": round(moved, 3),
+            "oldest_pointstamp": None if first is None else {
+                "time": list(first[0]), "worker": first[2], "age_seconds": round(max(now - first[1], 0.0), 3)},
+        })
+    return {"version": version, "at": round(now, 3), "max_lag_seconds": worst, "locations": rows}
+
+
+def input_lags(tenant: Tenant, now: float) -> Iterator[tuple[str, str, float]]:
+    """``(operator, port, lag seconds)`` of every operator input with a non-empty frontier
+    (the ``/metrics`` gauges); a frontier that is empty is not waited on, so it has none."""
+    names = Names(tenant)
+    view = tenant.publication.published
+    order = _order(tenant)
+    for location in _locations(tenant):
+        if location.kind == "target" and view.get(location):
+            yield names.qualified(location), names.port(location), max(now - tenant.ages.moved_at(location, order), 0.0)
+
+
+def oldest_age(tenant: Tenant, now: float) -> float:
+    """The age of the dataflow's oldest live pointstamp (0 without any)."""
+    return max((now - at for _, at, _ in tenant.ages.oldest_by_location().values()), default=0.0)

@@ -1,0 +1,158 @@
+"""The frontier as of a past version (``GET .../frontier?version=N``), rewound in slices.
+
+Guarantees: the answer is exact for ``N`` (the published frontier, copied at one instant, with
+the retained history's changes after ``N`` undone, newest first); it raises
+:class:`LookupError` for a version in the future or older than the retained history, and
+:class:`TooFarBack` when more than :data:`REWIND_CHANGES` changes would have to be undone (the
+route answers 410 ``version_too_old`` naming the oldest version it can answer); no slice of the
+rewind holds the event loop for more than :data:`SLICE_CHANGES` changes (or about
+:data:`SLICE_SECONDS`), and it rests as long between slices, so a query reaching far back
+stalls nobody else's acknowledgements, and its total work is bounded.
+
+Why on the loop, in slices, rather than in a thread: the undo is Python over each version's
+decoded changes, which holds the GIL anyway; a thread contending for it at the
+service's 0.1 ms switch interval slowed every request, while a slice between two turns of the
+loop costs the other connections at most one slice (~1-2 ms). The history is copied (one list
+of references) before the first slice, so publishing may go on meanwhile.
+
+>>> import asyncio
+>>> from tracker.graph import Edge, Graph, Node
+>>> from tracker.reachability import FrontierChange
+>>> graph = Graph.build(1, [Node(0, 0, 1), Node(1, 1, 0)], [Edge(Location.source(0, 0), Location.target(1, 0))])
+>>> here = Location.target(1, 0)
+>>> publication = Publication(graph)
+>>> publication.reset({here: [(0,)]}, version=0)
+>>> for version in range(1, 4):
+...     publication.publish(version, [FrontierChange(here, (version - 1,), -1), FrontierChange(here, (version,), 1)],
+...                         notify=False)
+>>> [asyncio.run(frontier_as_of(publication, v))[1][here] for v in (0, 2, 3)]
+[{(0,)}, {(2,)}, {(3,)}]
+>>> _oldest([(1, 150_000, ""), (2, 50_000, ""), (3, 100_000, ""), (5, 100_000, "")], floor=0)  # undo 3 and 5
+2
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import time
+from collections.abc import Callable
+from itertools import accumulate
+from operator import itemgetter
+from typing import Any
+
+import msgspec
+
+from api.publish import Frontier, Publication
+from tracker.graph import Location
+
+SLICE_CHANGES = 500
+"""At most this many changes undone per turn of the event loop..."""
+SLICE_SECONDS = 0.001
+"""...and for at most about this long (a slice ends after the version that crosses it)."""
+REWIND_CHANGES = 200_000
+"""The most changes one query undoes (~1 s of slices on a quiet machine): further back is 410."""
+
+
+class TooFarBack(LookupError):
+    """``version`` is retained but more than :data:`REWIND_CHANGES` changes back; ``oldest`` is
+    the oldest version that can be answered now."""
+
+    def __init__(self, version: int, oldest: int) -> None:
+        super().__init__(f"version {version} is more than {REWIND_CHANGES} frontier changes back; the oldest "
+                         f"version answered now is {oldest} (older states: the Delta frontier_changes table)")
+        self.oldest = oldest
+
+
+async def frontier_as_of(publication: Publication, version: int) -> tuple[int, Frontier]:
+    """``(version, frontier)``: the published frontier as of ``version``.
+
+    Raises:
+        LookupError: ``version`` is older than the retained history or newer than the
+            published version.
+    """
+    current = publication.frontier_version
+    if version == current:
+        return publication.frontier_at()
+    if version > current:
+        raise LookupError(f"version {version} has not happened yet (current version is {current})")
+    if version < publication.history_floor:
+        raise LookupError(f"version {version} is older than the retained history "
+                          f"(oldest: {publication.history_floor})")
+    # One instant: the frontier and the history it is exact with.
+    entries = list(publication.history)
+    first = bisect.bisect_right(entries, version, key=lambda entry: entry[0])
+    oldest = _oldest(entries, publication.history_floor)
+    if version < oldest:
+        raise TooFarBack(version, oldest)
+    view = {loc: set(ts) for loc, ts in publication.published.items()}
+    location_of = _locator(publication)
+    work, began = 0, time.perf_counter()
+    for index in range(len(entries) - 1, first - 1, -1):
+        _, count, encoded = entries[index]
+        entries[index] = (0, 0, "")  # let go of what is undone
+        for change in _DECODE(encoded):
+            location = location_of(change.location)
+            times = view.get(location)
+            if times is None:
+                times = view[location] = set()
+            if change.diff > 0:
+                times.discard(change.time)
+            else:
+                times.add(change.time)
+        work += count
+        spent = time.perf_counter() - began
+        if work >= SLICE_CHANGES or spent >= SLICE_SECONDS:
+            # Rest as long as the slice took: at most half of the loop's time goes to rewinds,
+            # and turns of the loop that serve others' acknowledgements mostly run without one.
+            await asyncio.sleep(min(spent, 0.005))
+            work, began = 0, time.perf_counter()
+    return version, view
+
+
+def _oldest(entries: list[tuple[int, int, str]], floor: int) -> int:
+    """The oldest version whose rewind undoes at most :data:`REWIND_CHANGES` changes (C-level
+    passes over the history copy: no Python loop per entry)."""
+    undone = list(accumulate(reversed(list(map(itemgetter(1), entries)))))
+    undoable = bisect.bisect_right(undone, REWIND_CHANGES)  # the newest entries within the bound
+    return floor if undoable >= len(entries) else entries[len(entries) - undoable - 1][0]
+
+
+class _Where(msgspec.Struct, frozen=True):
+    """A change's location as encoded (frozen: hashable, so it keys the decoded locations)."""
+
+    node: int
+    port: int
+    kind: str
+    scope: tuple[int, ...] | None = None
+
+
+class _Change(msgspec.Struct):
+    location: _Where
+    time: tuple[int, ...]
+    diff: int
+
+
+_DECODE = msgspec.json.Decoder(list[_Change]).decode
+"""A version's change list: typed structs decoded in C, ~3x faster than ``json.loads`` to dicts."""
+
+
+def _locator(publication: Publication) -> Callable[[_Where], Location]:
+    """A change's encoded location -> the location it names, decoded once per distinct location."""
+    encoding = publication.encoding
+    places: dict[_Where, Location] = {}
+
+    def location_of(where: _Where) -> Location:
+        found = places.get(where)
+        if found is None:
+            if encoding is None:
+                found = Location(where.node, where.port, where.kind)  # type: ignore[arg-type]
+            else:
+                raw: dict[str, Any] = {"node": where.node, "port": where.port, "kind": where.kind}
+                if where.scope is not None:
+                    raw["scope"] = list(where.scope)
+                found = encoding.location(raw)
+            places[where] = found
+        return found
+
+    return location_of

@@ -1,0 +1,365 @@
+"""isolation: one tenant's abuse must not stall another's acknowledgements, nor bloat the service.
+
+A probe dataflow (a ring of 10 operators) sends one batch every 5 ms over its own WebSocket
+and times each acknowledgement; first alone (the baseline), then while another tenant runs
+each abuse of issue 17: ``?version=1`` queries on a dataflow with a long history (three
+clients back to back), SSE resumes from ``Last-Event-ID: 1`` that never read (40 sockets with
+a 4 KB receive buffer), 1,000 idle WebSockets subscribed to a busy dataflow, 500 SSE
+subscribers reading a busy dataflow (whose own poster is timed too), batches moving the
+input's capability on an 8,000-operator chain (8,000 frontier changes each) back to back, and
+registrations of a 50,000-node chain and of a refused 200,000-port graph back to back. The
+service's resident memory (``VmRSS`` of its process, from ``/proc``) is sampled throughout and
+read again once the abuse's connections closed. The service runs ``--engine native`` with
+Spark and Delta off (the event loop and memory are what is measured), a 16 MiB body limit
+(so that the huge registration reaches the parser) and the subscriber and registration-rate
+limits off (so that the abuses reach what they abuse).
+
+Targets: the probe's p99 at most twice its baseline p99 (or 5 ms, whichever is larger: the
+baseline p99 on a loaded 2-core machine can be under 2 ms), and the service's RSS below
+:data:`RSS_BOUND_MB` at all times.
+
+>>> _percentile([1.0, 2.0, 3.0, 4.0], 0.5)
+2.0
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import multiprocessing
+import socket
+import statistics
+import tempfile
+import time
+from collections.abc import Awaitable, Callable, Coroutine
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import httpx
+from websockets.asyncio.client import ClientConnection, connect
+
+from api.process import ADMIN_TOKEN, ServiceProcess
+from bench.workloads import loop_graph
+
+RSS_BOUND_MB = 1024
+"""The bound the service's resident memory must stay under through every abuse (MiB)."""
+PROBE_PERIOD = 0.005
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[max(0, min(len(ordered) - 1, round(q * len(ordered)) - 1))]
+
+
+def _chain_body(nodes: int, name: str) -> dict[str, Any]:
+    return {"name": name, "nodes": [{"id": 0, "inputs": 0, "outputs": 1}]
+            + [{"id": i, "inputs": 1, "outputs": 1} for i in range(1, nodes)],
+            "edges": [{"source": {"node": i, "port": 0}, "target": {"node": i + 1, "port": 0}}
+                      for i in range(nodes - 1)]}
+
+
+def _advance(seq: int) -> str:
+    """A batch moving the input's capability from ``seq`` to ``seq + 1``."""
+    return json.dumps({"worker": "w", "seq": seq, "updates": [
+        {"location": {"node": 0, "port": 0, "kind": "source"}, "time": [seq], "delta": -1},
+        {"location": {"node": 0, "port": 0, "kind": "source"}, "time": [seq + 1], "delta": 1}]})
+
+
+def _rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+class _Tenant:
+    """A registered dataflow and a worker that numbers its batches."""
+
+    def __init__(self, service: ServiceProcess, client: httpx.AsyncClient, dataflow_id: str, token: str) -> None:
+        self.service, self.client, self.id, self.token, self.seq = service, client, dataflow_id, token, 0
+
+    @classmethod
+    async def register(cls, service: ServiceProcess, client: httpx.AsyncClient, body: dict[str, Any]) -> _Tenant:
+        answer = await client.post("/v1/dataflows", content=json.dumps(body),
+                                   headers={"Content-Type": "application/json"})
+        if answer.status_code != 201:
+            raise RuntimeError(f"registration refused: {answer.text[:200]}")
+        return cls(service, client, answer.json()["id"], answer.json()["token"])
+
+    def ws(self, subscribe: bool = False) -> Any:
+        url = f"{self.service.ws_url}/v1/dataflows/{self.id}/ws?subscribe={'true' if subscribe else 'false'}"
+        return connect(url, additional_headers={"Authorization": f"Bearer {self.token}"}, compression=None,
+                       max_size=None, open_timeout=60)
+
+    async def acked(self, ws: ClientConnection) -> float:
+        """Send the next batch, wait for its ack (skipping change events); the seconds it took."""
+        started = time.perf_counter()
+        await ws.send(_advance(self.seq))
+        self.seq += 1
+        while True:
+            reply = await ws.recv()
+            head = reply[:24] if isinstance(reply, str) else ""
+            if '"ack"' in head:
+                return time.perf_counter() - started
+            if '"error"' in head:
+                raise RuntimeError(f"batch refused: {reply[:200]!r}")
+
+    async def history(self, versions: int) -> None:
+        """``versions`` batches, pipelined 512 at a time."""
+        async with self.ws() as ws:
+            while versions > 0:
+                window = min(512, versions)
+                for _ in range(window):
+                    await ws.send(_advance(self.seq))
+                    self.seq += 1
+                for _ in range(window):
+                    await ws.recv()
+                versions -= window
+
+
+async def _raw_sse(service: ServiceProcess, tenant: _Tenant, last_event_id: str | None, read: bool) -> Any:
+    """An SSE request on a plain socket; ``read=False``: a 4 KB receive buffer, never read."""
+    sock = socket.socket()
+    if not read:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.setblocking(False)
+    await asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", service.port))
+    reader, writer = await asyncio.open_connection(sock=sock)
+    resume = f"Last-Event-ID: {last_event_id}\r\n" if last_event_id is not None else ""
+    writer.write(f"GET /v1/dataflows/{tenant.id}/frontier/stream HTTP/1.1\r\nHost: x\r\n"
+                 f"Authorization: Bearer {tenant.token}\r\n{resume}Accept: text/event-stream\r\n\r\n".encode())
+    await writer.drain()
+    if read:
+        async def drain() -> None:
+            with contextlib.suppress(Exception):
+                while await reader.read(65536):
+                    pass
+        return writer, asyncio.create_task(drain())
+    return writer, None
+
+
+async def _raw_ws(service: ServiceProcess, tenant: _Tenant) -> Any:
+    """A subscribed WebSocket whose client never reads (a 4 KB receive buffer): the handshake
+    request only."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.setblocking(False)
+    await asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", service.port))
+    _reader, writer = await asyncio.open_connection(sock=sock)
+    writer.write(f"GET /v1/dataflows/{tenant.id}/ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n"
+                 "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+                 f"Sec-WebSocket-Version: 13\r\nAuthorization: Bearer {tenant.token}\r\n\r\n".encode())
+    await writer.drain()
+    return writer, None
+
+
+async def _close(connections: list[Any]) -> None:
+    for writer, task in connections:
+        if task is not None:
+            task.cancel()
+        writer.close()
+
+
+def _probe(ws_url: str, dataflow_id: str, token: str, first_seq: int, seconds: float) -> list[float]:
+    """The probe, in a process of its own (so the abusers' clients in this one cannot delay its
+    measurements): one batch every :data:`PROBE_PERIOD`, the seconds each ack took."""
+    from websockets.sync.client import connect as sync_connect
+
+    samples: list[float] = []
+    url = f"{ws_url}/v1/dataflows/{dataflow_id}/ws?subscribe=false"
+    with sync_connect(url, additional_headers={"Authorization": f"Bearer {token}"}, compression=None,
+                      open_timeout=120) as ws:
+        seq, until = first_seq, time.monotonic() + seconds
+        while time.monotonic() < until:
+            started = time.perf_counter()
+            ws.send(_advance(seq))
+            reply = ws.recv()
+            if '"ack"' not in str(reply)[:24]:
+                raise RuntimeError(f"probe batch refused: {reply!r:.200}")
+            samples.append(time.perf_counter() - started)
+            seq += 1
+            time.sleep(PROBE_PERIOD)
+    return samples
+
+
+async def _repeat(action: Callable[[], Awaitable[Any]], stop: asyncio.Event, counter: list[int]) -> None:
+    while not stop.is_set():
+        await action()
+        counter[0] += 1
+
+
+Abuse = Callable[[asyncio.Event, asyncio.Event, list[int]], Coroutine[Any, Any, Any]]
+
+
+async def _scenario(service: ServiceProcess, probe: _Tenant, seconds: float, abuse: Abuse) -> dict[str, Any]:
+    """Run ``abuse`` (set up until it sets ``ready``, then until told to stop) while the probe
+    runs; the probe's figures and RSS."""
+    assert service.process is not None
+    pid = service.process.pid
+    stop, ready, counter = asyncio.Event(), asyncio.Event(), [0]
+    rss: list[float] = [_rss_mb(pid)]
+
+    async def sample() -> None:
+        while not stop.is_set():
+            rss.append(_rss_mb(pid))
+            await asyncio.sleep(0.2)
+
+    sampler = asyncio.create_task(sample())
+    abuser: asyncio.Task[Any] = asyncio.create_task(abuse(stop, ready, counter))
+    await asyncio.wait([asyncio.create_task(ready.wait()), abuser], return_when=asyncio.FIRST_COMPLETED)
+    await asyncio.sleep(0.5)  # the abuse under way
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        samples = await asyncio.get_running_loop().run_in_executor(
+            pool, _probe, service.ws_url, probe.id, probe.token, probe.seq, seconds)
+    probe.seq += len(samples)
+    stop.set()
+    extra = await abuser
+    await sampler
+    await asyncio.sleep(1.0)
+    rss.append(_rss_mb(pid))
+    return {"p50_ms": statistics.median(samples) * 1e3, "p99_ms": _percentile(samples, 0.99) * 1e3,
+            "max_ms": max(samples) * 1e3, "samples": len(samples), "abuse_count": counter[0],
+            "rss_max_mb": max(rss), "rss_after_mb": rss[-1], **(extra if isinstance(extra, dict) else {})}
+
+
+async def _idle(stop: asyncio.Event, ready: asyncio.Event, counter: list[int]) -> None:
+    ready.set()
+    await stop.wait()
+
+
+async def _run(service: ServiceProcess, quick: bool) -> dict[str, dict[str, Any]]:
+    seconds = 3.0 if quick else 8.0
+    async with httpx.AsyncClient(base_url=service.url, timeout=120.0,
+                                 headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}) as client:
+        probe = await _Tenant.register(service, client, loop_graph(10, name="probe"))
+        results: dict[str, dict[str, Any]] = {}
+        results["baseline"] = await _scenario(service, probe, seconds, _idle)
+
+        long = await _Tenant.register(service, client, loop_graph(10, name="long-history"))
+        await long.history(20_000 if quick else 50_000)
+
+        async def old_versions(stop: asyncio.Event, ready: asyncio.Event, counter: list[int]) -> dict[str, Any]:
+            """``?version=1`` (410 once it is too far back) and the oldest version still answered
+            (the most work one query may do), by three clients back to back."""
+            statuses: dict[int, int] = {}
+            first = await long.client.get(f"/v1/dataflows/{long.id}/frontier", params={"version": 1})
+            oldest = first.json().get("oldest", 1) if first.status_code == 410 else 1
+            ready.set()
+
+            async def query() -> None:
+                for version in (1, oldest):
+                    answer = await long.client.get(f"/v1/dataflows/{long.id}/frontier", params={"version": version})
+                    assert answer.status_code in (200, 410), answer.text[:200]
+                    assert answer.status_code == 410 or answer.json()["version"] == version
+                    statuses[answer.status_code] = statuses.get(answer.status_code, 0) + 1
+            await asyncio.gather(*(_repeat(query, stop, counter) for _ in range(3)))
+            return {"answered_200": statuses.get(200, 0), "answered_410": statuses.get(410, 0), "oldest": oldest}
+
+        results["old_versions"] = await _scenario(service, probe, seconds, old_versions)
+
+        async def far_resumes(stop: asyncio.Event, ready: asyncio.Event, counter: list[int]) -> None:
+            connections = [await _raw_sse(service, long, "1", read=False) for _ in range(40)]
+            counter[0] = len(connections)
+            ready.set()
+            await stop.wait()
+            await _close(connections)
+
+        results["far_resumes"] = await _scenario(service, probe, seconds, far_resumes)
+
+        busy = await _Tenant.register(service, client, loop_graph(100, name="busy"))
+
+        async def posting(stop: asyncio.Event, counter: list[int]) -> dict[str, float]:
+            """The busy tenant's own worker posting, timed."""
+            times: list[float] = []
+            async with busy.ws() as ws:
+                while not stop.is_set():
+                    times.append(await busy.acked(ws))
+                    counter[0] += 1
+                    await asyncio.sleep(PROBE_PERIOD)
+            return {"poster_p50_ms": statistics.median(times) * 1e3, "poster_p99_ms": _percentile(times, 0.99) * 1e3}
+
+        async def idle_websockets(stop: asyncio.Event, ready: asyncio.Event, counter: list[int]
+                                  ) -> dict[str, float]:
+            sockets = [await _raw_ws(service, busy) for _ in range(300 if quick else 1000)]
+            ready.set()
+            try:
+                return await posting(stop, counter)
+            finally:
+                await _close(sockets)
+
+        results["idle_websockets"] = await _scenario(service, probe, seconds, idle_websockets)
+
+        async def sse_subscribers(stop: asyncio.Event, ready: asyncio.Event, counter: list[int]
+                                  ) -> dict[str, float]:
+            connections = [await _raw_sse(service, busy, None, read=True) for _ in range(500)]
+            ready.set()
+            try:
+                return await posting(stop, counter)
+            finally:
+                await _close(connections)
+
+        results["sse_subscribers"] = await _scenario(service, probe, seconds, sse_subscribers)
+
+        chain = await _Tenant.register(service, client, _chain_body(8_000, "chain-8000"))
+
+        async def huge_batches(stop: asyncio.Event, ready: asyncio.Event, counter: list[int]) -> None:
+            async with chain.ws(subscribe=True) as ws:
+                ready.set()
+                while not stop.is_set():
+                    await chain.acked(ws)
+                    counter[0] += 1
+
+        results["huge_batch"] = await _scenario(service, probe, seconds, huge_batches)
+
+        big = json.dumps(_chain_body(20_000 if quick else 50_000, "chain-big"))
+        refused = json.dumps({"name": "too-big", "nodes": [{"id": i, "inputs": 1, "outputs": 1}
+                                                           for i in range(100_001)]})
+
+        async def registrations(stop: asyncio.Event, ready: asyncio.Event, counter: list[int]) -> None:
+            ready.set()
+            while not stop.is_set():
+                for body, status in ((big, 201), (refused, 422)):
+                    answer = await client.post("/v1/dataflows", content=body,
+                                               headers={"Content-Type": "application/json"})
+                    assert answer.status_code == status, answer.text[:200]
+                    counter[0] += 1
+
+        results["huge_registration"] = await _scenario(service, probe, seconds, registrations)
+    return results
+
+
+def run(quick: bool) -> dict[str, Any]:
+    """Measure, print a table, return the figures."""
+    warehouse = Path(tempfile.mkdtemp(prefix="bench-isolation-")) / "warehouse"
+    # The service's limits (subscribers per dataflow, registrations per second) would refuse the
+    # abuses measured here before they reach what they abuse: off (0) or raised.
+    service = ServiceProcess(warehouse, env={"TRACKER_LOG_LEVEL": "warning", "TRACKER_DELTA": "0",
+                                             "TRACKER_MAX_BODY": str(16 * 1024 * 1024),
+                                             "TRACKER_MAX_SUBSCRIBERS": "0",
+                                             "TRACKER_MAX_SUBSCRIBERS_PER_DATAFLOW": "0",
+                                             "TRACKER_REGISTER_RATE": "1000", "TRACKER_REGISTER_BURST": "1000"})
+    try:
+        service.start()
+        results = asyncio.run(_run(service, quick))
+    finally:
+        service.stop()
+    baseline = results["baseline"]["p99_ms"]
+    limit = max(2 * baseline, 5.0)
+    print(f"isolation benchmark ({'quick' if quick else 'full'}): probe = one batch every {PROBE_PERIOD * 1e3:.0f} ms "
+          f"on a 10-operator ring, ack round trip over its WebSocket; target p99 <= {limit:.1f} ms "
+          f"(2x baseline p99, at least 5 ms), RSS < {RSS_BOUND_MB} MiB")
+    print(f"{'scenario':18} {'load':>7} {'p50 ms':>7} {'p99 ms':>7} {'max ms':>7} {'n':>5} "
+          f"{'RSS max':>8} {'RSS after':>9} {'poster p50/p99 ms':>18} ok")
+    figures: dict[str, Any] = {}
+    for name, row in results.items():
+        poster = (f"{row['poster_p50_ms']:.1f} / {row['poster_p99_ms']:.1f}" if "poster_p50_ms" in row else "")
+        ok = row["p99_ms"] <= limit and row["rss_max_mb"] < RSS_BOUND_MB
+        print(f"{name:18} {row['abuse_count']:7} {row['p50_ms']:7.2f} {row['p99_ms']:7.2f} {row['max_ms']:7.1f} "
+              f"{row['samples']:5} {row['rss_max_mb']:7.0f}M {row['rss_after_mb']:8.0f}M {poster:>18} "
+              f"{'yes' if ok else 'NO'}")
+        figures.update({f"{name}_{key}": value for key, value in row.items()})
+    targets = {f"{name}_p99_ms": {"max": limit} for name in results if name != "baseline"}
+    targets.update({f"{name}_rss_max_mb": {"max": RSS_BOUND_MB} for name in results})
+    return {"name": "isolation", "figures": figures, "targets": targets}
