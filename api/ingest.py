@@ -90,8 +90,19 @@ def _log_failed(error: LogFailed) -> Refused:
     return Refused(503, {"error": "log_failed", "detail": str(error)})
 
 
+@dataclass(frozen=True)
+class Accepted:
+    """A batch ordered, logged and applied (or recognised as a duplicate) whose acknowledgement
+    waits for ``durable``: :func:`settle` it."""
+
+    ack: Ack
+    durable: asyncio.Future[None]
+    updates: int
+    started: float
+
+
 async def submit(tenant: Tenant, data: bytes, wal: WriteAheadLog, metrics: Metrics) -> Ack:
-    """Parse, apply and wait for the durability of one batch.
+    """Parse, apply and wait for the durability of one batch: :func:`accept`, then :func:`settle`.
 
     Args:
         tenant: the dataflow addressed.
@@ -105,6 +116,17 @@ async def submit(tenant: Tenant, data: bytes, wal: WriteAheadLog, metrics: Metri
     Raises:
         Refused: 400 or 422 for a bad body or update, 409 for a sequence gap, 410 for a deleted
             dataflow, 503 when the log failed.
+    """
+    return await settle(accept(tenant, data, wal, metrics), metrics)
+
+
+def accept(tenant: Tenant, data: bytes, wal: WriteAheadLog, metrics: Metrics) -> Accepted:
+    """The synchronous part of :func:`submit`: parse, order, log and apply one batch, with no
+    ``await``, so a caller (the WebSocket) can accept the next batch at once and settle this one
+    later; batches are ordered in the order accepted.
+
+    Raises:
+        Refused: as :func:`submit` (then nothing changed).
     """
     started = time.perf_counter()
     if tenant.deleted_at is not None:
@@ -129,17 +151,26 @@ async def submit(tenant: Tenant, data: bytes, wal: WriteAheadLog, metrics: Metri
                             "detail": f"worker {worker!r} sent seq {seq}; expected {gap.expected}"}) from None
     except LogFailed as error:
         raise _log_failed(error) from None
+    return Accepted(Ack(applied, not applied, version, worker, seq), durable, len(updates), started)
+
+
+async def settle(accepted: Accepted, metrics: Metrics) -> Ack:
+    """Wait until an accepted batch is durable and count it.
+
+    Raises:
+        Refused: 503 when the log failed before the batch was durable.
+    """
     try:
-        await durable
+        await accepted.durable
     except LogFailed as error:
         raise _log_failed(error) from None
-    if applied:
+    if accepted.ack.applied:
         metrics.applied.inc()
-        metrics.updates.inc(len(updates))
-        metrics.apply_latency.observe(time.perf_counter() - started)
+        metrics.updates.inc(accepted.updates)
+        metrics.apply_latency.observe(time.perf_counter() - accepted.started)
     else:
         metrics.duplicates.inc()
-    return Ack(applied, not applied, version, worker, seq)
+    return accepted.ack
 
 
 def _order(tenant: Tenant, worker: str, seq: int, updates: list[Update] | Indexed, wal: WriteAheadLog, metrics: Metrics,

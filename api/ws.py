@@ -13,15 +13,22 @@ dataflow is refused with 410. Batches are pipelined: the next one is read while 
 wait for their group commit, and acks still go out in order.
 
 Guarantees: a batch sent here goes through exactly the use case of ``POST .../progress``
-(:func:`api.ingest.submit`), so it is answered the same, acks in the order sent; a client that
-pipelines without reading its acks is slowed down, not buffered without bound.
+(:func:`api.ingest.accept` then :func:`api.ingest.settle`, as :func:`api.ingest.submit`), so it
+is answered the same, acks in the order sent; a client that pipelines without reading its acks
+is slowed down, not buffered without bound.
+
+Each batch is accepted (parsed, ordered, logged, applied) right in the receiving coroutine, and
+one task per connection sends the acks as their batches become durable: no task per batch, and
+one event-loop hop from durable to the ack on the wire.
+
+>>> _ack_json(Ack(True, False, 7, "w", 3))
+'{"type":"ack","applied":true,"duplicate":false,"version":7,"worker":"w","seq":3}'
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import json
 import logging
 from collections.abc import Awaitable, Callable
@@ -33,7 +40,7 @@ from fastapi.responses import JSONResponse
 from api import streams
 from api.auth import bearer
 from api.deps import lookup, selection
-from api.ingest import Refused, gone, submit
+from api.ingest import Accepted, Ack, Refused, accept, gone, settle
 from api.limits import LimitExceeded, Limits, Slot
 from api.publish import Selection
 from api.service import Service
@@ -110,8 +117,8 @@ async def _serve(websocket: WebSocket, service: Service, dataflow: Tenant, subsc
             await websocket.send_text(text)
 
     # Bounded: a client that pipelines without reading its acks is slowed down, not buffered.
-    acks: asyncio.Queue[asyncio.Future[str] | None] = asyncio.Queue(MAX_PIPELINED)
-    tasks = [asyncio.create_task(_send_acks(acks, send))]
+    acks: asyncio.Queue[Accepted | str] = asyncio.Queue(MAX_PIPELINED)
+    tasks = [asyncio.create_task(_send_acks(acks, send, service))]
 
     async def close_deleted() -> None:
         async with send_lock:
@@ -140,7 +147,7 @@ async def _serve(websocket: WebSocket, service: Service, dataflow: Tenant, subsc
                 break
             # A batch may come as a text frame or as a binary frame holding the same UTF-8 JSON.
             body = message["bytes"] if message.get("text") is None else message["text"].encode()
-            await acks.put(asyncio.ensure_future(_handle(service, dataflow, body or b"")))
+            await acks.put(_accept(service, dataflow, body or b""))
     except WebSocketDisconnect:
         pass
     finally:
@@ -162,24 +169,49 @@ def _flag(value: str, name: str) -> bool:
     raise HTTPException(422, {"error": "invalid_request", "detail": f"{name} must be true or false, got {value!r}"})
 
 
-async def _handle(service: Service, dataflow: Tenant, body: bytes) -> str:
-    """One message: the ack or the error to send back (in order, by :func:`_send_acks`)."""
+def _accept(service: Service, dataflow: Tenant, body: bytes) -> Accepted | str:
+    """One message, accepted (its ack follows once durable) or the error to send back."""
     try:
-        ack = await submit(dataflow, body, service.wal, service.metrics)
+        return accept(dataflow, body, service.wal, service.metrics)
     except Refused as refused:
-        return json.dumps({"type": "error", "status": refused.status, **refused.body})
-    except Exception:  # a service failure (e.g. the log): say so instead of going silent
+        return _error_json(refused)
+    except Exception:  # a service failure: say so instead of going silent
         log.exception("websocket batch failed")
-        return json.dumps({"type": "error", "status": 500, "error": "internal_error", "detail": "see the service log"})
-    return json.dumps({"type": "ack", **dataclasses.asdict(ack)})
+        return _INTERNAL_ERROR
 
 
-async def _send_acks(acks: asyncio.Queue[asyncio.Future[str] | None], send: Callable[[str], Awaitable[None]]) -> None:
+_INTERNAL_ERROR = json.dumps({"type": "error", "status": 500, "error": "internal_error",
+                              "detail": "see the service log"})
+
+
+def _error_json(refused: Refused) -> str:
+    return json.dumps({"type": "error", "status": refused.status, **refused.body})
+
+
+def _ack_json(ack: Ack) -> str:
+    """The ack message (the fields of :class:`~api.ingest.Ack`, in its order)."""
+    return json.dumps({"type": "ack", "applied": ack.applied, "duplicate": ack.duplicate, "version": ack.version,
+                       "worker": ack.worker, "seq": ack.seq}, separators=(",", ":"))
+
+
+async def _send_acks(acks: asyncio.Queue[Accepted | str], send: Callable[[str], Awaitable[None]],
+                     service: Service) -> None:
+    """Send each message's answer in the order received, an ack once its batch is durable."""
     while True:
-        pending = await acks.get()
-        if pending is None:
-            return
-        await send(await pending)
+        item = await acks.get()
+        if not isinstance(item, str):
+            if item.durable.done():
+                # Made durable before this task ran: the subscribers that commit woke send its
+                # changes first (a worker waits on changes, not on acks); they are already queued.
+                await asyncio.sleep(0)
+            try:
+                item = _ack_json(await settle(item, service.metrics))
+            except Refused as refused:
+                item = _error_json(refused)
+            except Exception:
+                log.exception("websocket batch failed")
+                item = _INTERNAL_ERROR
+        await send(item)
 
 
 async def _send_changes(dataflow: Tenant, subscriber: streams.Subscriber, send: Callable[[str], Awaitable[None]]

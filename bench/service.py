@@ -17,6 +17,14 @@ loopback port (``tracker serve``, Spark off so the JVM does not compete for the 
 Both run against a service on ``--engine native`` (the compiled engine) and then, side by side,
 ``--engine reference`` (the Python tracker).
 
+* **As a user runs it**: the same WebSocket latency against a service on ``--engine native``
+  with Spark on (embedded ``local[*]``, its registration check and audits running, as
+  ``tracker serve`` does by default), with the subscriber on the SSE stream (read by httpx in
+  its own process) and, for comparison, on a WebSocket. Twice: right after registration, while
+  the Spark registration check of the ring runs, and once it has concluded (not with
+  ``--quick``). The SSE subscriber's floor is the bare loopback HTTP round trip (the ``post``
+  floor) + one ``fdatasync``.
+
 The subscriber must see every version in order (a gap or a reordering raises). Percentiles are
 nearest-rank, and the throughput work moves pointstamps forward so that frontiers really move:
 
@@ -126,6 +134,21 @@ async def _floor_rtts(port: int, n: int) -> dict[str, list[float]]:
     return {"post": post, "ws": ws_rtts}
 
 
+def _cpu_seconds(pid: int) -> float:
+    """CPU time (user + system) of process ``pid`` and its children (the log's sync process), so
+    far: the service's own work, which the machine's load does not inflate as it does latency."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # a process that ended meanwhile
+            continue
+        if stat.parent.name == str(pid) or fields[1] == str(pid):  # fields[1]: the parent's pid
+            total += (int(fields[11]) + int(fields[12])) / ticks
+    return total
+
+
 def _settled(service: ServiceProcess, dataflow_id: str) -> None:
     """Wait until the registration's background work (graph tables, native Psi) is done, so
     that the figures measure steady-state traffic rather than a one-off side task."""
@@ -138,12 +161,15 @@ def _settled(service: ServiceProcess, dataflow_id: str) -> None:
 
 
 async def _latency(service: ServiceProcess, dataflow_id: str, token: str, transport: str, n: int,
-                   start_step: int, seq0: int) -> list[float]:
+                   start_step: int, seq0: int, subscriber: str = "ws", worker: str | None = None) -> list[float]:
     """Send ``n`` batches one at a time; each sample is the time from sending a batch to its
-    ``changes`` event arriving at a subscriber in another process (:mod:`bench.watcher`)."""
+    ``changes`` event arriving at a subscriber in another process (:mod:`bench.watcher`), on a
+    WebSocket or (``subscriber="sse"``) on the SSE stream."""
     headers = {"Authorization": f"Bearer {token}"}
     url = f"{service.ws_url}/v1/dataflows/{dataflow_id}/ws"
-    watcher = await asyncio.create_subprocess_exec(sys.executable, "-m", "bench.watcher", url, token,
+    watched = [url] if subscriber == "ws" else [f"{service.url}/v1/dataflows/{dataflow_id}/frontier/stream"]
+    watcher = await asyncio.create_subprocess_exec(sys.executable, "-m", "bench.watcher", *watched, token,
+                                                   *([] if subscriber == "ws" else ["--sse"]),
                                                    stdout=asyncio.subprocess.PIPE,
                                                    cwd=Path(__file__).resolve().parent.parent)
     assert watcher.stdout is not None
@@ -154,7 +180,7 @@ async def _latency(service: ServiceProcess, dataflow_id: str, token: str, transp
             version = int(await watcher.stdout.readline())
             for i in range(n):
                 step = start_step + i
-                body = {"worker": f"lat-{transport}", "seq": seq0 + i,
+                body = {"worker": worker or f"lat-{transport}", "seq": seq0 + i,
                         "updates": [update(0, 0, "source", [step], -1), update(0, 0, "source", [step + 1], 1)]}
                 text = json.dumps(body)
                 started = time.perf_counter()
@@ -270,7 +296,10 @@ def _measure(engine: str, root: Path, floor_port: int, n: int, workers: int, per
         body = loop_graph(operators=OPERATORS, name="bench-ring")
         dataflow_id, token = register(service, body)
         _settled(service, dataflow_id)
+        assert service.process is not None
+        cpu = _cpu_seconds(service.process.pid)
         lat_ws = asyncio.run(_latency(service, dataflow_id, token, "ws", n, 0, 0))
+        cpu = _cpu_seconds(service.process.pid) - cpu
         lat_post = asyncio.run(_latency(service, dataflow_id, token, "post", n, n, 0))
         with httpx.Client(base_url=service.url, headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}) as client:
             locations = [(r["location"]["node"], r["location"]["port"], r["location"]["kind"])
@@ -281,7 +310,62 @@ def _measure(engine: str, root: Path, floor_port: int, n: int, workers: int, per
     finally:
         service.stop()
     return {"ws": lat_ws, "post": lat_post, "ingest": ingest, "applies": _apply_samples(body, n, engine),
-            "locations": locations}
+            "locations": locations, "ws_cpu_per_batch": cpu / n}
+
+
+def _spark_check(service: ServiceProcess, dataflow_id: str) -> str:
+    with httpx.Client(base_url=service.url, headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}) as client:
+        return str(client.get(f"/v1/dataflows/{dataflow_id}").json()["status"]["spark_check"])
+
+
+def _as_user(root: Path, n: int, wait_for_check: bool) -> dict[str, Any]:
+    """WebSocket-sent batches to an SSE (and a WebSocket) subscriber, with Spark on in the
+    service: while the registration check runs and (``wait_for_check``) after it concluded.
+    Returns the samples per phase and subscriber, with the check's state before and after each."""
+    service = ServiceProcess(root / "warehouse-user", spark=True, env={"TRACKER_LOG_LEVEL": "warning"})
+    phases: dict[str, Any] = {}
+    try:
+        service.start(timeout=300)
+        dataflow_id, token = register(service, loop_graph(operators=OPERATORS, name="bench-ring-user"))
+        _settled(service, dataflow_id)
+        step = 0
+        for phase in ("check_running", "check_done"):
+            if phase == "check_done":
+                if not wait_for_check:
+                    break
+                deadline = time.monotonic() + 600
+                while _spark_check(service, dataflow_id) == "pending" and time.monotonic() < deadline:
+                    time.sleep(1)
+            before = _spark_check(service, dataflow_id)
+            samples = {}
+            for subscriber in ("sse", "ws"):
+                samples[subscriber] = asyncio.run(_latency(service, dataflow_id, token, "ws", n, step, step,
+                                                           subscriber=subscriber, worker="lat-user"))
+                step += n
+            phases[phase] = {"samples": samples, "check": [before, _spark_check(service, dataflow_id)]}
+    finally:
+        service.stop()
+    return phases
+
+
+def _print_as_user(phases: dict[str, Any], rtts: dict[str, list[float]], fsyncs: list[float],
+                   figures: dict[str, Any]) -> None:
+    print("as a user runs it: --engine native with Spark on (local[*], registration check and audits), "
+          "batches sent on a WebSocket, the subscriber on SSE (httpx) or on a WebSocket")
+    print(f"{'phase':14} {'subscriber':10} {'check':>17} {'floor p50':>10} {'e2e p50':>9} {'e2e p99':>9} "
+          f"{'p50/floor':>10} {'p99/floor':>10}")
+    fsync_p50 = statistics.median(fsyncs)
+    for phase, measured in phases.items():
+        for subscriber, lat in measured["samples"].items():
+            floor_p50 = statistics.median(rtts["post" if subscriber == "sse" else "ws"]) + fsync_p50
+            p50, p99 = statistics.median(lat), _pct(lat, 0.99)
+            key = f"user_{phase}_{subscriber}"
+            figures.update({f"{key}_floor_p50_ms": floor_p50 * 1e3, f"{key}_e2e_p50_ms": p50 * 1e3,
+                            f"{key}_e2e_p99_ms": p99 * 1e3, f"{key}_p50_over_floor": p50 / floor_p50,
+                            f"{key}_p99_over_floor": p99 / floor_p50, f"{key}_spark_check": measured["check"]})
+            check = "->".join(measured["check"])
+            print(f"{phase:14} {subscriber:10} {check:>17} {floor_p50 * 1e3:9.2f}ms {p50 * 1e3:8.2f}ms "
+                  f"{p99 * 1e3:8.2f}ms {p50 / floor_p50:9.2f}x {p99 / floor_p50:9.2f}x")
 
 
 def run(quick: bool) -> dict[str, Any]:
@@ -309,6 +393,7 @@ def run(quick: bool) -> dict[str, Any]:
         fsyncs = _fsync_samples(root / "warehouse", n)
         measured = {engine: _measure(engine, root, floor_port, n, workers, per_worker)
                     for engine in ("native", "reference")}
+        as_user = _as_user(root, n, wait_for_check=not quick)
     finally:
         floor.terminate()
         floor.wait(10)
@@ -339,7 +424,9 @@ def run(quick: bool) -> dict[str, Any]:
             print(f"{engine:10} {name:10} {floor_p50 * 1e3:9.2f}ms {floor_p99 * 1e3:9.2f}ms {p50 * 1e3:8.2f}ms "
                   f"{p99 * 1e3:8.2f}ms {p50 / floor_p50:9.2f}x {p99 / floor_p50:9.2f}x")
         print(f"{engine:10} the engine alone: {apply_p50 * 1e3:.3f} ms (p50) per latency batch (404 frontier changes"
-              f"{', applied and encoded' if engine == 'native' else ''})")
+              f"{', applied and encoded' if engine == 'native' else ''}); the service's CPU time per ws latency "
+              f"batch: {m['ws_cpu_per_batch'] * 1e3:.3f} ms")
+        figures[f"{prefix}ws_service_cpu_per_batch_ms"] = m["ws_cpu_per_batch"] * 1e3
         for size, (updates, service_runs, floor_runs) in m["ingest"].items():
             service_rate, floor_rate = updates / min(service_runs), updates / min(floor_runs)
             suffix = "" if size == BATCH else f"_{size}"
@@ -352,6 +439,7 @@ def run(quick: bool) -> dict[str, Any]:
             print(f"{engine:10} ingest (best of 3): {updates} updates in batches of {size} from {workers} pipelined "
                   f"WebSocket workers: service {service_rate:,.0f}/s, transport floor {floor_rate:,.0f}/s, "
                   f"ratio {service_rate / floor_rate:.2f}")
+    _print_as_user(as_user, rtts, fsyncs, figures)
     targets = {"ws_p50_over_floor": {"max": 1.5}, "ws_p99_over_floor": {"max": 3.0},
                "post_p50_over_floor": {"max": 1.5}, "post_p99_over_floor": {"max": 3.0},
                "ingest_ratio": {"min": 0.5}, "ingest_512_ratio": {"min": 0.5}}

@@ -136,3 +136,27 @@ def test_a_dead_syncer_fails_the_log_and_nothing_more_is_acknowledged(tmp_path: 
         wal.close()
 
     asyncio.run(main())
+
+
+def test_a_quiet_log_syncs_on_the_event_loop_and_back_to_back_commits_use_the_sync_process(tmp_path: Path) -> None:
+    """A lone record is synced by the event loop itself (no process round trip); records that
+    follow a commit at once go to the sync process, so the loop keeps working during their sync.
+    Every record is durable, in order, either way."""
+    records = [Batch(df="d1", v=v, at=float(v), body=b'{"seq":%d}' % v) for v in range(1, 52)]
+    order: list[int] = []
+
+    async def main() -> tuple[int, int]:
+        wal = WriteAheadLog(tmp_path)
+        wal.open()
+        await wal.enqueue(records[0], lambda: order.append(0))
+        quiet = wal.inline_commits
+        for i, record in enumerate(records[1:], 1):
+            await wal.enqueue(record, lambda i=i: order.append(i))
+        wal.close()
+        return quiet, wal.inline_commits
+
+    quiet, inline = asyncio.run(main())
+    assert quiet == 1
+    assert inline < len(records)  # some back-to-back commits went to the sync process
+    assert order == list(range(len(records)))
+    assert [r for _, r in WriteAheadLog(tmp_path).recover()] == records

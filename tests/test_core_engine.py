@@ -5,6 +5,9 @@ batch sequences with transiently negative counts, the compiled engine (through
 :class:`~tracker.compiled.CompiledTracker` and through its low-level flat API), the reference
 :class:`~tracker.reachability.Tracker` and the oracle agree on every change of every batch and
 on every frontier; the low-level API's JSON equals ``json.dumps`` of the reference's changes.
+Nested scopes too: a :class:`~tracker.scoped.ScopedTracker` running the compiled engine in each
+scope (as the service's ``NestedEngine`` does) against the reference ``ScopedTracker`` and the
+flattened oracle (:mod:`tracker.scoped_oracle`).
 """
 
 from __future__ import annotations
@@ -13,15 +16,17 @@ import json
 from array import array
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from progress_engine import Engine
 
-from tests.strategies import acyclic_graphs, raw_graphs, update_batches
-from tracker import oracle
+from tests.strategies import acyclic_graphs, nested_batches, nested_bodies, raw_graphs, update_batches
+from tracker import oracle, scoped_oracle
 from tracker.compiled import CompiledTracker, engine_for, location_json
 from tracker.graph import Connection, Edge, Graph, GraphError, Location, Node, Update
 from tracker.reachability import FrontierChange, Tracker
+from tracker.scope import NestedGraph
+from tracker.scoped import ScopedTracker
 from tracker.structure import find_cycles
 from tracker.timestamp import PathSummary
 
@@ -191,3 +196,20 @@ def test_engine_without_labels_or_json() -> None:
     with pytest.raises(ValueError, match="summary has 1 coordinates"):
         Engine(2, 2, [(0, 1, [1])])
     assert engine.can_notify(2, (4, 0)) and not engine.can_notify(2, (4, 1))
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_compiled_engine_in_every_scope_equals_the_reference_and_the_scoped_oracle(data: st.DataObject) -> None:
+    arity, body = data.draw(nested_bodies())
+    nested = NestedGraph.from_json(arity, body)
+    compiled = ScopedTracker(nested, lambda graph: CompiledTracker(graph, cycles_checked=True))
+    reference = ScopedTracker(nested)
+    batches = data.draw(nested_batches(nested))  # transiently negative counts included
+    for done in range(1, len(batches) + 1):
+        assert compiled.apply(batches[done - 1]) == reference.apply(batches[done - 1])
+        expected = scoped_oracle.frontiers(nested, scoped_oracle.accumulate(batches[:done]))
+        assert compiled.frontiers() == reference.frontiers() == expected
+        assert all(compiled.can_notify(loc, time) == reference.can_notify(loc, time)
+                   for batch in batches[:done] for loc, time, _ in batch)
+    assert compiled.pointstamps() == reference.pointstamps() == scoped_oracle.accumulate(batches)
