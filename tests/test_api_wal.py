@@ -159,4 +159,4 @@ def test_a_quiet_log_syncs_on_the_event_loop_and_back_to_back_commits_use_the_sy
     assert quiet == 1
     assert inline < len(records)  # some back-to-back commits went to the sync process
     assert order == list(range(len(records)))
-    assert [r for _, r in WriteAheadLog(tmp_path).recover()] == records
+    assert [r for _, r in WriteAheadLog(tmp_path).recover().records] == records
