@@ -265,6 +265,12 @@ def test_with_the_log_down_registration_is_503_and_an_unacknowledged_seq_is_not_
         [syncer] = [int(c) for task in Path(f"/proc/{service.process.pid}/task").iterdir()
                     for c in (task / "children").read_text().split()]
         os.kill(syncer, signal.SIGKILL)
+        # The loss is noticed when the sync process's pipe closes; until then a quiet log may
+        # still commit on the event loop (its own fdatasync: durable, so acknowledged).
+        deadline = time.monotonic() + 10
+        while client.get("/healthz").status_code != 503:
+            assert time.monotonic() < deadline, "the sync process's loss was never noticed"
+            time.sleep(0.05)
         refused = client.post(url, json={"worker": "w", "seq": 1, "updates": []})
         assert refused.status_code == 503 and refused.json()["error"] == "log_failed"
         assert client.get(f"/v1/dataflows/{dataflow_id}").json()["status"]["workers"] == {"w": 0}
