@@ -342,6 +342,7 @@ def test_a_restart_finishes_what_a_crash_interrupted_and_one_writer_holds_the_wa
     progress = pl.read_delta(str(warehouse / "progress")).filter(pl.col("dataflow_id") == dataflow_id)
     arrived = dict(progress.group_by("version").agg(pl.col("received_at").first()).iter_rows())
     changes = pl.read_delta(str(warehouse / "frontier_changes")).filter(pl.col("dataflow_id") == dataflow_id)
-    assert sorted(set(changes["version"])) == list(range(1, 11))
+    assert sorted(set(changes["version"])) == list(range(0, 11))  # version 0: the initial frontier
     for version, at in changes.select("version", "at").iter_rows():
-        assert at == arrived[version] and at.timestamp() < restarted_at
+        assert at.timestamp() < restarted_at
+        assert at == (row[0]["created_at"] if version == 0 else arrived[version])
