@@ -7,7 +7,7 @@ figures). Importing a module here starts nothing heavy; ``run`` does.
 
 >>> from bench.__main__ import available
 >>> sorted(available())
-['isolation', 'limits', 'native', 'recovery', 'restart', 'scopes', 'service', 'spark', 'tenants', 'workers']
+['ages', 'isolation', 'limits', 'native', 'recovery', 'restart', 'scopes', 'service', 'spark', 'tenants', 'workers']
 >>> available()["native"]
 'native: the incremental tracker against a from-scratch recompute, and the compiled engine against it.'
 """
