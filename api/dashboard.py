@@ -202,9 +202,4 @@ async def history(dataflow: DataflowDep, service: ServiceDep,
     changes = body["frontier_changes"]
     state = _published(dataflow.publication, changes)
     base = None if state is None else await asyncio.to_thread(_base, dataflow.publication, changes, state)
-    hosting = dataflow.hosting
-    if hosting is not None:  # stand-ins as stored -> scoped locations
-        for row in changes:
-            raw = row["location"]
-            row["location"] = hosting.location_json(Location(raw["node"], raw["port"], raw["kind"]))
     return JSONResponse({**body, "base": base, "delta": True})

@@ -69,3 +69,19 @@ def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
         yield cluster
     finally:
         cluster.stop()
+
+
+# The longest modules (minutes each: Spark sessions, a standalone cluster, subprocess jobs)
+# start first, so that the two test processes of `bin/test` finish together instead of one
+# of them starting a long module at the end.
+_LONG_FIRST = ("test_spark_cluster", "test_spark_cli", "test_api_engine_spark", "test_api_spark_bounds",
+               "test_spark_storage", "test_api_spark", "test_spark_jobs", "test_spark_scopes",
+               "test_spark_incremental", "test_dashboard")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    def rank(item: pytest.Item) -> int:
+        module = item.nodeid.split("::")[0].rpartition("/")[2].removesuffix(".py")
+        return _LONG_FIRST.index(module) if module in _LONG_FIRST else len(_LONG_FIRST)
+
+    items.sort(key=rank)  # stable: the order within a module, and of the rest, is kept

@@ -270,6 +270,12 @@ def test_the_sync_process_dies_with_the_service_and_its_loss_stops_acknowledgeme
         assert service.process is not None
         (syncer,) = _children(service.process.pid)
         os.kill(syncer, signal.SIGKILL)
+        # The loss is noticed when the sync process's pipe closes; until then a quiet log may
+        # still commit on the event loop (its own fdatasync: durable, so acknowledged).
+        deadline = time.monotonic() + 10
+        while client.get("/healthz").status_code != 503:
+            assert time.monotonic() < deadline, "the sync process's loss was never noticed"
+            time.sleep(0.05)
         refused = client.post(url, json=second)
         assert refused.status_code == 503 and refused.json()["error"] == "log_failed", refused.text
         assert client.get("/healthz").status_code == 503
