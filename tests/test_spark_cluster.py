@@ -77,8 +77,8 @@ def test_jobs_on_a_standalone_cluster(spark_cluster, tmp_path: Path) -> None:
     # Replaying frontier_changes from the start gives frontiers (they started empty here).
     changes = pl.read_delta(wh.path("frontier_changes"))
     assert changes.height > 0
-    replay = (changes.group_by("dataflow_id", "node", "port", "kind", "time").agg(pl.col("diff").sum())
-              .filter(pl.col("diff") != 0))
+    replay = (changes.group_by("dataflow_id", "scope", "node", "port", "kind", "time", maintain_order=True)
+              .agg(pl.col("diff").sum()).filter(pl.col("diff") != 0))
     assert replay["diff"].to_list() == [1] * replay.height
     assert sorted(map(str, replay.drop("diff").to_dicts())) == sorted(
         map(str, pl.read_delta(wh.path("frontiers")).to_dicts()))
