@@ -2,9 +2,9 @@
 
 Guarantees: the answer is exact for ``N`` (the published frontier, copied at one instant, with
 the retained history's changes after ``N`` undone, newest first); it raises
-:class:`LookupError` for a version in the future or older than the retained history, and
-:class:`TooFarBack` when more than :data:`REWIND_CHANGES` changes would have to be undone (the
-route answers 410 ``version_too_old`` naming the oldest version it can answer); no slice of the
+:class:`LookupError` for a version in the future, and :class:`TooFarBack` for one older than
+the retained history or when more than :data:`REWIND_CHANGES` changes would have to be undone
+(the route answers 410 ``version_too_old`` naming the oldest version it can answer); no slice of the
 rewind holds the event loop for more than :data:`SLICE_CHANGES` changes (or about
 :data:`SLICE_SECONDS`), and it rests as long between slices, so a query reaching far back
 stalls nobody else's acknowledgements, and its total work is bounded.
@@ -55,12 +55,12 @@ REWIND_CHANGES = 200_000
 
 
 class TooFarBack(LookupError):
-    """``version`` is retained but more than :data:`REWIND_CHANGES` changes back; ``oldest`` is
-    the oldest version that can be answered now."""
+    """``version`` is in the past but cannot be answered now: older than the retained history,
+    or more than :data:`REWIND_CHANGES` changes back; ``oldest`` is the oldest version that can."""
 
-    def __init__(self, version: int, oldest: int) -> None:
-        super().__init__(f"version {version} is more than {REWIND_CHANGES} frontier changes back; the oldest "
-                         f"version answered now is {oldest} (older states: the Delta frontier_changes table)")
+    def __init__(self, version: int, oldest: int, why: str) -> None:
+        super().__init__(f"version {version} is {why}; the oldest version answered now is {oldest} "
+                         "(older states: the Delta frontier_changes table)")
         self.oldest = oldest
 
 
@@ -68,23 +68,22 @@ async def frontier_as_of(publication: Publication, version: int) -> tuple[int, F
     """``(version, frontier)``: the published frontier as of ``version``.
 
     Raises:
-        LookupError: ``version`` is older than the retained history or newer than the
-            published version.
+        TooFarBack: ``version`` is older than the retained history, or too many changes back.
+        LookupError: ``version`` is newer than the published version.
     """
     current = publication.frontier_version
     if version == current:
         return publication.frontier_at()
     if version > current:
         raise LookupError(f"version {version} has not happened yet (current version is {current})")
-    if version < publication.history_floor:
-        raise LookupError(f"version {version} is older than the retained history "
-                          f"(oldest: {publication.history_floor})")
     # One instant: the frontier and the history it is exact with.
     entries = list(publication.history)
-    first = bisect.bisect_right(entries, version, key=lambda entry: entry[0])
     oldest = _oldest(entries, publication.history_floor)
+    if version < publication.history_floor:
+        raise TooFarBack(version, oldest, "older than the retained history")
     if version < oldest:
-        raise TooFarBack(version, oldest)
+        raise TooFarBack(version, oldest, f"more than {REWIND_CHANGES} frontier changes back")
+    first = bisect.bisect_right(entries, version, key=lambda entry: entry[0])
     view = {loc: set(ts) for loc, ts in publication.published.items()}
     location_of = _locator(publication)
     work, began = 0, time.perf_counter()

@@ -113,9 +113,12 @@ def test_sse_resume_from_too_old_or_bogus_id_gets_a_snapshot(service: ServicePro
                 event = next(source.iter_sse())
             assert (event.event, event.id) == ("snapshot", "30"), last
             assert snapshot_view(event.json()) == rest_view(service, dataflow_id)[1]
-        # ?version=N needs the same history: too old is a clear 404, a retained one is exact.
+        # ?version=N needs the same history: too old is a clear 410 naming the oldest, a retained one is exact.
         too_old = client.get(f"/v1/dataflows/{dataflow_id}/frontier", params={"version": 2})
-        assert too_old.status_code == 404 and too_old.json()["error"] == "unknown_version"
+        assert too_old.status_code == 410 and too_old.json()["error"] == "version_too_old"
+        assert 2 < too_old.json()["oldest"] <= 25
+        assert client.get(f"/v1/dataflows/{dataflow_id}/frontier",
+                          params={"version": too_old.json()["oldest"]}).status_code == 200
         recent = client.get(f"/v1/dataflows/{dataflow_id}/frontier", params={"version": 25}).json()
         assert recent["version"] == 25
         assert {r["location"]["node"]: r["frontier"] for r in recent["locations"]
