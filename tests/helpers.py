@@ -9,9 +9,13 @@ test module has one place to import from. Fixtures are in ``tests/conftest.py``.
 
 from __future__ import annotations
 
+import threading
+import time
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
+
+import httpx
 
 from api.process import ADMIN_TOKEN, ServiceProcess, free_port
 from bench.workloads import core_graph, loop_graph, register, update
@@ -21,6 +25,7 @@ from tracker.timestamp import PathSummary, less_equal
 __all__ = [
     "ADMIN_TOKEN",
     "ROOT",
+    "BatchWriter",
     "ServiceProcess",
     "ServiceStarter",
     "as_updates",
@@ -108,3 +113,47 @@ def violations(events: list[Any]) -> list[str]:
             if early:
                 found.append(f"stage {key[0]} worker {key[1]}: message at {time} after on_notify{early[0]}")
     return found
+
+
+class BatchWriter(threading.Thread):
+    """A worker thread posting ``batch()`` to a dataflow's ``/progress`` with seq 0, 1, 2...
+    until :attr:`stop` is set. Like a real worker, it resends the same batch after a transport
+    error (it cannot know whether the batch got in), for up to 90 s (across service restarts),
+    then moves on once answered. :attr:`acked` holds every batch answered 200, in seq order;
+    :attr:`errors` the reason it gave up (no answer for 90 s, or any other status), if it did.
+
+    Subclasses override :meth:`batch`; the thread's name is the worker's name."""
+
+    def __init__(self, name: str, url: str, token: str, dataflow_id: str) -> None:
+        super().__init__(name=name, daemon=True)
+        self.url, self.token, self.dataflow_id = url, token, dataflow_id
+        self.acked: list[list[dict[str, Any]]] = []
+        self.stop = threading.Event()
+        self.errors: list[str] = []
+
+    def batch(self) -> list[dict[str, Any]]:
+        """The next batch's updates (as :func:`update` builds them); called once per seq."""
+        raise NotImplementedError
+
+    def run(self) -> None:
+        headers = {"Authorization": f"Bearer {self.token}"}
+        with httpx.Client(base_url=self.url, headers=headers, timeout=5.0) as client:
+            while not self.stop.is_set():
+                seq, updates = len(self.acked), self.batch()
+                deadline = time.monotonic() + 90
+                while True:
+                    try:
+                        answer = client.post(f"/v1/dataflows/{self.dataflow_id}/progress",
+                                             json={"worker": self.name, "seq": seq, "updates": updates})
+                    except httpx.HTTPError:
+                        if time.monotonic() > deadline:
+                            self.errors.append(f"seq {seq}: no answer for 90 s")
+                            return
+                        time.sleep(0.02)
+                        continue
+                    if answer.status_code != 200:
+                        self.errors.append(f"seq {seq}: {answer.status_code} {answer.text}")
+                        return
+                    self.acked.append(updates)
+                    break
+

@@ -13,7 +13,6 @@ import json
 import os
 import random
 import signal
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ import pytest
 
 from tests.helpers import (
     ROOT,
+    BatchWriter,
     ServiceStarter,
     as_updates,
     core_graph,
@@ -43,17 +43,13 @@ WORKERS = 4
 KILLS = 4
 
 
-class Worker(threading.Thread):
+class Worker(BatchWriter):
     """Sends random batches with increasing seq; records what was acknowledged."""
 
     def __init__(self, name: str, url: str, token: str, dataflow_id: str, locations: list[Location]) -> None:
-        super().__init__(name=name, daemon=True)
-        self.url, self.token, self.dataflow_id = url, token, dataflow_id
+        super().__init__(name, url, token, dataflow_id)
         self.locations = locations
         self.rng = random.Random(name)
-        self.acked: list[list[dict[str, Any]]] = []
-        self.stop = threading.Event()
-        self.errors: list[str] = []
 
     def batch(self) -> list[dict[str, Any]]:
         return [
@@ -61,28 +57,6 @@ class Worker(threading.Thread):
                    self.rng.choice([-1, 1, 1, 2]))
             for _ in range(self.rng.randint(1, 4))
         ]
-
-    def run(self) -> None:
-        headers = {"Authorization": f"Bearer {self.token}"}
-        with httpx.Client(base_url=self.url, headers=headers, timeout=5.0) as client:
-            while not self.stop.is_set():
-                seq, updates = len(self.acked), self.batch()
-                deadline = time.monotonic() + 90
-                while True:
-                    try:
-                        answer = client.post(f"/v1/dataflows/{self.dataflow_id}/progress",
-                                             json={"worker": self.name, "seq": seq, "updates": updates})
-                    except httpx.HTTPError:
-                        if time.monotonic() > deadline:
-                            self.errors.append(f"seq {seq}: no answer for 90 s")
-                            return
-                        time.sleep(0.02)
-                        continue
-                    if answer.status_code != 200:
-                        self.errors.append(f"seq {seq}: {answer.status_code} {answer.text}")
-                        return
-                    self.acked.append(updates)
-                    break
 
 
 def test_kill_9_loses_no_acknowledged_batch_and_applies_none_twice(start_service: ServiceStarter) -> None:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import random
 import shutil
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,8 @@ import pytest
 from api.records import Batch, decode
 from api.segments import HEADER_SIZE, scan
 from tests.helpers import (
+    ADMIN_TOKEN,
+    BatchWriter,
     ServiceProcess,
     ServiceStarter,
     as_updates,
@@ -127,40 +128,15 @@ def register_flow(service: ServiceProcess, body: dict[str, Any]) -> tuple[str, s
     return answer.json()["id"], answer.json()["token"]
 
 
-class _Worker(threading.Thread):
-    """Sends batches with increasing seq, resending one until it is answered (across restarts)."""
+class _Worker(BatchWriter):
+    """Sends one-update batches with increasing seq, resending one until it is answered (across restarts)."""
 
     def __init__(self, service: ServiceProcess, dataflow_id: str, name: str) -> None:
-        super().__init__(name=name, daemon=True)
-        self.url, self.dataflow_id = service.url, dataflow_id
+        super().__init__(name, service.url, ADMIN_TOKEN, dataflow_id)
         self.rng = random.Random(name)
-        self.acked: list[list[dict[str, Any]]] = []
-        self.stop = threading.Event()
-        self.errors: list[str] = []
 
-    def run(self) -> None:
-        from api.process import ADMIN_TOKEN
-
-        with httpx.Client(base_url=self.url, headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}, timeout=5) as client:
-            while not self.stop.is_set():
-                seq = len(self.acked)
-                updates = [update(1, 0, "target", [self.rng.randint(0, 5)], self.rng.choice([1, 1, -1]))]
-                deadline = time.monotonic() + 90
-                while True:
-                    try:
-                        answer = client.post(f"/v1/dataflows/{self.dataflow_id}/progress",
-                                             json={"worker": self.name, "seq": seq, "updates": updates})
-                    except httpx.HTTPError:
-                        if time.monotonic() > deadline:
-                            self.errors.append(f"seq {seq}: no answer for 90 s")
-                            return
-                        time.sleep(0.02)
-                        continue
-                    if answer.status_code != 200:
-                        self.errors.append(f"seq {seq}: {answer.status_code} {answer.text}")
-                        return
-                    self.acked.append(updates)
-                    break
+    def batch(self) -> list[dict[str, Any]]:
+        return [update(1, 0, "target", [self.rng.randint(0, 5)], self.rng.choice([1, 1, -1]))]
 
 
 def test_each_delta_table_lost_in_turn_under_load_then_kill_9_keeps_exactly_once(
