@@ -12,6 +12,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,7 @@ __all__ = [
     "register",
     "update",
     "violations",
+    "wait_for",
 ]
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -113,6 +115,25 @@ def violations(events: list[Any]) -> list[str]:
             if early:
                 found.append(f"stage {key[0]} worker {key[1]}: message at {time} after on_notify{early[0]}")
     return found
+
+
+def wait_for(what: str, probe: Callable[[], Any], timeout: float = 180.0, *, interval: float = 0.5,
+             service: ServiceProcess | None = None) -> Any:
+    """``probe()``'s first truthy value, calling it every ``interval`` seconds; an
+    ``AssertionError`` naming ``what`` (and the tail of ``service``'s log, if given) once
+    ``timeout`` seconds pass without one.
+
+    >>> wait_for("a value", iter([0, "", 7]).__next__, interval=0)
+    7
+    """
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = probe()
+        if value:
+            return value
+        time.sleep(interval)
+    tail = f":\n{service.log_tail()}" if service is not None else ""
+    raise AssertionError(f"timed out waiting for {what}{tail}")
 
 
 class BatchWriter(threading.Thread):

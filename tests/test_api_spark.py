@@ -6,29 +6,17 @@ One service (with its own ``local[1]`` Spark session, started in the background)
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import httpx
 import polars as pl
 import pytest
 
-from tests.helpers import ServiceProcess, loop_graph, register, update
+from tests.helpers import ServiceProcess, loop_graph, register, update, wait_for
 
 pytestmark = [pytest.mark.service(spark=True, SPARK_MASTER="local[1]", TRACKER_AUDIT_SECONDS="1",
                                   TRACKER_COMPACT_SECONDS="0.5", TRACKER_FLUSH_SECONDS="0.2"),
               pytest.mark.spark]
-
-
-def wait_for(what: str, probe: Callable[[], Any], timeout: float = 180.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = probe()
-        if value:
-            return value
-        time.sleep(0.5)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def test_registration_does_not_wait_for_spark_and_spark_agrees(service: ServiceProcess) -> None:

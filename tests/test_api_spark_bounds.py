@@ -16,26 +16,15 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.helpers import ROOT, ServiceProcess, ServiceStarter, loop_graph, register, update
+from tests.helpers import ROOT, ServiceProcess, ServiceStarter, loop_graph, register, update, wait_for
 
 pytestmark = [pytest.mark.service, pytest.mark.spark]
-
-
-def _wait_for(what: str, probe: Callable[[], Any], service: ServiceProcess, timeout: float = 600.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = probe()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}:\n{service.log_tail()}")
 
 
 def _children(pid: int) -> list[tuple[int, int, bytes]]:
@@ -93,8 +82,8 @@ def test_a_busy_port_fails_at_once_before_anything_starts(tmp_path: Path) -> Non
 
 
 def _concluded(service: ServiceProcess, dataflow_id: str, timeout: float = 600.0) -> dict[str, Any]:
-    return _wait_for("a Spark check", lambda: (s := _status(service, dataflow_id))["spark_check"] not in (
-        "pending", "running") and s, service, timeout=timeout)
+    return wait_for("a Spark check", lambda: (s := _status(service, dataflow_id))["spark_check"] not in (
+        "pending", "running") and s, timeout, interval=0.1, service=service)
 
 
 def test_sigint_during_a_slow_check_then_the_time_limit(start_service: ServiceStarter) -> None:
@@ -110,7 +99,8 @@ def test_sigint_during_a_slow_check_then_the_time_limit(start_service: ServiceSt
     status = _status(service, huge)
     assert status["spark_check"] == "skipped" and status["spark_detail"].startswith("too large: 1402 locations")
 
-    _wait_for("the slow check to run", lambda: _status(service, slow)["spark_check"] == "running", service)
+    wait_for("the slow check to run", lambda: _status(service, slow)["spark_check"] == "running",
+            600.0, interval=0.1, service=service)
     time.sleep(1.0)  # well inside Spark's job
     assert service.process is not None
     jvms = _java_children(service.process.pid)
@@ -122,7 +112,8 @@ def test_sigint_during_a_slow_check_then_the_time_limit(start_service: ServiceSt
     stopped = time.monotonic() - sent
     assert stopped < 2.0, f"SIGINT took {stopped:.2f} s:\n{service.log_tail()}"
     assert service.process.returncode == 130
-    _wait_for("the JVM to exit", lambda: not any(_alive(p) for p in jvms), service, timeout=5.0)
+    wait_for("the JVM to exit", lambda: not any(_alive(p) for p in jvms), 5.0, interval=0.1,
+            service=service)
     stop_log = service.log_path.read_bytes()[logged:].decode(errors="replace")
     assert "Shutting down" in stop_log
     for bad in ('"level": "error"', '"level": "critical"', "Event loop is closed", "Traceback"):
@@ -133,7 +124,8 @@ def test_sigint_during_a_slow_check_then_the_time_limit(start_service: ServiceSt
     limit = max(10, round(4 * small_seconds))
     service.extra_env["TRACKER_SPARK_TIMEOUT"] = str(limit)
     service.restart()
-    _wait_for("the slow check to run again", lambda: _status(service, slow)["spark_check"] == "running", service)
+    wait_for("the slow check to run again", lambda: _status(service, slow)["spark_check"] == "running",
+            600.0, interval=0.1, service=service)
     small, token = register(service, loop_graph(operators=2, name="small"))
     with service.client(token) as client:
         answer = client.post(f"/v1/dataflows/{small}/progress", json={"worker": "w", "seq": 0, "updates": [
@@ -151,7 +143,8 @@ def test_sigint_during_a_slow_check_then_the_time_limit(start_service: ServiceSt
     assert jvms
     service.kill9()
     killed = time.monotonic()
-    _wait_for("the JVM to exit after kill -9", lambda: not any(_alive(p) for p in jvms), service, timeout=5.0)
+    wait_for("the JVM to exit after kill -9", lambda: not any(_alive(p) for p in jvms), 5.0, interval=0.1,
+            service=service)
     assert time.monotonic() - killed < 5.0
     service.restart()
     status = _status(service, slow)
