@@ -30,6 +30,7 @@ __all__ = [
     "ServiceProcess",
     "ServiceStarter",
     "as_updates",
+    "assert_oversized_progress_refused",
     "chain",
     "core_graph",
     "counts_map",
@@ -178,3 +179,15 @@ class BatchWriter(threading.Thread):
                     self.acked.append(updates)
                     break
 
+
+def assert_oversized_progress_refused(client: httpx.Client, dataflow_id: str, body: dict[str, Any],
+                                      chunks: list[bytes]) -> httpx.Response:
+    """Post ``body`` (over the service's body limit) to the dataflow's ``/progress``, then
+    ``chunks`` as a streamed body (no ``Content-Length``: the size is only known as it is read);
+    assert the first is refused 413 ``body_too_large`` and the second 413. Returns the first answer."""
+    answer = client.post(f"/v1/dataflows/{dataflow_id}/progress", json=body)
+    assert answer.status_code == 413 and answer.json()["error"] == "body_too_large"
+    streamed = client.post(f"/v1/dataflows/{dataflow_id}/progress", content=iter(chunks),
+                           headers={"Content-Type": "application/json"})
+    assert streamed.status_code == 413
+    return answer

@@ -18,7 +18,14 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import connect as ws_connect
 
 from api.config import Settings
-from tests.helpers import ADMIN_TOKEN, ServiceProcess, loop_graph, register, update
+from tests.helpers import (
+    ADMIN_TOKEN,
+    ServiceProcess,
+    assert_oversized_progress_refused,
+    loop_graph,
+    register,
+    update,
+)
 
 HEAD_TIMEOUT = 1.0
 MAX_HEADER = 16 * 1024
@@ -37,13 +44,18 @@ def _raw(service: ServiceProcess, data: bytes, wait: float = 5.0) -> tuple[bytes
         started = time.monotonic()
         if data:
             sock.sendall(data)
-        received = b""
-        try:
-            while chunk := sock.recv(65536):
-                received += chunk
-        except (ConnectionResetError, TimeoutError):
-            pass
-        return received, time.monotonic() - started
+        return _until_closed(sock), time.monotonic() - started
+
+
+def _until_closed(sock: socket.socket) -> bytes:
+    """Everything ``sock`` receives until the server closes or resets it, or it times out."""
+    received = b""
+    try:
+        while chunk := sock.recv(65536):
+            received += chunk
+    except (ConnectionResetError, TimeoutError):
+        pass
+    return received
 
 
 def _response(sock: socket.socket) -> bytes:
@@ -168,12 +180,7 @@ def test_oversized_heads_get_431_without_buffering_them(service: ServiceProcess)
 
         sender = threading.Thread(target=flood)
         sender.start()
-        received = b""
-        try:
-            while chunk := sock.recv(65536):
-                received += chunk
-        except (ConnectionResetError, TimeoutError):
-            pass
+        received = _until_closed(sock)
         elapsed = time.monotonic() - started
         sender.join(10)
     assert _status(received) in (431, 0) and elapsed < 5, (received[:100], elapsed)
@@ -201,12 +208,8 @@ def test_oversized_bodies_and_messages_are_refused(service: ServiceProcess) -> N
     dataflow_id, token = register(service, loop_graph())
     with service.client(token) as client:
         big = {"worker": "w", "seq": 0, "updates": [update(1, 0, "target", [1], 1)] * 20_000}
-        answer = client.post(f"/v1/dataflows/{dataflow_id}/progress", json=big)
-        assert answer.status_code == 413 and answer.json()["error"] == "body_too_large"
+        answer = assert_oversized_progress_refused(client, dataflow_id, big, [b"[" + b" " * 1_100_000, b"]"])
         assert answer.headers["X-Content-Type-Options"] == "nosniff"
-        chunked = client.post(f"/v1/dataflows/{dataflow_id}/progress", content=iter([b"[" + b" " * 1_100_000, b"]"]),
-                              headers={"Content-Type": "application/json"})
-        assert chunked.status_code == 413
     with ws_connect(f"{service.ws_url}/v1/dataflows/{dataflow_id}/ws?subscribe=false&token={token}",
                     max_size=None) as ws:
         ws.send(json.dumps(big))

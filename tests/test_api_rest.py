@@ -16,6 +16,7 @@ from tests.helpers import (
     ServiceProcess,
     ServiceStarter,
     as_updates,
+    assert_oversized_progress_refused,
     core_graph,
     counts_map,
     frontier_map,
@@ -165,12 +166,8 @@ def test_oversized_body_is_413(service: ServiceProcess) -> None:
     dataflow_id, token = register(service, loop_graph())
     with service.client(token) as client:
         huge = {"worker": "w", "seq": 0, "updates": [update(1, 0, "target", [1], 1)] * 40_000}
-        answer = client.post(f"/v1/dataflows/{dataflow_id}/progress", json=huge)
-        assert answer.status_code == 413 and answer.json()["error"] == "body_too_large"
-        chunked = client.post(f"/v1/dataflows/{dataflow_id}/progress",
-                              content=iter([b'{"worker": "w", "seq": 0, "updates": [' + b" " * 2_000_000, b"]}"]),
-                              headers={"Content-Type": "application/json"})
-        assert chunked.status_code == 413
+        assert_oversized_progress_refused(client, dataflow_id, huge,
+                                          [b'{"worker": "w", "seq": 0, "updates": [' + b" " * 2_000_000, b"]}"])
         assert client.get(f"/v1/dataflows/{dataflow_id}").json()["version"] == 0
 
 
