@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import defaultdict, deque
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from api.models import location_json
 from tracker.antichain import Antichain
@@ -102,48 +102,34 @@ def explain(graph: Graph, counts: dict[tuple[Location, Timestamp], int], frontie
     """The ``ExplainResponse`` body for ``(location, time)`` given the active counts; with
     ``blame``, each blocker also names its operator, the worker that last reported it and its age."""
     searches: dict[Location, Any] = {}
-    blockers: list[dict[str, Any]] = []
-    total = 0
-    for (origin, when), count in sorted(counts.items(), key=lambda kv: (kv[0][1], kv[0][0])):
-        if count <= 0:
-            continue
+
+    def find(origin: Location, when: Timestamp) -> tuple[Timestamp, PathSummary] | None:
         if origin not in searches:
             searches[origin] = _search(graph, origin)
-        reached, parent = searches[origin]
+        reached, _ = searches[origin]
         best: tuple[Timestamp, PathSummary] | None = None
         for summary in reached.get(location, ()):
             arrives = summary.results_in(when)
             if arrives is not None and less_equal(arrives, time) and (best is None or arrives < best[0]):
                 best = (arrives, summary)
-        if best is None:
-            continue
-        total += 1
-        if len(blockers) >= MAX_BLOCKERS:
-            continue
+        return best
+
+    def describe(origin: Location, when: Timestamp, count: int,
+                 best: tuple[Timestamp, PathSummary]) -> dict[str, Any]:
         arrives, summary = best
-        path = _path(parent, location, summary)
+        path = _path(searches[origin][1], location, summary)
         times = _times_along(path, when)
-        blockers.append(_blamed({
+        return {
             "location": location_json(origin), "time": list(when), "count": count,
             "summary": list(summary), "arrives_as": list(arrives),
             "path": [{"from": location_json(s.src), "to": location_json(s.dst), "summary": list(s.summary),
                       "time": list(t)} for s, t in zip(path, times, strict=True)],
             "text": f"{count} x {origin}@{list(when)} can reach {location} as {list(arrives)} <= {list(time)}: "
                     + _describe(path, times, origin, when),
-        }, blame, origin, when))
-    safe = total == 0
-    if safe:
-        explanation = (f"Safe: no active pointstamp can reach {location} at a time <= {list(time)}, so a "
-                       f"notification for {list(time)} at {location} may be delivered "
-                       f"(frontier: {[list(t) for t in frontier]}).")
-    else:
-        shown = "" if total <= len(blockers) else f" (the first {len(blockers)} are listed)"
-        explanation = (f"Not safe yet: {total} active pointstamp(s) could still result in a time <= {list(time)} "
-                       f"at {location}{shown}. The frontier there is {[list(t) for t in frontier]}. Each blocker "
-                       f"must be retired (its count brought to zero) or advanced before {list(time)} can be "
-                       f"notified.")
-    return {"version": version, "location": location_json(location), "time": list(time), "safe_to_notify": safe,
-            "frontier": [list(t) for t in frontier], "blockers": blockers, "explanation": explanation}
+        }
+
+    total, blockers = _collect(counts, lambda key: (key[1], key[0]), find, describe, blame)
+    return _response(version, location_json(location), location, time, frontier, total, blockers, "")
 
 
 def explain_nested(steps: Mapping[ScopedLocation, list[Step]],
@@ -154,17 +140,9 @@ def explain_nested(steps: Mapping[ScopedLocation, list[Step]],
     saying what it is (``via``: edge, operator, ingress, egress) and the time after it, in its
     scope's arity. ``summary`` is the blocker's path summary when it stays in one scope, else
     ``None`` (ingress and egress change a time's arity: no one summary maps it)."""
-    blockers: list[dict[str, Any]] = []
-    total = 0
-    for (origin, when), count in sorted(counts.items(), key=lambda kv: (len(kv[0][1]), kv[0][1], kv[0][0])):
-        if count <= 0:
-            continue
-        found = route(steps, origin, when, location, time)
-        if found is None:
-            continue
-        total += 1
-        if len(blockers) >= MAX_BLOCKERS:
-            continue
+
+    def describe(origin: ScopedLocation, when: Timestamp, count: int,
+                 found: tuple[Timestamp, list[tuple[Step, Timestamp]]]) -> dict[str, Any]:
         arrives, path = found
         crossing = any(step.via in ("ingress", "egress") for step, _ in path)
         summary = None if crossing else [a - b for a, b in zip(arrives, when, strict=True)]
@@ -172,24 +150,60 @@ def explain_nested(steps: Mapping[ScopedLocation, list[Step]],
         for step, after in path:
             via = f"operator {step.src.node} +{list(step.summary)}" if step.via == "operator" else step.via
             text.append(f" --{via}--> {step.dst}@{list(after)}")
-        blockers.append(_blamed({
+        return {
             "location": _scoped_json(origin), "time": list(when), "count": count, "summary": summary,
             "arrives_as": list(arrives),
             "path": [{"from": _scoped_json(step.src), "to": _scoped_json(step.dst),
                       "summary": list(step.summary), "time": list(after), "via": step.via} for step, after in path],
             "text": f"{count} x {origin}@{list(when)} can reach {location} as {list(arrives)} <= {list(time)}: "
                     + "".join(text),
-        }, blame, origin, when))
+        }
+
+    total, blockers = _collect(counts, lambda key: (len(key[1]), key[1], key[0]),
+                               lambda origin, when: route(steps, origin, when, location, time), describe, blame)
+    return _response(version, _scoped_json(location), location, time, frontier, total, blockers,
+                     ", along paths that may cross scope boundaries (ingress appends a loop counter 0, egress "
+                     "drops it)")
+
+
+_Where = TypeVar("_Where", Location, ScopedLocation)
+_Found = TypeVar("_Found")
+
+
+def _collect(counts: Mapping[tuple[_Where, Timestamp], int], order: Callable[[tuple[_Where, Timestamp]], Any],
+             find: Callable[[_Where, Timestamp], _Found | None],
+             describe: Callable[[_Where, Timestamp, int, _Found], dict[str, Any]],
+             blame: Blame | None) -> tuple[int, list[dict[str, Any]]]:
+    """How many active pointstamps (positive count) ``find`` a way to the queried place from, and
+    the blocker bodies ``describe`` gives (blamed) for the first :data:`MAX_BLOCKERS` of them in
+    ``order``: every blocker counts, only the first ones are spelled out."""
+    blockers: list[dict[str, Any]] = []
+    total = 0
+    for (origin, when), count in sorted(counts.items(), key=lambda kv: order(kv[0])):
+        if count <= 0:
+            continue
+        found = find(origin, when)
+        if found is None:
+            continue
+        total += 1
+        if len(blockers) >= MAX_BLOCKERS:
+            continue
+        blockers.append(_blamed(describe(origin, when, count, found), blame, origin, when))
+    return total, blockers
+
+
+def _response(version: int, location_body: dict[str, Any], location: Location | ScopedLocation, time: Timestamp,
+              frontier: list[Timestamp], total: int, blockers: list[dict[str, Any]], paths: str) -> dict[str, Any]:
+    """The ``ExplainResponse`` body; ``paths`` says what the blockers' paths may do, after the count."""
     safe = total == 0
     shown = "" if total <= len(blockers) else f" (the first {len(blockers)} are listed)"
     explanation = (
         f"Safe: no active pointstamp can reach {location} at a time <= {list(time)}, so a notification for "
         f"{list(time)} at {location} may be delivered (frontier: {[list(t) for t in frontier]})." if safe else
         f"Not safe yet: {total} active pointstamp(s) could still result in a time <= {list(time)} at {location}"
-        f"{shown}, along paths that may cross scope boundaries (ingress appends a loop counter 0, egress drops it). "
-        f"The frontier there is {[list(t) for t in frontier]}. Each blocker must be retired (its count brought to "
-        f"zero) or advanced before {list(time)} can be notified.")
-    return {"version": version, "location": _scoped_json(location), "time": list(time), "safe_to_notify": safe,
+        f"{shown}{paths}. The frontier there is {[list(t) for t in frontier]}. Each blocker must be retired (its "
+        f"count brought to zero) or advanced before {list(time)} can be notified.")
+    return {"version": version, "location": location_body, "time": list(time), "safe_to_notify": safe,
             "frontier": [list(t) for t in frontier], "blockers": blockers, "explanation": explanation}
 
 
