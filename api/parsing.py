@@ -6,8 +6,9 @@ largest cost after the tracker itself: pydantic models cost as much per update a
 ``msgspec`` decodes the body straight into typed structs, in C, checking the same shape as
 :class:`api.models.ProgressRequest` (which stays the documented schema): strict integers (no
 bools, no floats), known fields only, the same bounds. What depends on the graph (known ports,
-arity, the range of times) is checked in one short Python pass that also builds the core's
-updates, ready for ``Tracker.apply``.
+arity, the range of times) is checked in one short Python pass that also builds the compiled
+engine's flat lists (:func:`parse_indexed`) or the core's updates, ready for ``Tracker.apply``
+(:func:`parse_progress`).
 
 Shape mistakes raise :class:`InvalidRequest` (``invalid_request``, like pydantic's 422),
 mistakes against the graph raise :class:`~tracker.graph.GraphError` (``invalid_update``), and
@@ -80,18 +81,8 @@ _DECODER = msgspec.json.Decoder(_Batch)
 WireLocation = _Location
 WireUpdate = _Update
 BATCH_DECODER = _DECODER
-_LOCATIONS: dict[int, tuple[Graph, dict[_Location, Location]]] = {}
 _INDEXED: dict[int, tuple[Graph, list[Location], dict[_Location, int]]] = {}
 _PATH = re.compile(r"^(.*) - at `\$(.*)`$", re.S)
-
-
-def _locations(graph: Graph) -> dict[_Location, Location]:
-    """The graph's ports keyed by their decoded form, built once per graph."""
-    cached = _LOCATIONS.get(id(graph))
-    if cached is None or cached[0] is not graph:  # the graph is kept in the entry, so ids are not reused
-        cached = (graph, {_Location(loc.node, loc.port, loc.kind): loc for loc in graph.locations()})
-        _LOCATIONS[id(graph)] = cached
-    return cached[1]
 
 
 def parse_registration(data: bytes) -> RegisterRequest:
@@ -186,6 +177,8 @@ def _indexed(graph: Graph) -> tuple[list[Location], dict[_Location, int]]:
 
 
 def _parse(data: bytes | str, graph: Graph, indexed: bool) -> tuple[str, int, list[Update] | Indexed]:
+    """The checks both parsers make, in one pass that builds either answer (a shared pass keeps
+    their errors the same; building in it keeps the hot path to one loop)."""
     try:
         batch = _DECODER.decode(data)
     except msgspec.ValidationError as error:
@@ -195,39 +188,17 @@ def _parse(data: bytes | str, graph: Graph, indexed: bool) -> tuple[str, int, li
     except UnicodeDecodeError as error:  # JSON is UTF-8; msgspec checks it only in string values
         raise MalformedJSON(f"the body is not valid UTF-8 (byte {error.start})") from None
     arity = graph.arity
-    if indexed:
-        order, index = _indexed(graph)
-        find = index.get
-        locations: list[int] = []
-        times: list[int] = []
-        deltas: list[int] = []
-        add_location, add_delta = locations.append, deltas.append
-        add_time = times.append if arity == 1 else times.extend
-        for position, update in enumerate(batch.updates):
-            at = find(update.location)
-            if at is None:
-                _unknown(position, update.location)
-            time = update.time
-            if len(time) != arity:
-                _wrong_arity(position, time, arity)
-            if arity == 1:
-                coordinate = time[0]
-                if not 0 <= coordinate <= MAX_TIME:
-                    _out_of_range(position, time)
-                add_time(coordinate)  # type: ignore[arg-type]
-            else:
-                if min(time) < 0 or max(time) > MAX_TIME:
-                    _out_of_range(position, time)
-                add_time(time)  # type: ignore[arg-type]
-            add_location(at)
-            add_delta(update.delta)
-        return batch.worker, batch.seq, Indexed(order, arity, locations, times, deltas)
-    known = _locations(graph).get
-    result: list[Update] = []
-    append = result.append
+    order, index = _indexed(graph)
+    find = index.get
+    locations: list[int] = []
+    times: list[int] = []
+    deltas: list[int] = []
+    updates: list[Update] = []
+    add_location, add_delta, add_update = locations.append, deltas.append, updates.append
+    add_time = times.append if arity == 1 else times.extend
     for position, update in enumerate(batch.updates):
-        location = known(update.location)
-        if location is None:
+        at = find(update.location)
+        if at is None:
             _unknown(position, update.location)
         time = update.time
         if len(time) != arity:
@@ -237,8 +208,13 @@ def _parse(data: bytes | str, graph: Graph, indexed: bool) -> tuple[str, int, li
                 _out_of_range(position, time)
         elif min(time) < 0 or max(time) > MAX_TIME:
             _out_of_range(position, time)
-        append((location, time, update.delta))
-    return batch.worker, batch.seq, result
+        if not indexed:
+            add_update((order[at], time, update.delta))
+            continue
+        add_time(time[0] if arity == 1 else time)  # type: ignore[arg-type]
+        add_location(at)
+        add_delta(update.delta)
+    return batch.worker, batch.seq, Indexed(order, arity, locations, times, deltas) if indexed else updates
 
 
 def _wrong_arity(index: int, time: tuple[int, ...], arity: int) -> NoReturn:
