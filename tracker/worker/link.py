@@ -184,6 +184,19 @@ class Link:
         self.stats["updates"] += len(updates)
         return seq, text
 
+    async def _to_send(self, window: int | None = None) -> tuple[int, str] | None:
+        """The next batch to send (as :meth:`_next_batch` makes it), waiting while nothing is
+        pending or ``window`` sent batches are unacknowledged; ``None`` once :meth:`close` is called."""
+        while not self._closing:
+            if not self.pending or (window is not None and len(self.unacked) >= window):
+                self._more.clear()
+                await self._more.wait()
+                continue
+            batch = self._next_batch()
+            if batch is not None:
+                return batch
+        return None
+
     def _acked(self, seq: int) -> None:
         while self.unacked and self.unacked[0][0] <= seq:
             self.unacked.popleft()
@@ -274,14 +287,7 @@ class ServiceLink(Link):
             await asyncio.gather(reader, writer, return_exceptions=True)
 
     async def _write(self, ws: ClientConnection) -> None:
-        while not self._closing:
-            if not self.pending or len(self.unacked) >= self.max_inflight:
-                self._more.clear()
-                await self._more.wait()
-                continue
-            batch = self._next_batch()
-            if batch is None:
-                continue
+        while (batch := await self._to_send(self.max_inflight)) is not None:
             if self.delay:
                 await asyncio.sleep(self.rng.random() * self.delay)
             await ws.send(batch[1])
@@ -381,14 +387,7 @@ class LocalLink(Link):
         self.view.snapshot(self.hub.version, self.hub._snapshot())
         receiver = asyncio.create_task(self._receive())
         try:
-            while not self._closing:
-                if not self.pending:
-                    self._more.clear()
-                    await self._more.wait()
-                    continue
-                batch = self._next_batch()
-                if batch is None:
-                    continue
+            while (batch := await self._to_send()) is not None:
                 await self._pause()
                 updates = json.loads(batch[1])["updates"]
                 self.hub._apply([(parse_location(u["location"]), tuple(u["time"]), u["delta"]) for u in updates])
