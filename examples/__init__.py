@@ -3,7 +3,9 @@
 Each module offers the same small surface, used by :mod:`tracker.worker.cluster` and the tests:
 ``DEFAULTS`` (config), ``build(config) -> Dataflow``, ``async drive(worker, config)`` (feeds
 this worker's share of the input), ``collect(worker) -> rows``, ``reference(config) -> rows``
-(a plain sequential computation of the same thing) and ``render(rows) -> lines``. The examples:
+(a plain sequential computation of the same thing) and ``render(rows) -> lines``; the epoch
+feeding (``pace``, ``lockstep``) and the reading of the sink's rows they share are in
+``examples/_common.py``. The examples:
 ``wordcount`` (a flat dataflow), ``components`` (a loop scope) and ``digitroot`` (a loop in a
 loop). What each example guarantees: run on any number of workers, its rows equal its ``reference``
 (``tracker example NAME --check`` checks this against the service).

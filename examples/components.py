@@ -32,11 +32,11 @@ True
 
 from __future__ import annotations
 
-import asyncio
 import random
 from collections import defaultdict
 from typing import Any
 
+from examples._common import epochs, sink_rows
 from tracker.timestamp import Timestamp
 from tracker.worker import Worker
 from tracker.worker.vertex import Dataflow, Vertex
@@ -142,23 +142,16 @@ async def drive(worker: Worker, config: dict[str, Any]) -> None:
     """Feed this worker's share of each epoch's edges (both directions); worker 0 also ticks
     every ``cc`` vertex each epoch so that each one builds the epoch's state."""
     handle = worker.input(INPUT)
-    for epoch, edges in enumerate(make_input(config)):
+    async for _, edges in epochs(worker, handle, SINK, make_input(config), config):
         mine = [e for i, e in enumerate(edges) if i % worker.peers == worker.index]
         handle.send([m for u, v in mine for m in ([u, v], [v, u])])
         if worker.index == 0:
             handle.send([j, None] for j in range(worker.peers))
-        handle.advance_to(epoch + 1)
-        await asyncio.sleep(config.get("pace", 0.0))  # seconds between epochs (0: just yield)
-        if config.get("lockstep"):  # one epoch at a time: wait until the sink has seen it all
-            await worker.probe(SINK, (epoch,))
-    handle.close()
 
 
 def collect(worker: Worker) -> list[dict[str, Any]]:
     """This worker's rows (only worker 0's sink receives any)."""
-    sink = worker.vertices[SINK]
-    assert isinstance(sink, Sink)
-    return list(sink.rows)
+    return sink_rows(worker, SINK)
 
 
 def reference(config: dict[str, Any]) -> list[dict[str, Any]]:

@@ -40,11 +40,11 @@ epoch 1: 8 numbers, at most 3 rounds; roots 0:1 2:1 5:1 6:1 7:2 8:1 9:1
 
 from __future__ import annotations
 
-import asyncio
 import random
 from collections import Counter, defaultdict
 from typing import Any
 
+from examples._common import epochs, sink_rows
 from tracker.timestamp import Timestamp
 from tracker.worker import Worker
 from tracker.worker.vertex import Dataflow, Vertex
@@ -146,20 +146,13 @@ def build(config: dict[str, Any]) -> Dataflow:
 async def drive(worker: Worker, config: dict[str, Any]) -> None:
     """Feed this worker's share of each epoch's numbers as ``[n, n, 0]``."""
     handle = worker.input(INPUT)
-    for epoch, numbers in enumerate(make_input(config)):
+    async for _, numbers in epochs(worker, handle, SINK, make_input(config), config):
         handle.send([n, n, 0] for i, n in enumerate(numbers) if i % worker.peers == worker.index)
-        handle.advance_to(epoch + 1)
-        await asyncio.sleep(config.get("pace", 0.0))  # seconds between epochs (0: just yield)
-        if config.get("lockstep"):  # one epoch at a time: wait until the sink has seen it all
-            await worker.probe(SINK, (epoch,))
-    handle.close()
 
 
 def collect(worker: Worker) -> list[dict[str, Any]]:
     """This worker's rows (only worker 0's sink receives any)."""
-    sink = worker.vertices[SINK]
-    assert isinstance(sink, Sink)
-    return list(sink.rows)
+    return sink_rows(worker, SINK)
 
 
 def reference(config: dict[str, Any]) -> list[dict[str, Any]]:
