@@ -25,10 +25,11 @@ import os
 import sys
 import time
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 import httpx
+
+from tracker.worker.client import ClientError, admin_token, service_url
 
 MAX_EXPLAINED = 12
 """Waiting inputs explained per frame (one request each), the longest waiting first."""
@@ -38,21 +39,10 @@ class WatchError(Exception):
     """Why the view cannot be drawn, in one line for the user."""
 
 
-def _token(warehouse: str) -> str:
-    """``TRACKER_TOKEN`` (a dataflow's or the admin token), else ``TRACKER_ADMIN_TOKEN``, else
-    the admin token the service generated into ``<warehouse>/admin-token``."""
-    for name in ("TRACKER_TOKEN", "TRACKER_ADMIN_TOKEN"):
-        if os.environ.get(name):
-            return os.environ[name].strip()
-    path = Path(warehouse) / "admin-token"
-    try:
-        token = path.read_text().strip()
-    except OSError:
-        token = ""
-    if not token:
-        raise WatchError(f"no token: set TRACKER_TOKEN (or TRACKER_ADMIN_TOKEN), or point --warehouse at the "
-                         f"service's warehouse ({path} holds none)")
-    return token
+def _token(args: argparse.Namespace) -> str:
+    """``--token``, else ``TRACKER_TOKEN`` (a dataflow's or the admin token), else the admin token
+    as every client command finds it (:func:`tracker.worker.client.admin_token`)."""
+    return admin_token(args.token or os.environ.get("TRACKER_TOKEN", "").strip() or None, args.warehouse)
 
 
 def _get(client: httpx.Client, path: str, **params: Any) -> Any:
@@ -160,8 +150,8 @@ def render(flow: dict[str, Any], report: dict[str, Any], held: dict[str, list[di
 def watch(args: argparse.Namespace) -> int:
     """Run ``tracker watch``; the exit code."""
     try:
-        token = _token(args.warehouse)
-        with httpx.Client(base_url=args.url.rstrip("/"), headers={"Authorization": f"Bearer {token}"},
+        token = _token(args)
+        with httpx.Client(base_url=service_url(args.url), headers={"Authorization": f"Bearer {token}"},
                           timeout=10.0) as client:
             flow = resolve(client, args.dataflow)
             frame = render(flow, *fetch(client, flow), colour=not args.once and sys.stdout.isatty())
@@ -177,7 +167,7 @@ def watch(args: argparse.Namespace) -> int:
                     frame = shown = render(flow, *fetch(client, flow), colour=sys.stdout.isatty())
                 except WatchError as error:  # keep watching through a restart of the service
                     shown = f"{frame}\n\n{error} (retrying every {args.interval:g} s)"
-    except WatchError as error:
+    except (WatchError, ClientError) as error:
         print(f"tracker watch: error: {error}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

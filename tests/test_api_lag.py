@@ -161,3 +161,17 @@ def test_tracker_watch_errors_are_one_line_and_exit_2(service: ServiceProcess, w
         code, out, err = watch(*args, token=token)
         assert code == 2 and out == "", (args, out)
         assert err.count("\n") == 1 and err.startswith("tracker watch: error: ") and says in err, err
+
+
+def test_tracker_watch_finds_its_token_as_the_client_commands_do(service: ServiceProcess, watch: Watch,
+                                                                  tmp_path: Path) -> None:
+    """``--token`` over ``TRACKER_TOKEN``; with neither (nor ``TRACKER_ADMIN_TOKEN``), the
+    warehouse's token file, else the client's one-line error and exit code 2."""
+    dataflow, _ = register(service, loop_graph(2, name="token-order"))
+    code, out, err = watch(dataflow, "--url", service.url, "--once", "--token", ADMIN_TOKEN, token="wrong")
+    assert code == 0 and dataflow in out.splitlines()[0], err
+    code, out, err = watch(dataflow, "--url", service.url, "--once", "--warehouse", str(tmp_path / "none"),
+                           token=None)
+    assert code == 2 and out == "", out
+    assert err.count("\n") == 1 and err.startswith("tracker watch: error: no admin token: "), err
+    assert str(tmp_path / "none" / "admin-token") in err
