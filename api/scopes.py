@@ -135,10 +135,6 @@ class Hosting:
         """The stand-in of a JSON location this service wrote (``scope`` absent: the root)."""
         return self._flat[ScopedLocation(tuple(raw.get("scope") or ()), raw["node"], raw["port"], raw["kind"])]
 
-    def in_scope(self, location: Location, scope: ScopePath) -> bool:
-        """True iff the stand-in is a location of scope ``scope``."""
-        return self._scoped[location].scope == scope
-
     def changes_json(self, changes: Iterable[FrontierChange]) -> str:
         """A change list as the streams send it (scoped locations; times of mixed arities)."""
         prefix = self._prefix
@@ -156,10 +152,6 @@ class Hosting:
         """Frontiers on the stand-ins as frontiers of the real (scoped) locations."""
         scoped = self._scoped
         return {scoped[loc]: times for loc, times in frontiers.items()}
-
-    def first_location(self) -> ScopedLocation:
-        """A location of the root scope (where a ``progress`` row of an empty batch goes)."""
-        return ScopedLocation((), *self.root.locations()[0])
 
     def parse(self, data: bytes | str) -> tuple[str, int, list[Update]]:
         """``(worker, seq, updates)`` of a progress body, validated against the nested dataflow

@@ -88,18 +88,6 @@ class Store:
         files = files.filter(pc.greater(files.column("num_records"), 0))
         return set(files.column("partition.dataflow_id").to_pylist())
 
-    def snapshot(self, dataflow_id: str, hosting: Hosting | None = None
-                 ) -> tuple[int, dict[tuple[Location, Timestamp], int]] | None:
-        """The compacted counts and the version they are exact for, if compaction wrote any (a
-        nested dataflow's on its ``hosting`` 's stand-ins)."""
-        found = self.warehouse.pointstamps_snapshot(dataflow_id, scoped=hosting is not None)
-        if found is None:
-            return None
-        version, counts = found
-        if hosting is None:
-            return version, counts  # type: ignore[return-value]  # root rows: Locations
-        return version, {(hosting.flat(loc), t): c for (loc, t), c in counts.items()}  # type: ignore[arg-type]
-
     def max_progress_version(self, dataflow_id: str) -> int:
         """The highest version in ``progress`` for this dataflow (-1 if none)."""
         found = self.warehouse.max_of("progress", dataflow_id, "version")
@@ -107,8 +95,9 @@ class Store:
 
     def snapshots(self, dataflow_ids: Iterable[str]
                   ) -> dict[str, tuple[int, dict[tuple[Location | ScopedLocation, Timestamp], int]]]:
-        """:meth:`snapshot` of many dataflows from one read of the ``pointstamps`` table (one
-        table version, so each dataflow's counts and version belong together)."""
+        """The compacted counts of many dataflows and the version each is exact for (only those
+        compaction wrote), from one read of the ``pointstamps`` table (one table version, so each
+        dataflow's counts and version belong together)."""
         from deltalake import DeltaTable
 
         from spark_jobs.storage import POINTSTAMPS_APP
@@ -162,13 +151,6 @@ class Store:
             return {}
         best = pa.table({"d": keys, "v": values}).group_by("d").aggregate([("v", "max")])
         return dict(zip(best.column("d").to_pylist(), best.column("v_max").to_pylist(), strict=True))
-
-    def max_change_version(self, dataflow_id: str) -> int:
-        """The highest version in ``frontier_changes`` for this dataflow (-1 if none)."""
-        found = self.warehouse.max_of("frontier_changes", dataflow_id, "version")
-        return -1 if found is None else found
-
-    # -- writes ---------------------------------------------------------------------------
 
     def write_dataflows(self, graphs: Sequence[tuple[str, str, Graph | NestedGraph, str]],
                         psis: Mapping[str, Mapping[ScopePath, Any]] | None = None) -> None:

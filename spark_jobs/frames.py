@@ -210,22 +210,3 @@ def transitions_from_tables(dataflows: DataFrame, connections: DataFrame, edges:
         F.array_repeat(F.lit(0).cast("long"), F.col("arity")).alias("summary"),
     )
     return internal.unionByName(channel)
-
-
-def locations_from_tables(dataflows: DataFrame, nodes: DataFrame) -> DataFrame:
-    """Every port of every node ``(dataflow_id, loc, arity)`` from the ``nodes`` table."""
-    arity = dataflows.groupBy("dataflow_id").agg(F.max("timestamp_arity").alias("arity"))
-
-    def ports(count: str, kind: str) -> DataFrame:
-        # sequence(0, -1) would be [0, -1], not empty: guard the port-less case explicitly.
-        indices = F.when(F.col(count) > 0, F.sequence(F.lit(0), F.col(count) - 1)).otherwise(
-            F.array().cast("array<int>")
-        )
-        return nodes.select("dataflow_id", "node", F.explode(indices).alias("port"), F.lit(kind).alias("kind"))
-
-    targets, sources = ports("inputs", "target"), ports("outputs", "source")
-    return (
-        targets.unionByName(sources)
-        .join(arity, "dataflow_id")
-        .select("dataflow_id", code_col(F.col("node"), F.col("port"), F.col("kind")).alias("loc"), "arity")
-    )

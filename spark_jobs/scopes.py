@@ -28,11 +28,11 @@ One Spark round per depth and direction, whatever the number of dataflows.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import reduce
 
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from spark_jobs.cycles import find_cycles
@@ -43,17 +43,14 @@ from spark_jobs.frames import (
     TRANSITION_SCHEMA,
     Progress,
     add,
-    arrow_to_spark,
     code_col,
     cut,
     decode,
     envelope,
 )
 from spark_jobs.propagate import propagate_with_psi
-from spark_jobs.rows import graph_rows
 from spark_jobs.summaries import summarize
-from spark_jobs.tables import TABLES, to_arrow
-from tracker.scope import NestedGraph, ScopePath
+from tracker.scope import ScopePath
 
 SCOPE_INFO = ["dataflow_id", "parent", "node", "kind", "arity", "depth"]
 """The columns of :attr:`Structure.scopes`: a scope's key, its parent's key and its node id
@@ -155,17 +152,6 @@ def structure_from_tables(scopes: DataFrame, nodes: DataFrame, connections: Data
         "dataflow_id", code_col(F.col("node"), F.col("port"), F.col("kind")).alias("loc"), "arity")
     return Structure(info, internal.unionByName(channel).localCheckpoint(), locations.localCheckpoint(),
                      int(stats["depth"] or 0), (stats["most"] or 1) == 1)
-
-
-def structure_of(spark: SparkSession, graphs: Mapping[str, NestedGraph]) -> Structure:
-    """The :class:`Structure` of in-memory nested dataflows (by dataflow id), through the very
-    rows the tables would hold."""
-    tables: dict[str, list[dict[str, object]]] = {"scopes": [], "nodes": [], "connections": [], "edges": []}
-    for dataflow_id, graph in graphs.items():
-        for table, rows in graph_rows(dataflow_id, graph).items():
-            tables[table].extend(rows)
-    frames = {t: arrow_to_spark(spark, to_arrow(t, rows), TABLES[t]) for t, rows in tables.items()}
-    return structure_from_tables(frames["scopes"], frames["nodes"], frames["connections"], frames["edges"])
 
 
 def _at_depth(df: DataFrame, st: Structure, depth: int) -> DataFrame:

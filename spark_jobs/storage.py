@@ -612,25 +612,6 @@ class Warehouse:
         recorded by a writer that said so; ``None`` if no writer did."""
         return self.watermark("pointstamps", POINTSTAMPS_APP + dataflow_id)
 
-    def pointstamps_snapshot(self, dataflow_id: str, scoped: bool = False
-                             ) -> tuple[int, dict[tuple[AnyLocation, Timestamp], int]] | None:
-        """``(as_of_version, counts)`` of the stored ``pointstamps``, both read from one table
-        version (so they belong together); ``None`` if no writer recorded the version.
-        ``scoped``: as :meth:`read_pointstamps`."""
-        path = self.path("pointstamps")
-        if self.backend == "delta-spark":
-            version = self.version("pointstamps")
-            mark = self.watermark("pointstamps", POINTSTAMPS_APP + dataflow_id)
-            return None if version is None or mark is None else (mark, self.read_pointstamps(dataflow_id, version,
-                                                                                               scoped))
-        if not DeltaTable.is_deltatable(path):
-            return None
-        delta = self._open(path)
-        as_of = delta.transaction_version(POINTSTAMPS_APP + dataflow_id)
-        if as_of is None:
-            return None
-        return as_of, self.read_pointstamps(dataflow_id, delta.version(), scoped)
-
     def read_pointstamps(self, dataflow_id: str, version: int | None = None, scoped: bool = False
                          ) -> dict[tuple[AnyLocation, Timestamp], int]:
         """Consolidated counts from ``pointstamps``, keyed by root ``Location`` s (a row of a

@@ -125,4 +125,4 @@ def test_compaction_writes_changes_then_the_state_as_of_the_published_version(tm
     assert sorted((r["node"], r["time"]) for r in _rows(tmp_path, "frontiers")) == [(0, [3]), (1, [3])]
     lag = dataflows["a"].lag
     assert (lag.compacted_version, lag.compacted_state, lag.uncompacted) == (3, 3, [])
-    assert Store(tmp_path).snapshot("a") == (3, {(SOURCE, (3,)): 1})
+    assert Store(tmp_path).snapshots(["a"]) == {"a": (3, {(SOURCE, (3,)): 1})}

@@ -194,7 +194,6 @@ def test_each_backend_reads_what_the_other_wrote(spark, tmp_path: Path, writer: 
         assert reading.pointstamps_version("a") == 7 and reading.pointstamps_version("b") == 8
         assert reading.read_pointstamps("a") == counts["a"] and reading.read_pointstamps("b") == counts["b"]
         assert reading.read_frontiers("a") == {Location.target(1, 0): [(0, 0)]}
-        assert reading.pointstamps_snapshot("b") == (8, counts["b"])
     psi = path_summaries(graph)
     wh.write_summaries("a", psi)
     assert other.read_summaries("a") == psi
