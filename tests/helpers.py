@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +38,7 @@ __all__ = [
     "frontier_map",
     "loop_graph",
     "register",
+    "stop_writers",
     "update",
     "violations",
     "wait_for",
@@ -178,6 +179,16 @@ class BatchWriter(threading.Thread):
                         return
                     self.acked.append(updates)
                     break
+
+
+def stop_writers(writers: Sequence[BatchWriter], timeout: float = 120.0) -> list[str]:
+    """Set every writer's :attr:`~BatchWriter.stop`, wait up to ``timeout`` seconds for each to
+    end, and return every error they recorded (in writer order)."""
+    for writer in writers:
+        writer.stop.set()
+    for writer in writers:
+        writer.join(timeout)
+    return [error for writer in writers for error in writer.errors]
 
 
 def assert_oversized_progress_refused(client: httpx.Client, dataflow_id: str, body: dict[str, Any],

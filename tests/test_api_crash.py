@@ -32,6 +32,7 @@ from tests.helpers import (
     frontier_map,
     loop_graph,
     register,
+    stop_writers,
     update,
 )
 from tracker import oracle
@@ -77,12 +78,9 @@ def test_kill_9_loses_no_acknowledged_batch_and_applies_none_twice(start_service
             time.sleep(0.1)
             service.restart()
         time.sleep(0.5)
-        for worker in workers:
-            worker.stop.set()
-        for worker in workers:
-            worker.join(120)
+        errors = stop_writers(workers)
         assert all(not w.is_alive() for w in workers)
-        assert [e for w in workers for e in w.errors] == []
+        assert errors == []
         acked = {w.name: w.acked for w in workers}
         total = sum(len(b) for b in acked.values())
         assert total > 20, f"too little load got through: {total} batches"

@@ -35,6 +35,7 @@ from tests.helpers import (
     counts_map,
     frontier_map,
     loop_graph,
+    stop_writers,
     update,
 )
 from tracker import oracle
@@ -166,11 +167,7 @@ def test_each_delta_table_lost_in_turn_under_load_then_kill_9_keeps_exactly_once
             service.kill9()
             service.restart()
         time.sleep(0.5)
-        for worker in workers:
-            worker.stop.set()
-        for worker in workers:
-            worker.join(120)
-        assert [e for w in workers for e in w.errors] == []
+        assert stop_writers(workers) == []
         assert len(list((warehouse / "_wal").glob("wal-*.log"))) >= 1
         with service.client() as client:
             for worker in workers:
