@@ -61,8 +61,9 @@ def _keys(updates: Sequence[Update] | Indexed) -> list[Key]:
     return list(zip(map(order.__getitem__, updates.locations), times, strict=True))
 
 
-MOVES_HELD = 100_000
-"""At most about this many frontier changes wait unfolded in :meth:`Ages.frontier_moved`."""
+MOVES_HELD = 4_096
+"""At most about this many frontier changes wait unfolded in :meth:`Ages.frontier_moved` (a
+fold of that many holds the event loop about a millisecond at most)."""
 
 
 class Ages:
