@@ -129,13 +129,14 @@ class Publication:
     """The published frontier of one graph, exact as of :attr:`frontier_version`."""
 
     def __init__(self, graph: Graph, history_limit: int = 100_000,
-                 on_published: Callable[[int, str, float], None] | None = None,
+                 on_published: Callable[[int, str | ChangeBatch, float], None] | None = None,
                  encoding: Encoding | None = None, *,
                  native: Engine | None = None,
                  frontiers_at: Callable[[int], Mapping[Location, Iterable[Timestamp]] | None] | None = None,
                  moved: Callable[[list[FrontierChange] | ChangeBatch, float], None] | None = None
                  ) -> None:
-        """``on_published(version, encoded changes, at)`` is told of every version with changes
+        """``on_published(version, changes, at)`` is told of every version with changes (encoded
+        as the streams send them, or the compiled engine's ``ChangeBatch`` that encodes to that)
         (also during recovery), for the Delta ``frontier_changes`` table; ``encoding`` (a nested
         dataflow's) replaces the flat JSON of locations and change lists; ``native`` is the
         compiled engine whose ``ChangeBatch`` es are published (for selections), and
@@ -253,8 +254,9 @@ class Publication:
         if self._moved is not None:
             self._moved(changes, stamp)
         if self._on_published is not None:
-            # The streams' JSON names each location's scope, as frontier_changes' rows do.
-            self._on_published(version, encoded, stamp)
+            # The streams' JSON names each location's scope, as frontier_changes' rows do; the
+            # compiled engine's batch becomes those rows without a JSON round trip (api.columns).
+            self._on_published(version, encoded if isinstance(changes, list) else changes, stamp)
         self._unfolded.append(changes)
         self._unfolded_changes += len(changes)
         if notify:

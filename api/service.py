@@ -199,7 +199,9 @@ class Service:
         # audits are skipped: see api.scopes).
         mode = "native" if hosting is not None and self.settings.engine == "spark" else self.settings.engine
         tenant = Tenant(registration=record, graph=graph, live=live,
-                        publication=Publication(graph, self.settings.history, lag.changes_published, hosting,
+                        # Without Delta nothing would ever drain what changes_published queues.
+                        publication=Publication(graph, self.settings.history,
+                                                lag.changes_published if self.store is not None else None, hosting,
                                                 native=live.native,
                                                 frontiers_at=None if live.native is None else live.frontiers_at,
                                                 moved=ages.frontier_moved),

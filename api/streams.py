@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterable
+from typing import TypeVar
 
 from api.publish import Publication, Selection
 
@@ -27,6 +29,50 @@ RESYNC = (-1, "")
 END = (-2, "")
 MAX_BYTES = 4 * 1024 * 1024
 """Default bound on the bytes of events queued for one subscriber (``TRACKER_SUBSCRIBER_BYTES``)."""
+WRITE_BYTES = 64 * 1024
+"""Events a subscriber fell behind on go out in writes of about this size: the transport then
+holds one such write (plus its 64 KiB high-water mark) per slow subscriber, not the backlog."""
+
+_Wire = TypeVar("_Wire", str, bytes)
+
+
+class _SharedForms:
+    """The wire forms of recent events, built once and shared by every subscriber: 500 SSE
+    subscribers of a busy dataflow otherwise copy each version's changes three times each
+    (payload, frame, bytes), gigabytes a second of allocations that also stay resident.
+
+    Keyed by the identity of the text a form is built from (held while cached, so its identity
+    is not reused), bounded in entries and characters; an evicted form lives on in whoever holds it.
+
+    >>> forms = _SharedForms()
+    >>> text = "[1]"
+    >>> forms.get("x", 1, text, lambda: text * 2) is forms.get("x", 1, text, lambda: "other")
+    True
+    """
+
+    def __init__(self, entries: int = 512, chars: int = 32 * 1024 * 1024) -> None:
+        self._forms: OrderedDict[tuple[str, int, int], tuple[str, str | bytes]] = OrderedDict()
+        self._entries, self._chars, self._held = entries, chars, 0
+
+    def get(self, form: str, version: int, source: str, build: Callable[[], _Wire]) -> _Wire:
+        """``build()``, the ``form`` of ``version``'s event made from ``source``, or the one made before."""
+        key = (form, version, id(source))
+        found = self._forms.get(key)
+        if found is not None and found[0] is source:
+            self._forms.move_to_end(key)
+            return found[1]  # type: ignore[return-value]  # the form's builder made it: same type
+        built = build()
+        if found is not None:
+            self._held -= len(found[1])
+        self._forms[key] = (source, built)
+        self._held += len(built)
+        while self._forms and (len(self._forms) > self._entries or self._held > self._chars):
+            _, (_, old) = self._forms.popitem(last=False)
+            self._held -= len(old)
+        return built
+
+
+_SHARED = _SharedForms()
 
 
 class Subscriber:
@@ -142,8 +188,41 @@ def _within(publication: Publication, after: int, count: int, size: int) -> bool
 
 
 def change_event(version: int, encoded: str) -> str:
-    """The ``changes`` payload around a pre-encoded change list."""
-    return f'{{"version":{version},"changes":{encoded}}}'
+    """The ``changes`` payload around a pre-encoded change list (one string per version and
+    selection, shared by its subscribers).
+
+    >>> change_event(3, "[]")
+    '{"version":3,"changes":[]}'
+    """
+    return _SHARED.get("event", version, encoded, lambda: f'{{"version":{version},"changes":{encoded}}}')
+
+
+def ws_message(event: str, version: int, data: str) -> str:
+    """``{"type": event, ...data}`` (``data`` a JSON object) as a WebSocket text message; a
+    ``changes`` message is built once per version and shared.
+
+    >>> ws_message("snapshot", 1, '{"version":1}')
+    '{"type":"snapshot","version":1}'
+    """
+    if event == "changes":
+        return _SHARED.get("ws", version, data, lambda: _typed(event, data))
+    return _typed(event, data)
+
+
+def _typed(kind: str, data: str) -> str:
+    return f'{{"type":"{kind}",{data[1:]}' if len(data) > 2 else f'{{"type":"{kind}"}}'
+
+
+def sse_frame(event: str, version: int, data: str) -> bytes:
+    """One SSE event (``data`` is one line of JSON), as sse-starlette would encode it; a
+    ``changes`` frame is built once per version and shared.
+
+    >>> sse_frame("changes", 3, '{"version":3}')
+    b'id: 3\\r\\nevent: changes\\r\\ndata: {"version":3}\\r\\n\\r\\n'
+    """
+    if event == "changes":
+        return _SHARED.get("sse", version, data, lambda: _frame(event, version, data))
+    return _frame(event, version, data)
 
 
 def _parse_event_id(value: str | None) -> int | None:
@@ -199,11 +278,20 @@ async def sse_events(publication: Publication, last_event_id: str | None, maxsiz
         on_change(1)
     try:
         for event, version, data in first:
-            yield _frame(event, version, data)
+            yield sse_frame(event, version, data)
         while True:
             events = await next_events(publication, subscriber)
-            if events:
-                yield b"".join(_frame(event, version, data) for event, version, data in events)
+            write: list[bytes] = []
+            size = 0
+            for event, version, data in events:
+                frame = sse_frame(event, version, data)
+                if write and size + len(frame) > WRITE_BYTES:
+                    yield b"".join(write) if len(write) > 1 else write[0]
+                    write, size = [], 0
+                write.append(frame)
+                size += len(frame)
+            if write:
+                yield b"".join(write) if len(write) > 1 else write[0]
             if any(event == "deleted" for event, _, _ in events):
                 return
     finally:
@@ -213,9 +301,4 @@ async def sse_events(publication: Publication, last_event_id: str | None, maxsiz
 
 
 def _frame(event: str, version: int, data: str) -> bytes:
-    """One SSE event (``data`` is one line of JSON), as sse-starlette would encode it.
-
-    >>> _frame("changes", 3, '{"version":3}')
-    b'id: 3\\r\\nevent: changes\\r\\ndata: {"version":3}\\r\\n\\r\\n'
-    """
     return f"id: {version}\r\nevent: {event}\r\ndata: {data}\r\n\r\n".encode()

@@ -27,8 +27,9 @@ import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
+from api import columns
 from api.columns import RawBatch
 from api.live import Counts, LiveState
 from api.metrics import Metrics
@@ -40,13 +41,17 @@ from api.tidy import Tidier
 from api.wal import WriteAheadLog
 from tracker.graph import Graph, Update
 
+if TYPE_CHECKING:
+    from progress_engine import ChangeBatch
+
 log = logging.getLogger("tracker.sync")
 
 ProgressItem = tuple[int, str, int, list[Update] | RawBatch, float]
 """A durable batch not yet in ``progress``: ``(version, worker, seq, updates, received_at)``;
 the updates as the request body when there are any (Arrow decodes it, see :mod:`api.columns`)."""
-ChangeItem = tuple[int, str, float]
-"""A published version not yet in ``frontier_changes``: ``(version, encoded changes, at)``."""
+ChangeItem = tuple[int, "str | ChangeBatch", float]
+"""A published version not yet in ``frontier_changes``: ``(version, changes, at)``, the changes
+as the streams' JSON or the compiled engine's batch (see :mod:`api.columns`)."""
 
 
 @dataclass(eq=False)
@@ -61,6 +66,8 @@ class DeltaLag:
     """The highest version in ``frontier_changes``."""
     compacted_state: int = -1
     """The version of the last ``pointstamps``/``frontiers`` written."""
+    places: columns.Places | None = None
+    """The compiled engine's locations as Arrow columns, once a flush needed them."""
     graph_stored: bool = False
     """The graph tables (and, without Spark, the native ``Psi``) are written."""
 
@@ -69,9 +76,9 @@ class DeltaLag:
         """A batch is durable: queue it for ``progress``."""
         self.unflushed.append((version, worker, seq, updates, received))
 
-    def changes_published(self, version: int, encoded: str, at: float) -> None:
+    def changes_published(self, version: int, changes: str | ChangeBatch, at: float) -> None:
         """A version's changes are published: queue them for ``frontier_changes``."""
-        self.uncompacted.append((version, encoded, at))
+        self.uncompacted.append((version, changes, at))
 
 
 class Synced(Protocol):
@@ -229,7 +236,9 @@ class Syncer:
             changes.extend((dataflow, item) for item in dataflow.lag.uncompacted)
             dataflow.lag.uncompacted = []
         if changes:
-            rows = [(d.id, version, encoded, at) for d, (version, encoded, at) in changes]
+            rows: list[columns.ChangeItem] = [
+                (d.id, version, encoded if isinstance(encoded, str) else (encoded, _places(d)), at)
+                for d, (version, encoded, at) in changes]
             try:
                 await loop.run_in_executor(self.pool, store.append_changes, rows)
             except Exception:
@@ -270,6 +279,13 @@ class Syncer:
         segment = await wal.rotate(self.header)
         self._rotation = (segment, versions)
         log.info("wal rotated", extra={"segment": segment})
+
+
+def _places(dataflow: Synced) -> columns.Places:
+    """The Arrow columns of a flat dataflow's compiled engine locations, built at its first flush."""
+    if dataflow.lag.places is None:
+        dataflow.lag.places = columns.Places.of(dataflow.live.tracker.locations)  # type: ignore[attr-defined]
+    return dataflow.lag.places
 
 
 def _real(hosting: Hosting | None, counts: Counts, frontiers: dict[Any, list[Any]]) -> tuple[Any, Any]:

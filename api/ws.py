@@ -55,11 +55,6 @@ TRY_AGAIN_LATER = 1013
 """The close code of a subscription over the subscriber limits (its reason says which)."""
 
 
-def _typed(kind: str, data: str) -> str:
-    """``{"type": kind, ...data}`` without re-encoding ``data`` (a JSON object)."""
-    return f'{{"type":"{kind}",{data[1:]}' if len(data) > 2 else f'{{"type":"{kind}"}}'
-
-
 async def _deny(websocket: WebSocket, status: int, body: dict[str, Any]) -> None:
     log.info("websocket refused", extra={"status": status, "error": body.get("error"), "path": websocket.url.path})
     try:
@@ -137,8 +132,8 @@ async def _serve(websocket: WebSocket, service: Service, dataflow: Tenant, subsc
         subscriber, first = streams.attach(dataflow.publication, None, service.settings.subscriber_queue,
                                            metrics.resyncs.inc, wanted, service.settings.subscriber_bytes)
         metrics.subscribers.labels("ws").inc()
-        for event, _version, data in first:
-            await send(_typed(event, data))
+        for event, version, data in first:
+            await send(streams.ws_message(event, version, data))
         tasks.append(asyncio.create_task(_send_changes(dataflow, subscriber, send)))
     try:
         while True:
@@ -224,6 +219,6 @@ async def _send_changes(dataflow: Tenant, subscriber: streams.Subscriber, send: 
                 if event == "resync":
                     await send(json.dumps({"type": "resync", "version": version, **json.loads(data)}))
                 else:
-                    await send(_typed(event, data))
+                    await send(streams.ws_message(event, version, data))
     except (WebSocketDisconnect, RuntimeError):
         return

@@ -7,8 +7,19 @@ import json
 
 import pytest
 
+from api.ages import MOVES_HELD, Ages
 from api.publish import Publication, changes_json
-from api.streams import RESYNC, Subscriber, attach, next_events
+from api.streams import (
+    RESYNC,
+    WRITE_BYTES,
+    Subscriber,
+    attach,
+    change_event,
+    next_events,
+    sse_events,
+    sse_frame,
+    ws_message,
+)
 from tracker.graph import Edge, Graph, Location, Node
 from tracker.reachability import FrontierChange, Tracker
 
@@ -107,3 +118,51 @@ def test_a_slow_subscriber_is_resynchronised_without_slowing_the_publisher() -> 
         return [event for event, _, _ in events]
 
     assert asyncio.run(main()) == ["resync", "snapshot"]
+
+
+def test_subscribers_share_one_wire_form_per_version_and_catch_up_in_bounded_writes() -> None:
+    # 500 SSE subscribers once copied each version's changes three times each (2.5 GB resident).
+    async def main() -> tuple[list[bytes], list[bytes], list[int]]:
+        tracker = _fresh_tracker_at(0)
+        publication = Publication(GRAPH)
+        publication.reset(tracker.frontiers(), 0)
+        streams = [sse_events(publication, None, 1000) for _ in range(2)]
+        firsts = [await anext(stream) for stream in streams]  # subscribed: their snapshots
+        assert all(b"event: snapshot" in first for first in firsts)
+        for version in range(1, 4):
+            publication.publish(version, _advance(tracker, version))
+        one, two = await anext(streams[0]), await anext(streams[1])
+        # A catch-up of many versions goes out in several writes of bounded size.
+        wide = [FrontierChange(TARGET, (t,), 1) for t in range(4, 204)]
+        narrow = [FrontierChange(c.location, c.time, -1) for c in wide]
+        for version in range(4, 44):
+            publication.publish(version, wide if version % 2 == 0 else narrow)
+        sizes = [len(await asyncio.wait_for(anext(streams[0]), 5))]
+        while sum(sizes) < 40 * len(changes_json(wide)):
+            sizes.append(len(await asyncio.wait_for(anext(streams[0]), 5)))
+        return [one], [two], sizes
+
+    one, two, sizes = asyncio.run(main())
+    assert one == two and b"id: 3" in one[0] and b"id: 1" in one[0]
+    frame = len(sse_frame("changes", 43, change_event(43, changes_json([FrontierChange(TARGET, (999,), -1)] * 200))))
+    assert len(sizes) > 1 and max(sizes) <= WRITE_BYTES + frame
+
+
+def test_changes_events_are_one_shared_string_per_version() -> None:
+    encoded = changes_json([FrontierChange(TARGET, (1,), 1)])
+    assert change_event(1, encoded) is change_event(1, encoded)
+    assert change_event(1, encoded) is not change_event(2, encoded) and '"version":2' in change_event(2, encoded)
+    data = change_event(1, encoded)
+    assert ws_message("changes", 1, data) is ws_message("changes", 1, data)
+    assert sse_frame("changes", 1, data) is sse_frame("changes", 1, data)
+    assert json.loads(ws_message("changes", 1, data)) == {"type": "changes", **json.loads(data)}
+
+
+def test_ages_hold_a_bounded_number_of_unfolded_changes() -> None:
+    ages = Ages(0.0)
+    wide = [FrontierChange(TARGET, (t,), 1) for t in range(30_000)]
+    for version in range(20):
+        ages.frontier_moved(wide, float(version))
+        assert sum(len(changes) for _, changes in ages._moves) < MOVES_HELD
+    ages._fold_moves()  # folded, not dropped: the location moved at the last version
+    assert ages._moved[TARGET] == 19.0

@@ -126,3 +126,27 @@ def test_compaction_writes_changes_then_the_state_as_of_the_published_version(tm
     lag = dataflows["a"].lag
     assert (lag.compacted_version, lag.compacted_state, lag.uncompacted) == (3, 3, [])
     assert Store(tmp_path).snapshots(["a"]) == {"a": (3, {(SOURCE, (3,)): 1})}
+
+
+def test_without_delta_nothing_queues_for_delta(tmp_path: Path) -> None:
+    # Nothing drains DeltaLag without a store: a queue there grew with every published version.
+    from api.config import Settings
+    from api.ingest import submit
+    from api.models import RegisterRequest
+    from api.service import Service
+
+    async def main() -> tuple[int, int]:
+        service = Service(Settings(warehouse=tmp_path, delta=False, spark=False), "admin")
+        service.recover()
+        body = {"name": "pair", "nodes": [{"id": 0, "inputs": 0, "outputs": 1}, {"id": 1, "inputs": 1, "outputs": 0}],
+                "edges": [{"source": {"node": 0, "port": 0}, "target": {"node": 1, "port": 0}}],
+                "initial": [{"location": {"node": 0, "port": 0, "kind": "source"}, "time": [0], "delta": 1}]}
+        tenant, _ = await service.register(RegisterRequest.model_validate(body))
+        for seq in range(50):
+            await submit(tenant, (b'{"worker":"w","seq":%d,"updates":[{"location":{"node":0,"port":0,"kind":"source"},'
+                                  b'"time":[%d],"delta":-1},{"location":{"node":0,"port":0,"kind":"source"},'
+                                  b'"time":[%d],"delta":1}]}') % (seq, seq, seq + 1), service.wal, service.metrics)
+        service.wal.close()
+        return tenant.publication.frontier_version, len(tenant.lag.uncompacted)
+
+    assert asyncio.run(main()) == (50, 0)

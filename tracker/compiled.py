@@ -98,6 +98,12 @@ class CompiledTracker:
         batch = updates if validated else self.graph.check_updates(updates)
         return self.engine.apply(batch).to_list(labels=True, cls=FrontierChange)
 
+    @property
+    def locations(self) -> list[Location]:
+        """Every location in the engine's index order: index ``i`` of the engine (of its
+        ``ChangeBatch`` es) is ``locations[i]``."""
+        return self._locations
+
     def frontier(self, location: Location) -> list[Timestamp]:
         """The minimal times that may still appear at ``location``, sorted."""
         return self.engine.frontier(self._index[location])

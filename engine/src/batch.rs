@@ -97,9 +97,84 @@ impl Changes {
     }
 }
 
+/// The changes of many batches as flat columns, ready to become Arrow arrays without a
+/// per-change object: row `r` is the change at `locations[r]` (offset by its batch's base, so
+/// that the batches of several engines can share one location table), with time
+/// `times[time_offsets[r]..time_offsets[r + 1]]` and diff `diffs[r]`; batch `b` holds rows
+/// `batch_offsets[b]..batch_offsets[b + 1]`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Columns {
+    pub batch_offsets: Vec<i32>,
+    pub locations: Vec<u32>,
+    pub time_offsets: Vec<i32>,
+    pub times: Vec<i64>,
+    pub diffs: Vec<i64>,
+}
+
+impl Default for Columns {
+    fn default() -> Self {
+        Columns { batch_offsets: vec![0], locations: vec![], time_offsets: vec![0], times: vec![], diffs: vec![] }
+    }
+}
+
+/// Why [`Columns::extend`] refused a batch.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ColumnsError {
+    /// A time coordinate above `i64::MAX` (Arrow's and Delta's times are signed).
+    TimeTooLarge(u64),
+    /// More rows or coordinates than 32-bit Arrow offsets address.
+    TooLarge,
+}
+
+impl Columns {
+    /// Appends one batch whose location indices are offset by `base`; on an error nothing is
+    /// appended.
+    pub fn extend(&mut self, changes: &Changes, base: u32) -> Result<(), ColumnsError> {
+        if let Some(&big) = changes.flat_times().iter().find(|&&t| t > i64::MAX as u64) {
+            return Err(ColumnsError::TimeTooLarge(big));
+        }
+        let rows = self.locations.len() + changes.len();
+        let coordinates = self.times.len() + changes.flat_times().len();
+        if rows > i32::MAX as usize || coordinates > i32::MAX as usize {
+            return Err(ColumnsError::TooLarge);
+        }
+        let arity = changes.arity();
+        for (index, &location) in changes.locations().iter().enumerate() {
+            self.locations.push(location.checked_add(base).ok_or(ColumnsError::TooLarge)?);
+            self.time_offsets.push((self.times.len() + (index + 1) * arity) as i32);
+        }
+        self.times.extend(changes.flat_times().iter().map(|&t| t as i64));
+        self.diffs.extend_from_slice(changes.diffs());
+        self.batch_offsets.push(rows as i32);
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn columns_concatenate_batches_of_any_arity() {
+        let mut one = Changes::new(1);
+        one.push(0, &[4], 1);
+        one.push(2, &[5], -1);
+        let mut two = Changes::new(2);
+        two.push(1, &[1, 2], -1);
+        let mut columns = Columns::default();
+        columns.extend(&one, 0).unwrap();
+        columns.extend(&Changes::new(1), 7).unwrap();
+        columns.extend(&two, 10).unwrap();
+        assert_eq!(columns.batch_offsets, vec![0, 2, 2, 3]);
+        assert_eq!(columns.locations, vec![0, 2, 11]);
+        assert_eq!(columns.time_offsets, vec![0, 1, 2, 4]);
+        assert_eq!(columns.times, vec![4, 5, 1, 2]);
+        assert_eq!(columns.diffs, vec![1, -1, -1]);
+        let mut huge = Changes::new(1);
+        huge.push(0, &[u64::MAX], 1);
+        assert_eq!(columns.extend(&huge, 0), Err(ColumnsError::TimeTooLarge(u64::MAX)));
+        assert_eq!(columns.locations.len(), 3, "a refused batch appends nothing");
+    }
 
     #[test]
     fn flat_storage_round_trips() {

@@ -12,7 +12,7 @@ use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple, PyType};
 
-use crate::batch::Changes;
+use crate::batch::{Changes, Columns, ColumnsError};
 use crate::json::Fragments;
 use crate::selection::Selection;
 use crate::time::{DynTime, Time};
@@ -521,8 +521,58 @@ impl ChangeBatch {
     }
 }
 
+/// The native-endian bytes of a slice of integers (what `pyarrow.py_buffer` wraps as an
+/// Arrow buffer).
+fn raw_bytes<'py, T: Copy>(py: Python<'py>, values: &[T]) -> Bound<'py, PyBytes> {
+    // SAFETY: `T` is a primitive integer (no padding, every byte initialised); the slice lives
+    // while the bytes are copied.
+    let bytes = unsafe { std::slice::from_raw_parts(values.as_ptr().cast::<u8>(), std::mem::size_of_val(values)) };
+    PyBytes::new(py, bytes)
+}
+
+type ColumnBytes<'py> =
+    (Bound<'py, PyBytes>, Bound<'py, PyBytes>, Bound<'py, PyBytes>, Bound<'py, PyBytes>, Bound<'py, PyBytes>);
+
+/// `change_columns(batches, bases)`: the changes of `batches` as five buffers of native-endian
+/// integers, `(batch_offsets: int32, locations: uint32, time_offsets: int32, times: int64,
+/// diffs: int64)`, laid out as Arrow's list and primitive arrays want them: batch `b` holds
+/// rows `batch_offsets[b]..batch_offsets[b + 1]`, row `r` is at location
+/// `locations[r]` (its batch's index plus `bases[b]`) with time
+/// `times[time_offsets[r]..time_offsets[r + 1]]` and diff `diffs[r]`. Built without the GIL
+/// and without a Python object per change; a ``ValueError`` for a time above ``2**63 - 1``.
+#[pyfunction]
+fn change_columns<'py>(
+    py: Python<'py>,
+    batches: Vec<Bound<'py, ChangeBatch>>,
+    bases: Vec<u32>,
+) -> PyResult<ColumnBytes<'py>> {
+    if batches.len() != bases.len() {
+        return Err(PyValueError::new_err(format!("{} batches but {} bases", batches.len(), bases.len())));
+    }
+    let changes: Vec<&Changes> = batches.iter().map(|batch| &batch.get().changes).collect();
+    let built = py.detach(|| {
+        let mut columns = Columns::default();
+        for (changes, &base) in changes.iter().zip(&bases) {
+            columns.extend(changes, base)?;
+        }
+        Ok::<Columns, ColumnsError>(columns)
+    });
+    let columns = built.map_err(|error| match error {
+        ColumnsError::TimeTooLarge(time) => PyValueError::new_err(format!("time coordinate {time} exceeds 2**63 - 1")),
+        ColumnsError::TooLarge => PyValueError::new_err("too many changes for 32-bit offsets"),
+    })?;
+    Ok((
+        raw_bytes(py, &columns.batch_offsets),
+        raw_bytes(py, &columns.locations),
+        raw_bytes(py, &columns.time_offsets),
+        raw_bytes(py, &columns.times),
+        raw_bytes(py, &columns.diffs),
+    ))
+}
+
 #[pymodule]
 fn progress_engine(module: &Bound<'_, PyModule>) -> PyResult<()> {
+    module.add_function(wrap_pyfunction!(change_columns, module)?)?;
     module.add_class::<Engine>()?;
     module.add_class::<ChangeBatch>()?;
     module.add_class::<PySelection>()?;
