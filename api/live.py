@@ -38,7 +38,7 @@ RECENT_BATCHES = 10_000
 that applied it while it is recent (older duplicates get the worker's latest version)."""
 
 if TYPE_CHECKING:
-    from progress_engine import ChangeBatch
+    from progress_engine import ChangeBatch, Frontiers
 
 Counts = dict[tuple[Location, Timestamp], int]
 
@@ -149,10 +149,10 @@ class LiveState:
         self.workers = dict(positions)
         self.durable_workers = dict(positions)
 
-    def frontiers_at(self, version: int) -> dict[Location, list[Timestamp]] | None:
-        """Every location's frontier if the tracker is exactly at ``version`` (no batch applied
-        beyond it), else ``None``."""
-        return self.tracker.frontiers() if version == self.version else None
+    def frontier_copy_at(self, version: int) -> Frontiers | None:
+        """A copy of the compiled engine's frontiers if it is exactly at ``version`` (no batch
+        applied beyond it), else ``None``."""
+        return self.native.frontier_copy() if self.native is not None and version == self.version else None
 
     def inflight(self) -> list[Pending]:
         """Applied batches whose log record is not durable yet, oldest first."""

@@ -203,7 +203,7 @@ class Service:
                         publication=Publication(graph, self.settings.history,
                                                 lag.changes_published if self.store is not None else None, hosting,
                                                 native=live.native,
-                                                frontiers_at=None if live.native is None else live.frontiers_at,
+                                                copy_at=None if live.native is None else live.frontier_copy_at,
                                                 moved=ages.frontier_moved),
                         lag=lag, engine_mode=mode, hosting=hosting, ages=ages,
                         rules=Rules(self.settings.stall_seconds, self.settings.violation_seconds))

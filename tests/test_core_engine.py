@@ -56,6 +56,7 @@ def test_engine_reference_and_oracle_agree_on_every_batch(arity: int, loops: boo
         wanted = data.draw(st.sets(st.sampled_from(order)))
         selection = engine.selection([index[loc] for loc in wanted])
         psi = oracle.path_summaries(graph)
+        published = engine.frontier_copy()  # what the service publishes: batches folded in, in the engine
         for number, batch in enumerate(batches):
             expected = reference.apply(batch)
             assert compiled.apply(batch) == expected
@@ -74,6 +75,9 @@ def test_engine_reference_and_oracle_agree_on_every_batch(arity: int, loops: boo
             truth = oracle.frontiers(graph, oracle.accumulate(batches[: number + 1]), psi)
             assert compiled.frontiers() == reference.frontiers() == truth
             assert engine.frontiers() == [truth[loc] for loc in order]
+            published.fold(low)
+            assert published.to_dict() == {loc: set(times) for loc, times in truth.items()}
+            assert [published.frontier(i) for i in range(len(order))] == [truth[loc] for loc in order]
         assert compiled.pointstamps() == reference.pointstamps() == oracle.accumulate(batches)
         times = st.tuples(*[st.integers(0, 4)] * arity)
         for loc, time in data.draw(st.lists(st.tuples(st.sampled_from(order), times), max_size=10)):
@@ -213,3 +217,20 @@ def test_compiled_engine_in_every_scope_equals_the_reference_and_the_scoped_orac
         assert all(compiled.can_notify(loc, time) == reference.can_notify(loc, time)
                    for batch in batches[:done] for loc, time, _ in batch)
     assert compiled.pointstamps() == reference.pointstamps() == scoped_oracle.accumulate(batches)
+
+
+def test_a_frontier_copy_takes_only_its_own_engines_batches_that_follow_it() -> None:
+    graph = Graph.build(1, [Node(0, 0, 1), Node(1, 1, 0)], [Edge(Location.source(0, 0), Location.target(1, 0))])
+    engine, order = engine_for(graph)
+    other, _ = engine_for(graph)
+    copy, stale = engine.frontier_copy(), engine.frontier_copy()
+    source = order.index(Location.source(0, 0))
+    with pytest.raises(ValueError, match="another engine"):
+        copy.fold(other.apply_indexed([source], [3], [1]))
+    copy.fold(engine.apply_indexed([source], [3], [1]))
+    assert copy.frontier(source) == [(3,)] and len(copy) == len(order)
+    retired = engine.apply_indexed([source], [3], [-1])
+    with pytest.raises(ValueError, match="does not follow"):
+        stale.fold(retired)  # it never saw (3,) enter
+    copy.fold(retired)
+    assert copy.to_dict() == {loc: set() for loc in order}

@@ -10,7 +10,7 @@ use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::{PyIndexError, PyKeyError, PyTypeError, PyValueError};
 use pyo3::ffi;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple, PyType};
+use pyo3::types::{PyBytes, PyDict, PyList, PySet, PyString, PyTuple, PyType};
 
 use crate::batch::{Changes, Columns, ColumnsError};
 use crate::json::Fragments;
@@ -300,6 +300,18 @@ impl Engine {
         Ok(out)
     }
 
+    /// A copy of every location's frontier, to be kept as of a published version by folding
+    /// that version's changes into it ([`Frontiers::fold`]).
+    fn frontier_copy(&self) -> Frontiers {
+        let mut antichains = Vec::with_capacity(self.locations);
+        dispatch!(&self.inner, tracker => {
+            for location in 0..self.locations {
+                antichains.push(tracker.frontier(location).iter().flat_map(|t| t.coords().to_vec()).collect());
+            }
+        });
+        Frontiers { arity: self.arity, antichains, shared: self.shared.clone() }
+    }
+
     /// Every non-zero occurrence count as `(location, time, count)`.
     fn pointstamps<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
         let out = PyList::empty(py);
@@ -521,6 +533,72 @@ impl ChangeBatch {
     }
 }
 
+/// Every location's frontier as of some version, without a Python object per location or time
+/// until asked ([`Frontiers::to_dict`]); folding a version's `ChangeBatch` moves it to that
+/// version. A publisher keeps one per dataflow instead of a dict of sets it must update in
+/// Python (16 ms for an 8,000-operator chain).
+#[pyclass(module = "progress_engine", name = "Frontiers")]
+pub struct Frontiers {
+    arity: usize,
+    /// Per location, its antichain's times, flat (`arity` coordinates each).
+    antichains: Vec<Vec<u64>>,
+    shared: Arc<Shared>,
+}
+
+#[pymethods]
+impl Frontiers {
+    fn __len__(&self) -> usize {
+        self.antichains.len()
+    }
+
+    /// Apply one version's changes (`+1`: the time entered the location's frontier, `-1`: it
+    /// left); the batch must come from the engine this copy was taken from.
+    fn fold(&mut self, batch: &ChangeBatch) -> PyResult<()> {
+        if !Arc::ptr_eq(&self.shared, &batch.shared) {
+            return Err(PyValueError::new_err("the batch comes from another engine"));
+        }
+        let arity = self.arity;
+        for (location, time, diff) in batch.changes.iter() {
+            let times = &mut self.antichains[location as usize];
+            if diff > 0 {
+                times.extend_from_slice(time);
+            } else if let Some(at) = times.chunks_exact(arity).position(|t| t == time) {
+                // Order within an antichain does not matter: move the last time into the gap.
+                let last = times.len() - arity;
+                times.copy_within(last.., at * arity);
+                times.truncate(last);
+            } else {
+                return Err(PyValueError::new_err(format!(
+                    "location {location} has no time {time:?} to retire: the batch does not follow this copy"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// The frontier of the location at `index`, sorted.
+    fn frontier<'py>(&self, py: Python<'py>, index: usize) -> PyResult<Bound<'py, PyList>> {
+        let times = self.antichains.get(index).ok_or_else(|| PyIndexError::new_err("no such location"))?;
+        let mut sorted: Vec<&[u64]> = times.chunks_exact(self.arity.max(1)).collect();
+        sorted.sort_unstable();
+        PyList::new(py, sorted.into_iter().map(|t| time_tuple(py, t)).collect::<PyResult<Vec<_>>>()?)
+    }
+
+    /// `{label: {time, ...}}` for every location (an empty set where nothing can arrive).
+    fn to_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let labels = self.shared.labels.as_ref().ok_or_else(|| PyValueError::new_err("this engine has no labels"))?;
+        let out = PyDict::new(py);
+        for (label, times) in labels.iter().zip(&self.antichains) {
+            let set = PySet::empty(py)?;
+            for time in times.chunks_exact(self.arity.max(1)) {
+                set.add(time_tuple(py, time)?)?;
+            }
+            out.set_item(label.bind(py), set)?;
+        }
+        Ok(out)
+    }
+}
+
 /// The native-endian bytes of a slice of integers (what `pyarrow.py_buffer` wraps as an
 /// Arrow buffer).
 fn raw_bytes<'py, T: Copy>(py: Python<'py>, values: &[T]) -> Bound<'py, PyBytes> {
@@ -575,6 +653,7 @@ fn progress_engine(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(change_columns, module)?)?;
     module.add_class::<Engine>()?;
     module.add_class::<ChangeBatch>()?;
+    module.add_class::<Frontiers>()?;
     module.add_class::<PySelection>()?;
     Ok(())
 }
