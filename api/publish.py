@@ -165,6 +165,11 @@ class Publication:
         """The oldest version the history can go back to."""
         self.subscribers: set[Listener] = set()
         self._history_changes = 0
+        self.published_changes = 0
+        """Changes published so far, in all (a running total)."""
+        self.history_totals: deque[int] = deque()
+        """:attr:`published_changes` right after each :attr:`history` entry (kept in step with it):
+        how many changes a rewind undoes is a subtraction, not a pass over the history."""
         self._published: Frontier = {}
         self._unfolded: list[list[FrontierChange] | ChangeBatch] = []
         self._unfolded_changes = 0
@@ -252,6 +257,8 @@ class Publication:
             encoded = encoding.changes_json(changes)
         history = self.history
         history.append((version, len(changes), encoded))
+        self.published_changes += len(changes)
+        self.history_totals.append(self.published_changes)
         if not isinstance(changes, list):
             self._batches[version] = changes
         self._history_changes += len(changes)
@@ -259,6 +266,7 @@ class Publication:
             len(history) > self.history_limit or self._history_changes > 10 * self.history_limit
         ):
             old_version, old_count, _ = history.popleft()
+            self.history_totals.popleft()
             self._batches.pop(old_version, None)
             self._history_changes -= old_count
             self.history_floor = old_version

@@ -27,7 +27,8 @@ of references) before the first slice, so publishing may go on meanwhile.
 ...                         notify=False)
 >>> [asyncio.run(frontier_as_of(publication, v))[1][here] for v in (0, 2, 3)]
 [{(0,)}, {(2,)}, {(3,)}]
->>> _oldest([(1, 150_000, ""), (2, 50_000, ""), (3, 100_000, ""), (5, 100_000, "")], floor=0)  # undo 3 and 5
+>>> _oldest([(1, 150_000, ""), (2, 50_000, ""), (3, 100_000, ""), (5, 100_000, "")],
+...         [150_000, 200_000, 300_000, 400_000], floor=0)  # undo 3 and 5
 2
 """
 
@@ -36,9 +37,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import time
-from collections.abc import Callable
-from itertools import accumulate
-from operator import itemgetter
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import msgspec
@@ -76,13 +75,13 @@ async def frontier_as_of(publication: Publication, version: int) -> tuple[int, F
         return publication.frontier_at()
     if version > current:
         raise LookupError(f"version {version} has not happened yet (current version is {current})")
-    # One instant: the frontier and the history it is exact with.
-    entries = list(publication.history)
-    oldest = _oldest(entries, publication.history_floor)
+    oldest = _oldest(publication.history, publication.history_totals, publication.history_floor)
     if version < publication.history_floor:
         raise TooFarBack(version, oldest, "older than the retained history")
     if version < oldest:
         raise TooFarBack(version, oldest, f"more than {REWIND_CHANGES} frontier changes back")
+    # One instant: the frontier and the history it is exact with.
+    entries = list(publication.history)
     first = bisect.bisect_right(entries, version, key=lambda entry: entry[0])
     view = {loc: set(ts) for loc, ts in publication.published.items()}
     location_of = _locator(publication)
@@ -109,12 +108,16 @@ async def frontier_as_of(publication: Publication, version: int) -> tuple[int, F
     return version, view
 
 
-def _oldest(entries: list[tuple[int, int, str]], floor: int) -> int:
-    """The oldest version whose rewind undoes at most :data:`REWIND_CHANGES` changes (C-level
-    passes over the history copy: no Python loop per entry)."""
-    undone = list(accumulate(reversed(list(map(itemgetter(1), entries)))))
-    undoable = bisect.bisect_right(undone, REWIND_CHANGES)  # the newest entries within the bound
-    return floor if undoable >= len(entries) else entries[len(entries) - undoable - 1][0]
+def _oldest(history: Sequence[tuple[int, int, str]], totals: Sequence[int], floor: int) -> int:
+    """The oldest version whose rewind undoes at most :data:`REWIND_CHANGES` changes:
+    ``totals[i]`` is the running total of changes right after ``history[i]``, so the undo back to
+    ``history[i]``'s version is ``totals[-1] - totals[i]``, found by bisection (a few index
+    operations, whatever the history's length)."""
+    if not totals or totals[-1] - (totals[0] - history[0][1]) <= REWIND_CHANGES:
+        return floor  # the whole history can be undone
+    # The first entry whose version is close enough: everything after it is undone.
+    index = bisect.bisect_left(totals, totals[-1] - REWIND_CHANGES)
+    return history[index][0]
 
 
 class _Where(msgspec.Struct, frozen=True):

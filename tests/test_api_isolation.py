@@ -6,17 +6,20 @@ import asyncio
 import json
 import threading
 import time
+from itertools import accumulate
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from websockets.sync.client import connect as ws_connect
 
 from api.config import Settings
 from api.ingest import submit
 from api.models import RegisterRequest
-from api.rewind import frontier_as_of
+from api.rewind import REWIND_CHANGES, _oldest, frontier_as_of
 from api.service import Service
 from tests.helpers import ServiceProcess, loop_graph, register
 
@@ -176,3 +179,18 @@ def test_the_sliced_rewind_equals_the_whole_undo_flat_and_nested(tmp_path: Path)
         return checked
 
     assert asyncio.run(main()) == 62
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(1, 120_000), min_size=1, max_size=12), st.integers(0, 5))
+def test_the_oldest_answerable_version_is_found_from_running_totals(counts: list[int], dropped: int) -> None:
+    # Against the definition: the oldest retained version whose undo is at most REWIND_CHANGES
+    # (entries dropped from the front as the history's bound does; the floor is the last dropped).
+    history = [(2 * i + 1, count, "") for i, count in enumerate(counts)]
+    totals = list(accumulate(counts))
+    history, totals = history[min(dropped, len(history) - 1):], totals[min(dropped, len(totals) - 1):]
+    floor = 0 if history[0][0] == 1 else history[0][0] - 2
+    candidates = [floor] + [version for version, _, _ in history]
+    undo = {version: sum(count for v, count, _ in history if v > version) for version in candidates}
+    expected = min(version for version in candidates if undo[version] <= REWIND_CHANGES)
+    assert _oldest(history, totals, floor) == expected
