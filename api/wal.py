@@ -69,6 +69,9 @@ log = logging.getLogger("tracker.wal")
 
 _SYNC = struct.Struct("<I")  # a segment number to the syncer, an errno back
 INLINE_SYNC_MAX = 0.010
+INLINE_BYTES_MAX = 256 * 1024
+"""A group larger than this is synced by the sync process even on a quiet log (a 6 MB
+registration's ``fdatasync`` took the loop ~20 ms)."""
 """Seconds: while recent syncs take longer than this (a slow or stalled disk), even a quiet log
 syncs in the sync process, so that the event loop (other dataflows' streams and queries) never
 stalls on the disk for long. Generous on purpose: on two busy cores (load ~20) the process
@@ -124,8 +127,15 @@ class LogFailed(RuntimeError):
 @dataclass
 class _Entry:
     data: bytes
+    """The record as framed for the segment (empty for a barrier)."""
     future: asyncio.Future[None] | None
     on_durable: Callable[[], None] | None
+
+
+def framed(record: Record) -> bytes:
+    """``record`` encoded and framed as :meth:`WriteAheadLog.enqueue` writes it: a caller with
+    a large record (a registration of 50,000 nodes: ~35 ms) makes it in a thread and passes it."""
+    return frame(encode(record))
 
 
 class WriteAheadLog:
@@ -245,8 +255,10 @@ class WriteAheadLog:
 
     # -- appending ------------------------------------------------------------------------
 
-    def enqueue(self, record: Record, on_durable: Callable[[], None] | None = None) -> asyncio.Future[None]:
-        """Add ``record`` to the next group.
+    def enqueue(self, record: Record, on_durable: Callable[[], None] | None = None, *,
+                as_framed: bytes | None = None) -> asyncio.Future[None]:
+        """Add ``record`` to the next group (``as_framed``: its :func:`framed` bytes, made by the
+        caller).
 
         Returns:
             A future that resolves once the record is on disk, after ``on_durable`` ran
@@ -258,7 +270,7 @@ class WriteAheadLog:
         if self.failed is not None:
             raise LogFailed() from self.failed
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._group.append(_Entry(encode(record), future, on_durable))
+        self._group.append(_Entry(framed(record) if as_framed is None else as_framed, future, on_durable))
         self._kick()
         return future
 
@@ -303,14 +315,15 @@ class WriteAheadLog:
                 return
             if not self._group:
                 return
-            if started - self._last_done > self._sync_seconds and self._sync_seconds < INLINE_SYNC_MAX:
+            if (started - self._last_done > self._sync_seconds and self._sync_seconds < INLINE_SYNC_MAX
+                    and sum(len(e.data) for e in self._group) <= INLINE_BYTES_MAX):
                 # Quiet: nothing would share this sync, so sync on the loop's next turn (after
                 # the caller applied its batch) rather than pay two process wake-ups.
                 self._inline = True
                 asyncio.get_running_loop().call_soon(self._commit_inline)
                 return
             group, self._group = self._group, []
-            data = b"".join(frame(e.data) for e in group if e.data)
+            data = b"".join(e.data for e in group)
             self._inflight = (group, started, None)
             if not data:  # barriers only: everything before them is durable already
                 asyncio.get_running_loop().call_soon(self._synced, 0)
@@ -337,7 +350,7 @@ class WriteAheadLog:
         started = time.perf_counter()
         self._inflight = (group, started, None)
         self.inline_commits += 1
-        data = b"".join(frame(e.data) for e in group if e.data)
+        data = b"".join(e.data for e in group)
         try:
             if data:
                 self._write(self._fd, data)
