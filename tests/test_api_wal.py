@@ -9,7 +9,7 @@ import pytest
 
 from api.records import ATTRIBUTION, Batch, Check, Register, decode, encode
 from api.segments import HEADER_SIZE, frame, scan, segment_name, segment_number, segments
-from api.wal import LogFailed, WriteAheadLog, read_segment
+from api.wal import INLINE_BYTES_MAX, LogFailed, WriteAheadLog, framed, read_segment
 
 REGISTER = Register(name="r", arity=2, nodes=[{"id": 0, "inputs": 0, "outputs": 1, "name": "in"}], edges=[],
                     initial=[(0, 0, "source", (1, 2), 3)], df="d1", token="ab" * 32,
@@ -160,3 +160,23 @@ def test_a_quiet_log_syncs_on_the_event_loop_and_back_to_back_commits_use_the_sy
     assert inline < len(records)  # some back-to-back commits went to the sync process
     assert order == list(range(len(records)))
     assert [r for _, r in WriteAheadLog(tmp_path).recover().records] == records
+
+
+def test_a_large_record_is_synced_by_the_sync_process_even_on_a_quiet_log(tmp_path: Path) -> None:
+    # A 6 MB registration's fdatasync took the event loop ~20 ms; the caller may frame it in a thread.
+    big = Batch(df="d1", v=1, at=1.0, body=b"x" * (INLINE_BYTES_MAX + 1))
+    small = Batch(df="d1", v=2, at=2.0, body=b"{}")
+
+    async def main() -> tuple[int, int]:
+        wal = WriteAheadLog(tmp_path)
+        wal.open()
+        await asyncio.sleep(0.05)  # quiet: a small record alone would be synced on the loop
+        await wal.enqueue(big, as_framed=await asyncio.to_thread(framed, big))
+        after_big = wal.inline_commits
+        await asyncio.sleep(0.05)
+        await wal.enqueue(small)
+        wal.close()
+        return after_big, wal.inline_commits
+
+    assert asyncio.run(main()) == (0, 1)  # the large one by the sync process, the small one inline
+    assert [r for _, r in WriteAheadLog(tmp_path).recover().records] == [big, small]
