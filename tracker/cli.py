@@ -67,5 +67,22 @@ def needs_extra(command: str, extra: str, error: ImportError) -> int:
     return 2
 
 
+_EXIT_AT_ONCE = frozenset({"report"})
+"""Commands that only read Delta tables and print: their process ends with ``os._exit`` once its
+output is flushed. The native thread pools of polars, pyarrow and delta-rs occasionally abort
+the interpreter's teardown after such reads ("terminate called without an active exception",
+exit status -6 instead of the command's own), a known destructor-ordering problem between them."""
+
+
+def entry() -> None:
+    """The ``tracker`` console script: :func:`main`'s exit code, as the process's."""
+    code = main()
+    if len(sys.argv) > 1 and sys.argv[1] in _EXIT_AT_ONCE:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()
