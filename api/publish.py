@@ -164,7 +164,6 @@ class Publication:
         self.history_floor = 0
         """The oldest version the history can go back to."""
         self.subscribers: set[Listener] = set()
-        self._history_changes = 0
         self.published_changes = 0
         """Changes published so far, in all (a running total)."""
         self.history_totals: deque[int] = deque()
@@ -202,6 +201,12 @@ class Publication:
                 native = self._native.selection(sorted(index[loc] for loc in key))
             selection = self._selections[key] = Selection(key, native)
         return selection
+
+    def history_changes(self) -> int:
+        """How many changes the retained history holds (from :attr:`history_totals`)."""
+        if not self.history:
+            return 0
+        return self.history_totals[-1] - self.history_totals[0] + self.history[0][1]
 
     @property
     def published(self) -> Frontier:
@@ -261,14 +266,12 @@ class Publication:
         self.history_totals.append(self.published_changes)
         if not isinstance(changes, list):
             self._batches[version] = changes
-        self._history_changes += len(changes)
         while len(history) > 1 and (
-            len(history) > self.history_limit or self._history_changes > 10 * self.history_limit
+            len(history) > self.history_limit or self.history_changes() > 10 * self.history_limit
         ):
-            old_version, old_count, _ = history.popleft()
+            old_version, _, _ = history.popleft()
             self.history_totals.popleft()
             self._batches.pop(old_version, None)
-            self._history_changes -= old_count
             self.history_floor = old_version
         stamp = time.time() if at is None else at
         if self._moved is not None:
