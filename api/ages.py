@@ -44,7 +44,7 @@ from tracker.graph import Location, Update
 from tracker.timestamp import Timestamp
 
 if TYPE_CHECKING:
-    from progress_engine import ChangeBatch
+    from progress_engine import ChangeBatch, MovedAt
 
 Key = tuple[Location, Timestamp]
 _KEY = itemgetter(0, 1)
@@ -69,7 +69,7 @@ fold of that many holds the event loop about a millisecond at most)."""
 class Ages:
     """When things happened to one dataflow's locations and pointstamps (see the module doc)."""
 
-    __slots__ = ("_born", "_by_index", "_moved", "_moves", "_moves_changes", "_queue", "_queued", "counts", "created")
+    __slots__ = ("_born", "_moved", "_moves", "_moves_changes", "_queue", "_queued", "_stamps", "counts", "created")
 
     def __init__(self, created: float, counts: Callable[[], Mapping[Key, int]] = dict) -> None:
         self.created = created
@@ -78,9 +78,9 @@ class Ages:
         self.counts = counts
         """The dataflow's non-zero counts as of its durable version (its tenant's ``counts``)."""
         self._moved: dict[Location, float] = {}
-        self._moves: list[tuple[float, list[Any] | ChangeBatch]] = []
+        self._moves: list[tuple[float, list[Any]]] = []
         self._moves_changes = 0
-        self._by_index: dict[int, float] = {}
+        self._stamps: MovedAt | None = None
         """Locations the compiled engine reported by index (into ``sorted(graph.locations())``)."""
         self._queue: list[tuple[float, str | None, Sequence[Update] | Indexed]] = []
         self._queued = 0
@@ -90,10 +90,17 @@ class Ages:
     # -- the hot path: appends only ----------------------------------------------------------
 
     def frontier_moved(self, changes: list[Any] | ChangeBatch, at: float) -> None:
-        """A published version changed the frontier at these changes' locations at ``at``
-        (kept as given; read when someone asks, or every 1024 versions or
-        :data:`MOVES_HELD` changes, whichever comes first: 1,024 batches of an 8,000-operator
-        chain held 650 MB)."""
+        """A published version changed the frontier at these changes' locations at ``at``: the
+        compiled engine's batch is stamped in the engine (no Python object per change); a list
+        is kept as given and read when someone asks, or every 1024 versions or
+        :data:`MOVES_HELD` changes, whichever comes first."""
+        if not isinstance(changes, list):
+            if self._stamps is None:
+                from progress_engine import MovedAt  # only the compiled engine makes batches
+
+                self._stamps = MovedAt()
+            self._stamps.stamp(changes, at)
+            return
         self._moves.append((at, changes))
         self._moves_changes += len(changes)
         if len(self._moves) >= 1024 or self._moves_changes >= MOVES_HELD:
@@ -101,10 +108,7 @@ class Ages:
 
     def _fold_moves(self) -> None:
         for at, changes in self._moves:  # oldest first: the newest time wins
-            if isinstance(changes, list):
-                self._moved.update(dict.fromkeys([change[0] for change in changes], at))
-            else:
-                self._by_index.update(dict.fromkeys(changes.locations(), at))
+            self._moved.update(dict.fromkeys([change[0] for change in changes], at))
         self._moves, self._moves_changes = [], 0
 
     def batch_durable(self, at: float, worker: str | None, updates: Sequence[Update] | Indexed) -> None:
@@ -149,12 +153,11 @@ class Ages:
         """When the frontier at ``location`` last changed (``order``: the compiled engine's
         location order, ``sorted(graph.locations())``, or ``[]`` when it reports none)."""
         self._fold_moves()
-        if self._by_index:
-            for index, at in self._by_index.items():
+        if self._stamps:
+            for index, at in self._stamps.drain():
                 loc = order[index]
                 if self._moved.get(loc, 0.0) < at:
                     self._moved[loc] = at
-            self._by_index.clear()
         return self._moved.get(location, self.created)
 
     def blame(self, location: Location, time: Timestamp) -> tuple[float, str | None] | None:

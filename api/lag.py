@@ -80,7 +80,7 @@ def _locations(tenant: Tenant) -> list[Location]:
 
 def _order(tenant: Tenant) -> list[Location]:
     """The compiled engine's location order (it reports changed locations by index)."""
-    return sorted(tenant.graph.locations()) if tenant.live.native is not None else []
+    return tenant.graph.sorted_locations() if tenant.live.native is not None else []
 
 
 def blamer(tenant: Tenant, now: float) -> Callable[[Location, Timestamp], dict[str, Any]]:

@@ -170,7 +170,7 @@ def _indexed(graph: Graph) -> tuple[list[Location], dict[_Location, int]]:
     """The graph's locations in the compiled engine's order, and their index by decoded form."""
     cached = _INDEXED.get(id(graph))
     if cached is None or cached[0] is not graph:
-        order = sorted(graph.locations())
+        order = graph.sorted_locations()
         cached = (graph, order, {_Location(loc.node, loc.port, loc.kind): i for i, loc in enumerate(order)})
         _INDEXED[id(graph)] = cached
     return cached[1], cached[2]

@@ -81,6 +81,9 @@ class Selection:
         """The compiled engine's ``Selection`` (``--engine native``), else ``None``."""
 
 
+_Frontier = Mapping[Location, Iterable[Timestamp]]
+
+
 def encode(changes: list[FrontierChange] | ChangeBatch, selection: Selection | None = None) -> str:
     """The JSON array of a version's changes (at ``selection``'s locations only, if given): the
     compiled engine's ``ChangeBatch`` encodes itself, in Rust; the reference's list goes
@@ -197,7 +200,7 @@ class Publication:
         if selection is None:
             native = None
             if self._native is not None:
-                index = {loc: i for i, loc in enumerate(sorted(self.graph.locations()))}  # engine_for's order
+                index = {loc: i for i, loc in enumerate(self.graph.sorted_locations())}  # engine_for's order
                 native = self._native.selection(sorted(index[loc] for loc in key))
             selection = self._selections[key] = Selection(key, native)
         return selection
@@ -219,13 +222,17 @@ class Publication:
         self._fold()
         return self._published
 
-    def reset(self, frontier: Mapping[Location, Iterable[Timestamp]], version: int, *,
-              floor: int | None = None) -> None:
+    def reset(self, frontier: _Frontier | Callable[[], _Frontier], version: int, *, floor: int | None = None) -> None:
         """Publish ``frontier`` as exact for ``version`` (after registration or recovery);
-        ``floor`` raises the oldest version the history answers for."""
-        self._published = {loc: set(ts) for loc, ts in frontier.items()}
-        self._unfolded, self._unfolded_changes = [], 0
+        ``floor`` raises the oldest version the history answers for. ``frontier`` may be a
+        callable, called only if the compiled engine has no copy at ``version`` (a dict of
+        100,000 locations' frontiers is ~30 ms of the GIL in a few calls)."""
         self._view = self._copy_at(version) if self._copy_at is not None else None
+        if self._view is None:
+            self._published = {loc: set(ts) for loc, ts in (frontier() if callable(frontier) else frontier).items()}
+        else:
+            self._published = {}
+        self._unfolded, self._unfolded_changes = [], 0
         self._view_read = None
         self.frontier_version = version
         if floor is not None:

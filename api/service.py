@@ -445,7 +445,11 @@ class Service:
             tracker = CountsOnly(graph)
         else:
             tracker = self._scope_engine(graph)
-        tracker.apply(initial, validated=True)
+        native = getattr(tracker, "engine", None)
+        if native is not None:  # no Python list of the changes, which nobody reads (100,000 for a big graph)
+            native.apply(initial)
+        else:
+            tracker.apply(initial, validated=True)
         return tracker
 
     def _scope_engine(self, graph: Graph) -> FrontierEngine:

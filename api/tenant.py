@@ -92,7 +92,7 @@ class Tenant:
             self.publication.reset({loc: () for loc in self.graph.locations()}, -1, floor=live.version)
             self.spark.queue = [(live.version, [(loc, t, c) for (loc, t), c in live.tracker.pointstamps().items()])]
             return
-        self.publication.reset(live.tracker.frontiers(), live.version)
+        self.publication.reset(live.tracker.frontiers, live.version)
 
     def lifecycle(self, counts: Counts | None = None) -> dict[str, Any]:
         """The lifecycle fields of the status (``state`` first; :func:`api.lifecycle.assess`)."""

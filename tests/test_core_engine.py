@@ -18,7 +18,7 @@ from array import array
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from progress_engine import Engine
+from progress_engine import Engine, MovedAt
 
 from tests.strategies import acyclic_graphs, nested_batches, nested_bodies, raw_graphs, update_batches
 from tracker import oracle, scoped_oracle
@@ -57,11 +57,14 @@ def test_engine_reference_and_oracle_agree_on_every_batch(arity: int, loops: boo
         selection = engine.selection([index[loc] for loc in wanted])
         psi = oracle.path_summaries(graph)
         published = engine.frontier_copy()  # what the service publishes: batches folded in, in the engine
+        moved, last_moved = MovedAt(), {}  # when each location's frontier last moved (here: batch numbers)
         for number, batch in enumerate(batches):
             expected = reference.apply(batch)
             assert compiled.apply(batch) == expected
             assert all(type(c) is FrontierChange and type(c.location) is Location for c in compiled.apply([]))
             low = engine.apply_indexed(*_flat(batch, index))
+            moved.stamp(low, float(number))
+            last_moved.update({index[c.location]: float(number) for c in expected})
             assert len(low) == len(expected)
             assert [(order[i], t, d) for i, t, d in low.to_list()] == [tuple(c) for c in expected]
             assert low.to_list(labels=True) == [tuple(c) for c in expected]
@@ -78,6 +81,8 @@ def test_engine_reference_and_oracle_agree_on_every_batch(arity: int, loops: boo
             published.fold(low)
             assert published.to_dict() == {loc: set(times) for loc, times in truth.items()}
             assert [published.frontier(i) for i in range(len(order))] == [truth[loc] for loc in order]
+        assert len(moved) == len(last_moved)
+        assert moved.drain() == sorted(last_moved.items()) and moved.drain() == []
         assert compiled.pointstamps() == reference.pointstamps() == oracle.accumulate(batches)
         times = st.tuples(*[st.integers(0, 4)] * arity)
         for loc, time in data.draw(st.lists(st.tuples(st.sampled_from(order), times), max_size=10)):
@@ -217,6 +222,15 @@ def test_compiled_engine_in_every_scope_equals_the_reference_and_the_scoped_orac
         assert all(compiled.can_notify(loc, time) == reference.can_notify(loc, time)
                    for batch in batches[:done] for loc, time, _ in batch)
     assert compiled.pointstamps() == reference.pointstamps() == scoped_oracle.accumulate(batches)
+
+
+def test_an_engine_takes_its_label_index_from_the_caller_only_if_it_covers_every_label() -> None:
+    graph = Graph.build(1, [Node(0, 0, 1), Node(1, 1, 0)], [Edge(Location.source(0, 0), Location.target(1, 0))])
+    order = graph.sorted_locations()
+    with pytest.raises(ValueError, match="every label"):
+        Engine(1, len(order), [], labels=order, index={order[0]: 0})
+    engine = Engine(1, len(order), [], labels=order, index={loc: i for i, loc in enumerate(order)})
+    assert engine.apply([(Location.source(0, 0), (1,), 1)]).to_list(labels=True) == [(Location.source(0, 0), (1,), 1)]
 
 
 def test_a_frontier_copy_takes_only_its_own_engines_batches_that_follow_it() -> None:

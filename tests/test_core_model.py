@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tests.strategies import raw_graphs
 from tracker.antichain import Antichain, MutableAntichain
 from tracker.graph import Connection, Edge, Graph, GraphError, Location, Node
 from tracker.timestamp import PathSummary, check_time, less_equal, less_than
@@ -118,3 +119,11 @@ def test_omitted_connections_mean_all_to_all_zero() -> None:
     assert {(t.src.port, t.dst.port, tuple(t.summary)) for t in graph.transitions()} == {
         (i, o, (0,)) for i in range(2) for o in range(2)
     }
+
+
+@given(raw_graphs())
+def test_a_graphs_location_orders_are_its_locations_sorted(graph: Graph) -> None:
+    every = graph._locations  # the ports as validated (the orders are generated from the nodes)
+    assert len(every) == len(graph.locations())
+    assert graph.locations() == sorted(every, key=lambda loc: (loc.node, loc.kind != "target", loc.port))
+    assert graph.sorted_locations() == sorted(every)

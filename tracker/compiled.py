@@ -63,13 +63,14 @@ def engine_for(graph: Graph, locations: list[Location] | None = None) -> tuple[E
     the engine's (time, index) order of changes is the reference's (time, location) order. The
     engine carries the locations as labels and their :func:`location_json` fragments.
     """
-    order = sorted(graph.locations()) if locations is None else list(locations)
+    order = graph.sorted_locations() if locations is None else list(locations)
     index = {loc: i for i, loc in enumerate(order)}
     transitions = [
         (index[step.src], index[step.dst], None if step.summary.is_zero() else tuple(step.summary))
         for step in graph.transitions()
     ]
-    engine = Engine(graph.arity, len(order), transitions, labels=order, json=[location_json(loc) for loc in order])
+    engine = Engine(graph.arity, len(order), transitions, labels=order, json=[location_json(loc) for loc in order],
+                    index=index)
     return engine, order
 
 
