@@ -29,7 +29,7 @@ again between two folds keeps the earlier birth. Times are ``time.time()`` secon
 >>> ages.blame(out, (0,)) is None, ages.oldest(out)
 (True, ((1,), 120.0, 'w2'))
 >>> ages.frontier_moved([(into, (1,), 1)], 125.0)
->>> ages.moved_at(into, []), ages.moved_at(out, [])
+>>> ages.moved_at(into), ages.moved_at(out)
 (125.0, 100.0)
 """
 
@@ -81,7 +81,7 @@ class Ages:
         self._moves: list[tuple[float, list[Any]]] = []
         self._moves_changes = 0
         self._stamps: MovedAt | None = None
-        """Locations the compiled engine reported by index (into ``sorted(graph.locations())``)."""
+        """When each location the compiled engine reported (by its index) last moved."""
         self._queue: list[tuple[float, str | None, Sequence[Update] | Indexed]] = []
         self._queued = 0
         self._born: dict[Key, tuple[float, str | None]] = {}
@@ -149,16 +149,27 @@ class Ages:
                 fresh[key] = (old[0], last.get(key, old[1]))
         self._born, self._queue, self._queued = fresh, [], 0
 
-    def moved_at(self, location: Location, order: list[Location]) -> float:
-        """When the frontier at ``location`` last changed (``order``: the compiled engine's
-        location order, ``sorted(graph.locations())``, or ``[]`` when it reports none)."""
+    def moved_at(self, location: Location, index_of: Callable[[Location], int] | None = None) -> float:
+        """When the frontier at ``location`` last changed (``index_of``: the compiled engine's
+        index of a location, when it reports changes by index)."""
+        return self.moved_all(index_of, copy=False)(location)
+
+    def moved_all(self, index_of: Callable[[Location], int] | None = None, *, copy: bool = True
+                  ) -> Callable[[Location], float]:
+        """A reader of :meth:`moved_at` for every location, over a copy taken now (unless not
+        ``copy``): safe to call from a worker thread."""
+        created = self.created
+        if self._stamps is not None and index_of is not None:
+            stamps = self._stamps.copy() if copy else self._stamps
+
+            def stamped(location: Location) -> float:
+                at = stamps.get(index_of(location))
+                return created if at is None else at
+
+            return stamped
         self._fold_moves()
-        if self._stamps:
-            for index, at in self._stamps.drain():
-                loc = order[index]
-                if self._moved.get(loc, 0.0) < at:
-                    self._moved[loc] = at
-        return self._moved.get(location, self.created)
+        moved = dict(self._moved) if copy else self._moved
+        return lambda location: moved.get(location, created)
 
     def blame(self, location: Location, time: Timestamp) -> tuple[float, str | None] | None:
         """``(born at, the worker that last reported it)`` of a live pointstamp, else ``None``

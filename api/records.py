@@ -124,8 +124,8 @@ the event loop) ~25 ms for 50,000 nodes."""
 
 def _sliced(record: Register) -> bytes:
     """``_ENCODER.encode(record)``, its node and edge lists a slice at a time. The JSON text
-    ``"nodes":[]`` (an unescaped quote after ``nodes``) cannot occur inside a string value, so
-    the shell's first one is the field's.
+    ``"nodes":[],"edges":[]`` (unescaped quotes) cannot occur inside a string value, so the
+    shell's first one is the fields'.
 
     >>> nodes = [{"id": i, "inputs": 1, "outputs": 1} for i in range(5_000)]
     >>> record = Register(name='"nodes":[]', arity=1, nodes=nodes, edges=[], initial=None, df="d",
@@ -134,10 +134,9 @@ def _sliced(record: Register) -> bytes:
     True
     """
     shell = _ENCODER.encode(msgspec.structs.replace(record, nodes=[], edges=[]))
-    for field, items in ((b"nodes", record.nodes), (b"edges", record.edges)):
-        slices = (_ENCODER.encode(items[i:i + _SLICE])[1:-1] for i in range(0, len(items), _SLICE))
-        shell = shell.replace(b'"%s":[]' % field, b'"%s":[%s]' % (field, b",".join(slices)), 1)
-    return shell
+    lists = [b",".join(_ENCODER.encode(items[i:i + _SLICE])[1:-1] for i in range(0, len(items), _SLICE))
+             for items in (record.nodes, record.edges)]
+    return shell.replace(b'"nodes":[],"edges":[]', b'"nodes":[%s],"edges":[%s]' % (lists[0], lists[1]), 1)
 
 
 def _dataflow_bytes(dataflow: str) -> bytes:

@@ -18,7 +18,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from sse_starlette import EventSourceResponse
 
 from api import streams
-from api.bodies import collector_paused, parse_registration_sliced
+from api.bodies import collector_paused, detail_json, parse_registration_sliced
 from api.deps import (
     AdminDep,
     DataflowDep,
@@ -148,11 +148,12 @@ async def delete_dataflow(dataflow: DataflowDep, service: ServiceDep, _caller: A
 
 
 @router.get("/dataflows/{id}", response_model=DataflowDetail, responses=_ERRORS, summary="A dataflow")
-async def get_dataflow(dataflow: DataflowDep) -> dict[str, Any]:
+async def get_dataflow(dataflow: DataflowDep) -> Response:
     """The graph, arity, version and status (Spark check, last audit, Delta lag, workers)."""
     registration = dataflow.registration
-    return {**dataflow.summary(), "nodes": registration.nodes, "edges": registration.edges,
-            "status": dataflow.status()}
+    detail = {**dataflow.summary(), "nodes": registration.nodes, "edges": registration.edges,
+              "status": dataflow.status()}
+    return _chunked(await asyncio.to_thread(detail_json, detail))
 
 
 @router.post("/dataflows/{id}/progress", response_model=ProgressResponse, summary="Report a progress batch",
@@ -177,10 +178,18 @@ async def progress(request: Request, dataflow: DataflowDep, service: ServiceDep)
                                                                           "back; `oldest` says how far back it goes"}},
             summary="Frontiers, now or as of a past version")
 async def frontier(dataflow: DataflowDep, node: NodeQ = None, port: NodeQ = None, kind: KindQ = None,
-                   version: Annotated[int | None, Query(ge=0)] = None, scope: ScopeQ = None) -> JSONResponse:
+                   version: Annotated[int | None, Query(ge=0)] = None, scope: ScopeQ = None) -> Response:
     """Every location's frontier (optionally filtered; ``scope`` not given: any scope), as of
     ``version`` if given. Times are in each location's scope."""
     where = _filter(dataflow, scope, node, port, kind)
+    publication = dataflow.publication
+    filtered = any(value is not None for value in (scope, node, port, kind))
+    if publication.engine_rows and (version is None or (version == publication.frontier_version and not filtered)):
+        # The engine writes the rows: picking them is a pass over the graph (off the loop),
+        # writing them one call holding no Python object per row.
+        _, write = publication.frontier_writer()
+        indices = await asyncio.to_thread(publication.row_indices, where) if filtered else publication.row_indices()
+        return _chunked(await asyncio.to_thread(write, indices))
     try:
         at, view = (dataflow.publication.frontier_at() if version is None
                     else await frontier_as_of(dataflow.publication, version))
@@ -190,6 +199,16 @@ async def frontier(dataflow: DataflowDep, node: NodeQ = None, port: NodeQ = None
         raise HTTPException(404, {"error": "unknown_version", "detail": str(error)}) from None
 
     return JSONResponse({"version": at, "locations": dataflow.publication.frontier_rows(view, where)})
+
+
+def _chunked(chunks: list[bytes]) -> StreamingResponse:
+    """A JSON answer sent a chunk at a time: one write of many megabytes (or joining them first)
+    held the event loop tens of milliseconds."""
+    async def each() -> AsyncIterator[bytes]:
+        for chunk in chunks:
+            yield chunk
+
+    return StreamingResponse(each(), media_type="application/json")
 
 
 def _scope(dataflow: Tenant, scope: str | None) -> tuple[int, ...] | None:
@@ -252,8 +271,9 @@ async def summaries(dataflow: DataflowDep, from_node: NodeQ = None, from_port: N
             f"Psi of a graph with {len(graph.locations())} locations is quadratic in size; name one "
             f"origin with from_node, from_port and from_kind (the whole of Psi is served up to {PSI_LOCATIONS} "
             "locations)")})
-    origins = sorted((loc for loc in graph.locations() if _matches(loc, from_node, from_port, from_kind)),
-                     key=_location_order)
+    origins = await asyncio.to_thread(  # a pass over the graph: off the loop
+        lambda: sorted((loc for loc in graph.locations() if _matches(loc, from_node, from_port, from_kind)),
+                       key=_location_order))
     return StreamingResponse(_psi_json(graph, origins, (to_node, to_port, to_kind), path),
                              media_type="application/json")
 
@@ -277,6 +297,10 @@ async def _psi_json(graph: Graph, origins: list[Location], dest: tuple[Any, Any,
     location_json = _located(path)
 
     def chunk() -> str | None:
+        with collector_paused():  # a search's ~3 objects per location drew collector passes of ~40 ms
+            return _chunk()
+
+    def _chunk() -> str | None:
         parts: list[str] = []
         size = 0
         for origin, reached in searches:
@@ -318,21 +342,25 @@ async def frontier_explain(
     if not dataflow.graph.has_location(location):
         raise HTTPException(422, {"error": "unknown_location", "detail": f"{location} is not a port of this dataflow"})
     parts = _time(time, dataflow.graph.arity)
-    version, view = dataflow.publication.frontier_at()
+    version, frontier = dataflow.publication.frontier_of(location)
     counts = dataflow.counts()
     # A search per blocking origin: off the loop, on a consistent copy of the state.
-    frontier = sorted(view.get(location, ()))
-    return JSONResponse(await asyncio.to_thread(explain, dataflow.graph, counts, frontier, version, location,
-                                                tuple(parts), blamer(dataflow, time_now())))
+    blame = blamer(dataflow, time_now())
+
+    def search() -> dict[str, Any]:
+        with collector_paused():  # a search's ~3 objects per location drew collector passes of ~40 ms
+            return explain(dataflow.graph, counts, frontier, version, location, tuple(parts), blame)
+
+    return JSONResponse(await asyncio.to_thread(search))
 
 
 @router.get("/dataflows/{id}/lag", response_model=LagResponse, responses=_ERRORS,
             summary="How long each frontier has waited, and its oldest pointstamp")
-async def lag(dataflow: DataflowDep) -> JSONResponse:
+async def lag(dataflow: DataflowDep) -> Response:
     """Every location (scope-qualified) with its operator's name, its frontier, the wall-clock
     seconds since that frontier last changed (``null`` once empty), and its oldest live
     pointstamp with the worker that last reported it and its age."""
-    return JSONResponse(lag_report(dataflow, time_now()))
+    return _chunked(await asyncio.to_thread(lag_report(dataflow, time_now())))
 
 
 class _Held(EventSourceResponse):

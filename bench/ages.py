@@ -70,7 +70,7 @@ def _run(operators: int, bodies: list[bytes], with_ages: bool) -> tuple[float, f
         publication.publish(version, changes, notify=False)
         times.append(time.perf_counter() - started)
     if with_ages:  # what the readers pay once: every queued batch folded in
-        assert ages.oldest_by_location() and ages.moved_at(graph.locations()[0], sorted(graph.locations()))
+        assert ages.oldest_by_location() and ages.moved_at(graph.locations()[0])
     total = (time.perf_counter() - begun) / len(bodies)
     kept = sorted(times[len(times) // 4:])
     return statistics.fmean(kept[len(kept) // 4: 3 * len(kept) // 4]), total

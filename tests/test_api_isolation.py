@@ -16,12 +16,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from websockets.sync.client import connect as ws_connect
 
+from api.bodies import detail_json
 from api.config import Settings
 from api.ingest import submit
-from api.models import RegisterRequest
+from api.models import DataflowDetail, RegisterRequest
+from api.registration import registration_record
 from api.rewind import REWIND_CHANGES, _oldest, frontier_as_of
 from api.service import Service
 from tests.helpers import ServiceProcess, loop_graph, register
+from tests.strategies import nested_bodies
 
 pytestmark = pytest.mark.service(TRACKER_SUBSCRIBER_QUEUE="16")
 
@@ -194,3 +197,15 @@ def test_the_oldest_answerable_version_is_found_from_running_totals(counts: list
     undo = {version: sum(count for v, count, _ in history if v > version) for version in candidates}
     expected = min(version for version in candidates if undo[version] <= REWIND_CHANGES)
     assert _oldest(history, totals, floor) == expected
+
+
+@settings(max_examples=60, deadline=None)
+@given(nested_bodies())
+def test_a_dataflow_is_served_back_in_slices_as_its_response_model_would(drawn: tuple[int, dict[str, Any]]) -> None:
+    arity, body = drawn
+    spec = registration_record(RegisterRequest.model_validate({"name": "n", "timestamp_arity": arity, **body}))
+    detail = {"id": "d", "name": spec.name, "timestamp_arity": arity, "version": 3, "created_at": "t",
+              "state": "running", "nodes": spec.nodes * 40, "edges": spec.edges * 40,  # several slices
+              "status": {"state": "running", "spark_check": "skipped", "workers": {"w": 2}}}
+    whole = DataflowDetail.model_validate(detail).model_dump(mode="json", by_alias=True)
+    assert b"".join(detail_json(detail)) == json.dumps(whole, ensure_ascii=False, separators=(",", ":")).encode()

@@ -4,12 +4,18 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
+import msgspec
 import pytest
+from hypothesis import given, settings
 
+from api.models import RegisterRequest
 from api.records import ATTRIBUTION, Batch, Check, Register, decode, encode
+from api.registration import registration_record
 from api.segments import HEADER_SIZE, frame, scan, segment_name, segment_number, segments
 from api.wal import INLINE_BYTES_MAX, LogFailed, WriteAheadLog, framed, read_segment
+from tests.strategies import nested_bodies
 
 REGISTER = Register(name="r", arity=2, nodes=[{"id": 0, "inputs": 0, "outputs": 1, "name": "in"}], edges=[],
                     initial=[(0, 0, "source", (1, 2), 3)], df="d1", token="ab" * 32,
@@ -22,6 +28,19 @@ def test_every_record_kind_round_trips_through_its_payload() -> None:
                    Check(df="d1", result="disagreed", detail="Psi differs")):
         assert decode(encode(record)) == record
     assert encode(Check(df="d", result="agreed", detail=None))[ATTRIBUTION.size:].startswith(b'{"t":"check"')
+
+
+@settings(max_examples=40, deadline=None)
+@given(nested_bodies())
+def test_a_large_registration_is_encoded_in_slices_exactly_as_whole(drawn: tuple[int, dict[str, Any]]) -> None:
+    arity, body = drawn
+    spec = registration_record(RegisterRequest.model_validate({"name": 'a "nodes":[],"edges":[] name', **body,
+                                                                "timestamp_arity": arity}))
+    many = 2_000 // len(spec.nodes) + 1  # over one slice
+    record = Register(name=spec.name, arity=arity, nodes=spec.nodes * many, edges=spec.edges * many,
+                      initial=spec.initial, df="d1", token="t", created_at="c")
+    encoded = encode(record)
+    assert encoded[ATTRIBUTION.size:] == msgspec.json.encode(record) and decode(encoded) == record
 
 
 def test_a_registration_logged_as_json_by_hand_still_decodes() -> None:

@@ -81,8 +81,12 @@ def test_engine_reference_and_oracle_agree_on_every_batch(arity: int, loops: boo
             published.fold(low)
             assert published.to_dict() == {loc: set(times) for loc, times in truth.items()}
             assert [published.frontier(i) for i in range(len(order))] == [truth[loc] for loc in order]
-        assert len(moved) == len(last_moved)
-        assert moved.drain() == sorted(last_moved.items()) and moved.drain() == []
+        assert [moved.get(i) for i in range(len(order) + 2)] == [last_moved.get(i) for i in range(len(order) + 2)]
+        frozen = moved.copy()
+        moved.stamp(low, -1.0)  # a copy does not see later stamps
+        assert [frozen.get(i) for i in range(len(order))] == [last_moved.get(i) for i in range(len(order))]
+        last_moved.update({i: -1.0 for i in low.locations()})
+        assert [moved.get(i) for i in range(len(order))] == [last_moved.get(i) for i in range(len(order))]
         assert compiled.pointstamps() == reference.pointstamps() == oracle.accumulate(batches)
         times = st.tuples(*[st.integers(0, 4)] * arity)
         for loc, time in data.draw(st.lists(st.tuples(st.sampled_from(order), times), max_size=10)):

@@ -34,6 +34,12 @@ impl Fragments {
         self.spaced.is_empty()
     }
 
+    /// The compact text of location `index` up to its next key: `{"location":FRAGMENT,`.
+    pub fn location_prefix(&self, index: usize) -> &str {
+        let prefix: &str = &self.compact[index];
+        &prefix[..prefix.len() - "\"time\":[".len()]
+    }
+
     /// Appends the JSON array of `changes` (only those whose location `selection` holds, if
     /// given) to `out`. Every location of `changes` must have a fragment.
     pub fn encode(&self, changes: &Changes, selection: Option<&Selection>, compact: bool, out: &mut String) {
