@@ -17,6 +17,7 @@ from tracker.antichain import Antichain
 from tracker.graph import Graph, Location, Transition
 from tracker.scope import ScopedLocation
 from tracker.scoped_paths import Step, route
+from tracker.structure import release
 from tracker.timestamp import PathSummary, Timestamp, less_equal
 
 MAX_BLOCKERS = 50
@@ -129,6 +130,9 @@ def explain(graph: Graph, counts: dict[tuple[Location, Timestamp], int], frontie
         }
 
     total, blockers = _collect(counts, lambda key: (key[1], key[0]), find, describe, blame)
+    for reached, parent in searches.values():
+        release(reached)
+        release(parent)
     return _response(version, location_json(location), location, time, frontier, total, blockers, "")
 
 

@@ -6,8 +6,10 @@ each abuse of issue 17: ``?version=1`` queries on a dataflow with a long history
 clients back to back), SSE resumes from ``Last-Event-ID: 1`` that never read (40 sockets with
 a 4 KB receive buffer), 1,000 idle WebSockets subscribed to a busy dataflow, 500 SSE
 subscribers reading a busy dataflow (whose own poster is timed too), batches moving the
-input's capability on an 8,000-operator chain (8,000 frontier changes each) back to back, and
-registrations of a 50,000-node chain and of a refused 200,000-port graph back to back. The
+input's capability on an 8,000-operator chain (8,000 frontier changes each) back to back, the
+answers that span a whole 50,000-node chain (its graph, frontier, lag, an explanation and the
+summaries from its input) back to back, and registrations of a 50,000-node chain and of a
+refused 200,000-port graph back to back. The
 service's resident memory (``VmRSS`` of its process, from ``/proc``) is sampled throughout and
 read again once the abuse's connections closed. The service runs ``--engine native`` with
 Spark and Delta off (the event loop and memory are what is measured), a 16 MiB body limit
@@ -312,6 +314,22 @@ async def _run(service: ServiceProcess, quick: bool) -> dict[str, dict[str, Any]
                     counter[0] += 1
 
         results["huge_batch"] = await _scenario(service, probe, seconds, huge_batches)
+
+        wide = await _Tenant.register(service, client, _chain_body(10_000 if quick else 50_000, "chain-reads"))
+        reads = [f"/v1/dataflows/{wide.id}{path}" for path in (
+            "", "/frontier", "/lag", "/frontier/explain?node=1&port=0&kind=target&time=0",
+            "/summaries?from_node=0&from_port=0&from_kind=source")]
+
+        async def graph_reads(stop: asyncio.Event, ready: asyncio.Event, counter: list[int]) -> None:
+            """Every answer that spans the whole graph, on a 50,000-node chain, back to back."""
+            ready.set()
+            while not stop.is_set():
+                for path in reads:
+                    answer = await wide.client.get(path)
+                    assert answer.status_code == 200, answer.text[:200]
+                    counter[0] += 1
+
+        results["graph_reads"] = await _scenario(service, probe, seconds, graph_reads)
 
         big = json.dumps(_chain_body(20_000 if quick else 50_000, "chain-big"))
         refused = json.dumps({"name": "too-big", "nodes": [{"id": i, "inputs": 1, "outputs": 1}

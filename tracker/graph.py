@@ -213,6 +213,18 @@ class Graph:
             object.__setattr__(self, "_natural", cached)
         return list(cached)
 
+    def outputs_first(self) -> list[Location]:
+        """Every location sorted by (node, kind, port): an operator's outputs, then its inputs
+        (the order ``Psi`` is listed in), generated in order.
+
+        >>> graph = Graph.build(1, [Node(0, 2, 1)], [])
+        >>> graph.outputs_first() == sorted(graph.locations(), key=lambda loc: (loc.node, loc.kind, loc.port))
+        True
+        """
+        return [loc for node in self._by_id() for loc in (
+            *(Location.source(node.id, p) for p in range(node.outputs)),
+            *(Location.target(node.id, p) for p in range(node.inputs)))]
+
     def _by_id(self) -> list[Node]:
         return sorted(self.nodes, key=attrgetter("id"))  # small integers: a fast C sort
 
