@@ -296,7 +296,9 @@ def create_app(settings: Settings, admin_token: str) -> FastAPI:
              responses={200: {"content": {"text/plain": {}}}})
     async def metrics() -> Response:
         """Prometheus text exposition (open, like ``/healthz``)."""
-        return Response(service.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
+        # The dataflows' state is read here, on the loop (copies); the rows and text are made off it.
+        body = await asyncio.to_thread(service.metrics.render, service.lag_rows(), service.oldest_age())
+        return Response(body, media_type="text/plain; version=0.0.4; charset=utf-8")
 
     @app.get("/docs", include_in_schema=False)
     async def docs() -> Response:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 from api.tenant import Tenant
@@ -159,15 +159,20 @@ def _dumps(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
 
 
-def input_lags(tenant: Tenant, now: float) -> Iterator[tuple[str, str, float]]:
+def input_lags(tenant: Tenant, now: float) -> Callable[[], list[tuple[str, str, float]]]:
     """``(operator, port, lag seconds)`` of every operator input with a non-empty frontier
-    (the ``/metrics`` gauges); a frontier that is empty is not waited on, so it has none."""
-    names = names_of(tenant)
-    view = tenant.publication.published
-    moved = tenant.ages.moved_all(_index_of(tenant), copy=False)
-    for location in _locations(tenant):
-        if location.kind == "target" and view.get(location):
-            yield names.qualified(location), names.port(location), max(now - moved(location), 0.0)
+    (the ``/metrics`` gauges; a frontier that is empty is not waited on, so it has none). Read
+    now (copies, on the event loop); listed by what is returned, which may run in a worker thread
+    (a Python pass per location: ~0.1 s for 100,000)."""
+    _, frontier = tenant.publication.frontier_reader()
+    moved = tenant.ages.moved_all(_index_of(tenant))
+
+    def rows() -> list[tuple[str, str, float]]:
+        names = names_of(tenant)
+        return [(names.qualified(location), names.port(location), max(now - moved(location), 0.0))
+                for location in _locations(tenant) if location.kind == "target" and frontier(location)]
+
+    return rows
 
 
 def oldest_age(tenant: Tenant, now: float) -> float:

@@ -20,6 +20,7 @@ True
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, generate_latest
@@ -43,6 +44,8 @@ class Metrics:
         self.age_source: Callable[[], float] = lambda: 0.0
         """Read at every scrape: the age of the oldest live pointstamp of any dataflow."""
         self._audits: dict[str, bool] = {}
+        self._scrape_lock = threading.Lock()
+        self._scrape: tuple[Callable[[], Iterable[LagRow]], float] = (self.lag_source, 0.0)
         r = self.registry
         # tracker_engine_info{engine="native (compiled)"} 1.0: which engine keeps the frontiers.
         Info("tracker_engine", "The frontier engine on the hot path", registry=r).info({"engine": engine})
@@ -92,9 +95,13 @@ class Metrics:
         self.wal_sync.observe(seconds)
         self.wal_group.observe(records)
 
-    def render(self) -> bytes:
-        """The Prometheus text exposition."""
-        return generate_latest(self.registry)
+    def render(self, lag_rows: Callable[[], Iterable[LagRow]] | None = None, age: float | None = None) -> bytes:
+        """The Prometheus text exposition; ``lag_rows`` and ``age``, if given, instead of
+        :attr:`lag_source` and :attr:`age_source` (a caller that read the state on the event loop
+        renders in a worker thread)."""
+        with self._scrape_lock:
+            self._scrape = (lag_rows or self.lag_source, self.age_source() if age is None else age)
+            return generate_latest(self.registry)
 
 
 class _LagCollector(Collector):
@@ -105,14 +112,15 @@ class _LagCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         metrics = self._metrics
-        rows = list(metrics.lag_source())
+        lag_rows, age = metrics._scrape  # set by render, under its lock
+        rows = list(lag_rows())
         yield GaugeMetricFamily("tracker_frontier_lag_max_seconds",
                                 "The largest wall-clock time any operator input's non-empty frontier has gone "
                                 "without changing, over all dataflows (0 if none waits)",
                                 value=max((row[3] for row in rows), default=0.0))
         yield GaugeMetricFamily("tracker_pointstamp_age_max_seconds",
                                 "The age of the oldest live pointstamp of any dataflow (0 if none)",
-                                value=metrics.age_source())
+                                value=age)
         if metrics.per_dataflow:
             labelled = GaugeMetricFamily("tracker_frontier_lag_seconds",
                                          "Wall-clock seconds since an operator input's non-empty frontier last "
