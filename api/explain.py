@@ -131,8 +131,7 @@ def explain(graph: Graph, counts: dict[tuple[Location, Timestamp], int], frontie
 
     total, blockers = _collect(counts, lambda key: (key[1], key[0]), find, describe, blame)
     for reached, parent in searches.values():
-        release(reached)
-        release(parent)
+        release(reached, parent)
     return _response(version, location_json(location), location, time, frontier, total, blockers, "")
 
 

@@ -21,7 +21,6 @@ import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
-from typing import Any
 
 from api.ages import Ages
 from api.auth import Principal, matches, new_token, token_hash
@@ -52,6 +51,7 @@ from tracker.graph import Graph, GraphError, Location, Update
 from tracker.reachability import Tracker
 from tracker.scope import ScopedLocation
 from tracker.scoped import ScopedTracker
+from tracker.structure import release
 from tracker.timestamp import Timestamp
 
 log = logging.getLogger("tracker.service")
@@ -136,9 +136,8 @@ class Service:
             raise LogFailed() from self.wal.failed
         spec = await asyncio.to_thread(registration_record, req)  # ~26 us per node
         # The request's models are not needed past here (the spec holds the graph): released a
-        # model at a time off the loop; released at once, when the route returned, a
-        # 50,000-node request held the event loop ~75 ms.
-        await asyncio.to_thread(_let_go, req.nodes, req.edges)
+        # model at a time off the loop, not at once when the route returns.
+        await asyncio.to_thread(release, req.nodes, req.edges)
         hosting = None
         if is_nested(spec):
             hosting, tracker, initial = await asyncio.to_thread(self._nested_with, spec, True)
@@ -497,10 +496,3 @@ def _stand_ins(counts: StoredCounts, hosting: Hosting | None) -> Counts:
     return {(hosting.flat(loc if isinstance(loc, ScopedLocation)
                           else ScopedLocation((), loc.node, loc.port, loc.kind)), t): c
             for (loc, t), c in counts.items()}
-
-
-def _let_go(*lists: list[Any]) -> None:
-    """Empty ``lists`` an item at a time (each release is short; the GIL passes in between)."""
-    for items in lists:
-        while items:
-            items.pop()

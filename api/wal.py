@@ -69,14 +69,14 @@ log = logging.getLogger("tracker.wal")
 
 _SYNC = struct.Struct("<I")  # a segment number to the syncer, an errno back
 INLINE_SYNC_MAX = 0.010
-INLINE_BYTES_MAX = 256 * 1024
-"""A group larger than this is synced by the sync process even on a quiet log (a 6 MB
-registration's ``fdatasync`` took the loop ~20 ms)."""
 """Seconds: while recent syncs take longer than this (a slow or stalled disk), even a quiet log
 syncs in the sync process, so that the event loop (other dataflows' streams and queries) never
 stalls on the disk for long. Generous on purpose: on two busy cores (load ~20) the process
 hand-off cost a lone batch more than a 2-6 ms sync (end-to-end p50 3.5-3.7 ms with the
 hand-off, 1.9 ms without, the two interleaved against the same load)."""
+INLINE_BYTES_MAX = 256 * 1024
+"""A group larger than this is synced by the sync process even on a quiet log (a 6 MB
+registration's ``fdatasync`` took the loop ~20 ms)."""
 
 
 def read_segment(path: Path) -> tuple[list[Record], Scan]:
