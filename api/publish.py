@@ -203,8 +203,7 @@ class Publication:
         if selection is None:
             native = None
             if self._native is not None:
-                index = {loc: i for i, loc in enumerate(self.graph.sorted_locations())}  # engine_for's order
-                native = self._native.selection(sorted(index[loc] for loc in key))
+                native = self._native.selection(sorted(map(self._native.index, key)))
             selection = self._selections[key] = Selection(key, native)
         return selection
 
@@ -406,22 +405,15 @@ class Publication:
                                "locations": self.frontier_rows(self.published, where)}, separators=(",", ":"))
         if indices is None:
             indices = self.row_indices(where)
-        return f'{{"version":{self.frontier_version},"locations":[{self._view.rows_json(indices)}]}}'
+        return "".join(_engine_document(self.frontier_version, self._view, indices))
 
-    def frontier_writer(self) -> tuple[int, Callable[[list[int]], list[bytes]]]:
-        """The published frontier's version and a writer of :meth:`frontier_json` at given
-        :meth:`row_indices`, as chunks, from a copy taken now (safe in a worker thread; only
-        when :attr:`engine_rows`)."""
+    def frontier_writer(self) -> Callable[[list[int]], list[bytes]]:
+        """A writer of :meth:`frontier_json` at given :meth:`row_indices`, as chunks, from a
+        copy of the published frontier taken now (safe in a worker thread; only when
+        :attr:`engine_rows`)."""
         assert self._view is not None
         version, copy = self.frontier_version, self._view.copy()
-
-        def write(indices: list[int]) -> list[bytes]:
-            chunks = [f'{{"version":{version},"locations":['.encode()]
-            for start in range(0, len(indices), 4096):
-                chunks.append((b"," if start else b"") + copy.rows_json(indices[start:start + 4096]).encode())
-            return [*chunks, b"]}"]
-
-        return version, write
+        return lambda indices: [chunk.encode() for chunk in _engine_document(version, copy, indices)]
 
     def frontier_of(self, location: Location) -> tuple[int, list[Timestamp]]:
         """The published frontier's version and ``location``'s sorted frontier in it."""
@@ -448,11 +440,12 @@ class Publication:
 
     def row_indices(self, where: Callable[[Location], bool] | None = None) -> list[int]:
         """The compiled engine's index of every location (matching ``where``), in answer
-        order (``graph.locations()``). Reads only the graph: safe in a worker thread."""
+        order (``graph.locations()``; only with the compiled engine). Reads only the graph and
+        the engine's label index: safe in a worker thread."""
         order = self._row_order
         if order is None:
-            index = {loc: i for i, loc in enumerate(self.graph.sorted_locations())}
-            order = self._row_order = [index[loc] for loc in self.graph.locations()]
+            assert self._native is not None
+            order = self._row_order = list(map(self._native.index, self.graph.locations()))
         if where is None:
             return order
         return [i for loc, i in zip(self.graph.locations(), order, strict=True) if where(loc)]
@@ -470,3 +463,12 @@ class Publication:
             for loc in self.graph.locations()
             if where is None or where(loc)
         ]
+
+
+def _engine_document(version: int, frontiers: Frontiers, indices: list[int]) -> list[str]:
+    """``{"version":..,"locations":[..]}`` at ``indices``, its rows written by the compiled
+    engine 4,096 at a time."""
+    chunks = [f'{{"version":{version},"locations":[']
+    for start in range(0, len(indices), 4096):
+        chunks.append(("," if start else "") + frontiers.rows_json(indices[start:start + 4096]))
+    return [*chunks, "]}"]

@@ -187,7 +187,7 @@ async def frontier(dataflow: DataflowDep, node: NodeQ = None, port: NodeQ = None
     if publication.engine_rows and (version is None or (version == publication.frontier_version and not filtered)):
         # The engine writes the rows: picking them is a pass over the graph (off the loop),
         # writing them one call holding no Python object per row.
-        _, write = publication.frontier_writer()
+        write = publication.frontier_writer()
         indices = await asyncio.to_thread(publication.row_indices, where) if filtered else publication.row_indices()
         return _chunked(await asyncio.to_thread(write, indices))
     try:

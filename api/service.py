@@ -214,7 +214,8 @@ class Service:
                         lag=lag, engine_mode=mode, hosting=hosting, ages=ages,
                         rules=Rules(self.settings.stall_seconds, self.settings.violation_seconds))
         ages.counts = tenant.counts
-        tenant.publication.row_indices()  # O(graph), once: here, off the loop
+        if live.native is not None:
+            tenant.publication.row_indices()  # O(graph), once: here, off the loop
         tenant.publication.last_change_at = datetime.fromisoformat(record.created_at).timestamp()
         tenant.reset_published()
         if at_registration and mode != "spark":  # Spark's first micro-batch publishes version 0 itself

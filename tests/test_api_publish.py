@@ -193,7 +193,7 @@ def test_the_engine_writes_the_same_frontier_answers_as_python(data: st.DataObje
         reference.publish(version, reference_tracker.apply(batch), notify=False)
         assert native.engine_rows and not reference.engine_rows
         assert native.frontier_json() == reference.frontier_json()
-        _, write = native.frontier_writer()
+        write = native.frontier_writer()
         assert b"".join(write(native.row_indices())).decode() == reference.frontier_json()
         assert native.snapshot_json(native.select(wanted)) == reference.snapshot_json(reference.select(wanted))
         by_node = native.row_indices(lambda loc: loc.node == node)

@@ -87,7 +87,7 @@ class CompiledTracker:
             raise ValueError("graph has non-incrementing cycles: " + ", ".join(map(str, cycles)))
         self.graph = graph
         self.engine, self._locations = engine_for(graph)
-        self._index = {loc: i for i, loc in enumerate(self._locations)}
+        self._index = self.engine.index  # the engine's own label index (engine_for built it)
 
     def apply(self, updates: Iterable[Update], *, validated: bool = False) -> list[FrontierChange]:
         """Apply one atomic batch and return the frontier changes it causes, consolidated.
@@ -107,13 +107,13 @@ class CompiledTracker:
 
     def frontier(self, location: Location) -> list[Timestamp]:
         """The minimal times that may still appear at ``location``, sorted."""
-        return self.engine.frontier(self._index[location])
+        return self.engine.frontier(self._index(location))
 
     def frontiers(self) -> dict[Location, list[Timestamp]]:
         """Every location's frontier (empty list where nothing can arrive any more)."""
         every = self.engine.frontiers()
         index = self._index
-        return {loc: every[index[loc]] for loc in self.graph.locations()}
+        return {loc: every[index(loc)] for loc in self.graph.locations()}
 
     def pointstamps(self) -> dict[tuple[Location, Timestamp], int]:
         """Every non-zero occurrence count, keyed by ``(location, time)``."""
@@ -123,7 +123,7 @@ class CompiledTracker:
     def can_notify(self, location: Location, time: Timestamp) -> bool:
         """True iff a notification for ``time`` at ``location`` is safe: no frontier element
         is ``<= time``."""
-        return self.engine.can_notify(self._index[location], time)
+        return self.engine.can_notify(self._index(location), time)
 
 
 def pointstamp_cost(graph: Graph, origins: Iterable[Location]) -> tuple[float, int]:
