@@ -11,7 +11,8 @@ version order, so the frontier (and every stream) trails the acknowledged versio
 micro-batch; micro-batches take their dataflow's turn at Spark (:mod:`api.sparkqueue`), with no
 time limit (the frontier depends on them); versions folded into a micro-batch have no change event of their own, and
 ``?version=N`` for such an ``N`` answers the frontier of the micro-batch before it. A failed
-micro-batch is retried with its batches still in order.
+micro-batch is retried with its batches still in order (the engine applies a micro-batch
+entirely or not at all).
 """
 
 from __future__ import annotations
@@ -51,7 +52,9 @@ async def microbatch_loop(spark: Spark, turns: SparkQueue, metrics: Metrics, dat
             state = dataflow.spark
             if not state.queue or not dataflow.ready:
                 continue
-            queued, state.queue = state.queue, []
+            # The batches stay queued until their changes are published: until then the
+            # compacted snapshot's counts (Tenant.counts) must still leave them out.
+            queued = list(state.queue)
             version = queued[-1][0]
             updates = [u for _, batch in queued for u in batch]
             started = time.perf_counter()
@@ -59,12 +62,12 @@ async def microbatch_loop(spark: Spark, turns: SparkQueue, metrics: Metrics, dat
                 async with turns.turn(dataflow.id):
                     changes = await spark.run(f"micro-batch of {dataflow.id}", _apply_in_spark, spark, dataflow,
                                               updates, limit=0)
-            except Exception:
-                state.queue[:0] = queued  # retried next round, still in version order
+            except Exception:  # still queued: retried next round, in version order
                 metrics.delta_errors.inc()
                 log.exception("spark micro-batch failed; will retry", extra={"dataflow": dataflow.id})
                 await asyncio.sleep(1.0)
                 continue
+            del state.queue[:len(queued)]
             dataflow.publication.publish(version, changes)
             metrics.frontier_changes.inc(len(changes))
             log.debug("spark micro-batch", extra={"dataflow": dataflow.id, "version": version,

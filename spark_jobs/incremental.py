@@ -152,14 +152,15 @@ class SparkFrontierEngine:
         self._current: dict[Location, set[Timestamp]] = {loc: set() for loc in graph.locations()}
 
     def apply(self, updates: Iterable[Update]) -> list[FrontierChange]:
-        """Apply one atomic batch (validated against the graph); return its exact frontier changes."""
+        """Apply one atomic batch (validated against the graph); return its exact frontier changes.
+        If it raises, the engine is as it was before the call."""
         checked = self.graph.check_updates(list(updates))
         batch = self.spark.createDataFrame(
             [(self.dataflow_id, encode(loc), list(t), d) for loc, t, d in checked if d != 0], POINTS_SCHEMA
         ).withColumnRenamed("count", "delta")
         result = incremental(self.psi, self._points, batch, self._frontiers, self._arity_one)
+        changes = _changes_of(result.changes)  # first: a failure here leaves the engine as it was
         self._points, self._frontiers = result.points, result.frontiers
-        changes = _changes_of(result.changes)
         for change in changes:
             (self._current[change.location].add if change.diff > 0 else self._current[change.location].discard)(
                 change.time
