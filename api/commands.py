@@ -98,6 +98,9 @@ _LIMIT_OPTIONS: list[tuple[str, object, str]] = [
                                   "default 65536)"),
     ("--header-timeout", rate, "seconds a client may take to send a request's line and headers "
                                "(env TRACKER_HEADER_TIMEOUT; default 10)"),
+    ("--send-buffer", count, "each connection's kernel send buffer, bytes; a client that does not read pushes "
+                             "back after this much (env TRACKER_SEND_BUFFER; default 131072; 0: the kernel's "
+                             "autotuning)"),
 ]
 
 

@@ -105,9 +105,11 @@ def build(settings: Settings) -> Any:
     return app
 
 
-def listen(host: str, port: int) -> socket.socket:
-    """A socket bound to ``host:port`` (uvicorn listens on it). Raises :class:`StartupError` if
-    the port is busy or the address unusable.
+def listen(host: str, port: int, send_buffer: int = 0) -> socket.socket:
+    """A socket bound to ``host:port`` (uvicorn listens on it), whose accepted connections get
+    a kernel send buffer of ``send_buffer`` bytes (0: the kernel's autotuning; see
+    :data:`api.config.SEND_BUFFER`). Raises :class:`StartupError` if the port is busy or the
+    address unusable.
 
     >>> sock = listen("127.0.0.1", 0)
     >>> try:
@@ -120,6 +122,8 @@ def listen(host: str, port: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn: a port in TIME_WAIT is free
+    if send_buffer:  # accepted sockets inherit it (Linux copies the listener's buffer sizes)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, send_buffer)
     try:
         sock.bind((host, port))
         sock.listen(2048)  # a bound socket alone does not make another SO_REUSEADDR bind fail
@@ -147,7 +151,7 @@ def serve(args: argparse.Namespace) -> int:
         print(f"tracker serve: error: {error}", file=sys.stderr)
         return 2
     try:
-        listener = listen(settings.host, settings.port)
+        listener = listen(settings.host, settings.port, settings.send_buffer)
         app = build(settings)
     except StartupError as error:
         print(f"tracker serve: error: {error}", file=sys.stderr)

@@ -209,3 +209,17 @@ def test_a_dataflow_is_served_back_in_slices_as_its_response_model_would(drawn: 
               "status": {"state": "running", "spark_check": "skipped", "workers": {"w": 2}}}
     whole = DataflowDetail.model_validate(detail).model_dump(mode="json", by_alias=True)
     assert b"".join(detail_json(detail)) == json.dumps(whole, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def test_accepted_connections_get_the_bounded_send_buffer() -> None:
+    """A client that does not read pushes back after about ``send_buffer`` bytes: every accepted
+    connection has that kernel send buffer (Linux reports it doubled), not the autotuned one."""
+    import socket
+
+    from api.server import listen
+
+    listener = listen("127.0.0.1", 0, send_buffer=65536)
+    with listener, socket.create_connection(listener.getsockname()):
+        accepted, _ = listener.accept()
+        with accepted:
+            assert 65536 <= accepted.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF) <= 2 * 65536
