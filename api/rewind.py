@@ -6,8 +6,9 @@ the retained history's changes after ``N`` undone, newest first); it raises
 the retained history or when more than :data:`REWIND_CHANGES` changes would have to be undone
 (the route answers 410 ``version_too_old`` naming the oldest version it can answer); no slice of the
 rewind holds the event loop for more than :data:`SLICE_CHANGES` changes (or about
-:data:`SLICE_SECONDS`), and it rests as long between slices, so a query reaching far back
-stalls nobody else's acknowledgements, and its total work is bounded.
+:data:`SLICE_SECONDS`), one slice runs at a time whatever the number of rewinds under way, and
+each is followed by a rest as long, so queries reaching far back stall nobody else's
+acknowledgements, and the total work of each is bounded.
 
 Why on the loop, in slices, rather than in a thread: the undo is Python over each version's
 decoded changes, which holds the GIL anyway; a thread contending for it at the
@@ -85,27 +86,42 @@ async def frontier_as_of(publication: Publication, version: int) -> tuple[int, F
     first = bisect.bisect_right(entries, version, key=lambda entry: entry[0])
     view = {loc: set(ts) for loc, ts in publication.published.items()}
     location_of = _locator(publication)
-    work, began = 0, time.perf_counter()
-    for index in range(len(entries) - 1, first - 1, -1):
-        _, count, encoded = entries[index]
-        entries[index] = (0, 0, "")  # let go of what is undone
-        for change in _DECODE(encoded):
-            location = location_of(change.location)
-            times = view.get(location)
-            if times is None:
-                times = view[location] = set()
-            if change.diff > 0:
-                times.discard(change.time)
-            else:
-                times.add(change.time)
-        work += count
-        spent = time.perf_counter() - began
-        if work >= SLICE_CHANGES or spent >= SLICE_SECONDS:
-            # Rest as long as the slice took: at most half of the loop's time goes to rewinds,
-            # and turns of the loop that serve others' acknowledgements mostly run without one.
-            await asyncio.sleep(min(spent, 0.005))
+    index = len(entries) - 1
+    while index >= first:
+        async with _turn():  # one slice at a time, whoever asks: rewinds share half the loop
             work, began = 0, time.perf_counter()
+            while index >= first and work < SLICE_CHANGES and time.perf_counter() - began < SLICE_SECONDS:
+                _, count, encoded = entries[index]
+                entries[index] = (0, 0, "")  # let go of what is undone
+                for change in _DECODE(encoded):
+                    location = location_of(change.location)
+                    times = view.get(location)
+                    if times is None:
+                        times = view[location] = set()
+                    if change.diff > 0:
+                        times.discard(change.time)
+                    else:
+                        times.add(change.time)
+                work += count
+                index -= 1
+            # Rest as long as the slice took, still holding the turn: at most half of the
+            # loop's time goes to rewinds however many run at once, and the turns that serve
+            # others' acknowledgements mostly run without one.
+            await asyncio.sleep(min(time.perf_counter() - began, 0.005))
     return version, view
+
+
+_TURNS: dict[asyncio.AbstractEventLoop, asyncio.Lock] = {}
+
+
+def _turn() -> asyncio.Lock:
+    """The rewinds' one turn on the running loop (waiters served in arrival order)."""
+    loop = asyncio.get_running_loop()
+    lock = _TURNS.get(loop)
+    if lock is None:
+        _TURNS.clear()  # a previous loop's (tests run several) is dead
+        lock = _TURNS[loop] = asyncio.Lock()
+    return lock
 
 
 def _oldest(history: Sequence[tuple[int, int, str]], totals: Sequence[int], floor: int) -> int:
@@ -120,8 +136,10 @@ def _oldest(history: Sequence[tuple[int, int, str]], totals: Sequence[int], floo
     return history[index][0]
 
 
-class _Where(msgspec.Struct, frozen=True):
-    """A change's location as encoded (frozen: hashable, so it keys the decoded locations)."""
+class _Where(msgspec.Struct, frozen=True, gc=False):
+    """A change's location as encoded (frozen: hashable, so it keys the decoded locations).
+    Untracked by the garbage collector, like :class:`_Change` (no cycles through them): a far
+    rewind decodes 200,000 changes, which otherwise set off collections that stall the loop."""
 
     node: int
     port: int
@@ -129,7 +147,7 @@ class _Where(msgspec.Struct, frozen=True):
     scope: tuple[int, ...] | None = None
 
 
-class _Change(msgspec.Struct):
+class _Change(msgspec.Struct, gc=False):
     location: _Where
     time: tuple[int, ...]
     diff: int
