@@ -152,7 +152,8 @@ def attach(publication: Publication, last_event_id: str | None, maxsize: int,
     the backlog and the queue together hold every version exactly once. A resume further back
     than ``maxsize`` versions or ``max_bytes`` of changes gets a snapshot instead: a backlog is
     what a subscriber that never reads would pin, and the snapshot is the bounded answer.
-    Returns the subscriber and the ``(event, version, data)`` items to send before the queue,
+    Returns the subscriber and the ``(event, version, data)`` items to send before the queue
+    (as :func:`next_events`'s),
     built one at a time as they are consumed: the backlog shares the history's strings, so a
     client that does not read pins one event's payload, not a copy of the backlog.
     """
@@ -170,7 +171,7 @@ def attach(publication: Publication, last_event_id: str | None, maxsize: int,
         subscriber.after = version
         return subscriber, [("snapshot", version, data)]
     subscriber.after = publication.frontier_version
-    return subscriber, (("changes", v, change_event(v, encoded)) for v, encoded in backlog)
+    return subscriber, (("changes", v, encoded) for v, encoded in backlog)
 
 
 def _within(publication: Publication, after: int, count: int, size: int) -> bool:
@@ -187,41 +188,34 @@ def _within(publication: Publication, after: int, count: int, size: int) -> bool
     return True
 
 
-def change_event(version: int, encoded: str) -> str:
-    """The ``changes`` payload around a pre-encoded change list (one string per version and
-    selection, shared by its subscribers).
-
-    >>> change_event(3, "[]")
-    '{"version":3,"changes":[]}'
-    """
-    return _SHARED.get("event", version, encoded, lambda: f'{{"version":{version},"changes":{encoded}}}')
-
-
 def ws_message(event: str, version: int, data: str) -> str:
-    """``{"type": event, ...data}`` (``data`` a JSON object) as a WebSocket text message; a
-    ``changes`` message is built once per version and shared.
+    """``{"type": event, ...}`` as a WebSocket text message: for ``changes``, ``data`` is the
+    version's encoded change list and the message is built once per version and shared; else
+    ``data`` is the event's JSON object.
 
+    >>> ws_message("changes", 3, "[]")
+    '{"type":"changes","version":3,"changes":[]}'
     >>> ws_message("snapshot", 1, '{"version":1}')
     '{"type":"snapshot","version":1}'
     """
-    if event == "changes":
-        return _SHARED.get("ws", version, data, lambda: _typed(event, data))
-    return _typed(event, data)
-
-
-def _typed(kind: str, data: str) -> str:
-    return f'{{"type":"{kind}",{data[1:]}' if len(data) > 2 else f'{{"type":"{kind}"}}'
+    if event == "changes":  # one copy of the (maybe megabytes of) changes, not one per wrapping
+        return _SHARED.get("ws", version, data, lambda: f'{{"type":"changes","version":{version},"changes":{data}}}')
+    return f'{{"type":"{event}",{data[1:]}' if len(data) > 2 else f'{{"type":"{event}"}}'
 
 
 def sse_frame(event: str, version: int, data: str) -> bytes:
-    """One SSE event (``data`` is one line of JSON), as sse-starlette would encode it; a
-    ``changes`` frame is built once per version and shared.
+    """One SSE event, as sse-starlette would encode it: for ``changes``, ``data`` is the
+    version's encoded change list (the event's data is ``{"version", "changes"}``) and the frame
+    is built once per version and shared; else ``data`` is the event's one line of JSON.
 
-    >>> sse_frame("changes", 3, '{"version":3}')
-    b'id: 3\\r\\nevent: changes\\r\\ndata: {"version":3}\\r\\n\\r\\n'
+    >>> sse_frame("changes", 3, '[]')
+    b'id: 3\\r\\nevent: changes\\r\\ndata: {"version":3,"changes":[]}\\r\\n\\r\\n'
+    >>> sse_frame("snapshot", 3, '{"version":3}')
+    b'id: 3\\r\\nevent: snapshot\\r\\ndata: {"version":3}\\r\\n\\r\\n'
     """
     if event == "changes":
-        return _SHARED.get("sse", version, data, lambda: _frame(event, version, data))
+        return _SHARED.get("sse", version, data,
+                           lambda: _frame(event, version, f'{{"version":{version},"changes":{data}}}'))
     return _frame(event, version, data)
 
 
@@ -238,7 +232,8 @@ def _parse_event_id(value: str | None) -> int | None:
 async def next_events(publication: Publication, subscriber: Subscriber) -> list[tuple[str, int, str]]:
     """Wait for the subscriber's next item, then take every item already queued (a subscriber
     that fell behind catches up in one send); a resync becomes ``resync`` + ``snapshot``, the
-    end of the stream one ``deleted`` event (nothing follows it)."""
+    end of the stream one ``deleted`` event (nothing follows it). A ``changes`` event's data is
+    the version's encoded change list (:func:`ws_message` and :func:`sse_frame` wrap it)."""
     items = [await subscriber.queue.get()]
     while not subscriber.queue.empty() and items[-1] not in (RESYNC, END):
         items.append(subscriber.queue.get_nowait())
@@ -258,7 +253,7 @@ async def next_events(publication: Publication, subscriber: Subscriber) -> list[
             events += [("resync", snap_version, reason), ("snapshot", snap_version, data)]
         elif version > subscriber.after:
             subscriber.after = version
-            events.append(("changes", version, change_event(version, encoded)))
+            events.append(("changes", version, encoded))
     return events
 
 

@@ -17,7 +17,6 @@ from api.streams import (
     WRITE_BYTES,
     Subscriber,
     attach,
-    change_event,
     next_events,
     sse_events,
     sse_frame,
@@ -101,7 +100,7 @@ def test_a_subscriber_resuming_from_a_version_gets_exactly_the_missed_changes() 
         publication, _ = _published(versions=5)
         _, first = attach(publication, "2", maxsize=100)
         return [version for event, version, data in first if event == "changes"
-                and json.loads(data)["version"] == version]
+                and json.loads(ws_message(event, version, data))["version"] == version]
 
     assert asyncio.run(main()) == [3, 4, 5]
 
@@ -149,18 +148,20 @@ def test_subscribers_share_one_wire_form_per_version_and_catch_up_in_bounded_wri
 
     one, two, sizes = asyncio.run(main())
     assert one == two and b"id: 3" in one[0] and b"id: 1" in one[0]
-    frame = len(sse_frame("changes", 43, change_event(43, changes_json([FrontierChange(TARGET, (999,), -1)] * 200))))
+    frame = len(sse_frame("changes", 43, changes_json([FrontierChange(TARGET, (999,), -1)] * 200)))
     assert len(sizes) > 1 and max(sizes) <= WRITE_BYTES + frame
 
 
 def test_changes_events_are_one_shared_string_per_version() -> None:
     encoded = changes_json([FrontierChange(TARGET, (1,), 1)])
-    assert change_event(1, encoded) is change_event(1, encoded)
-    assert change_event(1, encoded) is not change_event(2, encoded) and '"version":2' in change_event(2, encoded)
-    data = change_event(1, encoded)
-    assert ws_message("changes", 1, data) is ws_message("changes", 1, data)
-    assert sse_frame("changes", 1, data) is sse_frame("changes", 1, data)
-    assert json.loads(ws_message("changes", 1, data)) == {"type": "changes", **json.loads(data)}
+    assert ws_message("changes", 1, encoded) is ws_message("changes", 1, encoded)
+    assert sse_frame("changes", 1, encoded) is sse_frame("changes", 1, encoded)
+    assert ws_message("changes", 1, encoded) is not ws_message("changes", 2, encoded)
+    assert json.loads(ws_message("changes", 2, encoded)) == {"type": "changes", "version": 2,
+                                                            "changes": json.loads(encoded)}
+    frame = sse_frame("changes", 2, encoded).decode()
+    assert frame.startswith("id: 2\r\nevent: changes\r\ndata: ") and frame.endswith("\r\n\r\n")
+    assert json.loads(frame.split("data: ", 1)[1]) == {"version": 2, "changes": json.loads(encoded)}
 
 
 def test_ages_hold_a_bounded_number_of_unfolded_changes() -> None:
