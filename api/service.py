@@ -136,10 +136,12 @@ class Service:
             raise LogFailed() from self.wal.failed
         spec = await asyncio.to_thread(registration_record, req)  # ~26 us per node
         # The request's models are not needed past here (the spec holds the graph): released a
-        # model at a time off the loop, not at once when the route returns.
+        # model at a time off the loop, not at once when the route returns. Whether it has
+        # scopes is a look at every node: off the loop too.
         await asyncio.to_thread(release, req.nodes, req.edges)
+        nested = await asyncio.to_thread(is_nested, spec)
         hosting = None
-        if is_nested(spec):
+        if nested:
             hosting, tracker, initial = await asyncio.to_thread(self._nested_with, spec, True)
             graph = hosting.root
         else:

@@ -197,3 +197,22 @@ def test_a_large_record_is_synced_by_the_sync_process_even_on_a_quiet_log(tmp_pa
 
     assert asyncio.run(main()) == 0  # the large one went to the sync process
     assert [r for _, r in WriteAheadLog(tmp_path).recover().records] == [big, small]
+
+
+def test_large_groups_written_off_the_loop_stay_in_log_order(tmp_path: Path) -> None:
+    # A group over INLINE_BYTES_MAX is written by a worker thread; what is enqueued meanwhile
+    # forms the next group and lands after it, and on_durable callbacks run in log order.
+    records = [Batch(df="d1", v=v, at=float(v), body=(b"x" * (INLINE_BYTES_MAX + 1) if v % 3 == 1 else b"{}"))
+               for v in range(1, 10)]
+    durable: list[int] = []
+
+    async def main() -> None:
+        wal = WriteAheadLog(tmp_path)
+        wal.open()
+        futures = [wal.enqueue(r, lambda v=r.v: durable.append(v)) for r in records]  # type: ignore[misc]
+        await asyncio.gather(*futures)
+        wal.close()
+
+    asyncio.run(main())
+    assert durable == [r.v for r in records]
+    assert [r for _, r in WriteAheadLog(tmp_path).recover().records] == records
