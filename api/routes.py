@@ -315,22 +315,25 @@ async def _psi_json(graph: Graph, origins: list[Location], dest: tuple[Any, Any,
     rows = pieces()
 
     def chunk() -> str | None:
-        with collector_paused():  # a search's ~3 objects per location drew collector passes of ~40 ms
-            parts: list[str] = []
-            size = 0
-            for piece in rows:
-                parts.append(piece)
-                size += len(piece)
-                if size > 65536:
-                    break
-            return ",".join(parts) if parts else None
+        parts: list[str] = []
+        size = 0
+        for piece in rows:
+            parts.append(piece)
+            size += len(piece)
+            if size > 65536:
+                break
+        return ",".join(parts) if parts else None
 
-    yield b"["
-    first = True
-    while (encoded := await asyncio.to_thread(chunk)) is not None:
-        yield (encoded if first else "," + encoded).encode()
-        first = False
-    yield b"]"
+    # The collector stays off until the answer is sent (or abandoned): a search's ~3 objects per
+    # location drew collector passes of ~40 ms, and with a pause per chunk the first pass after
+    # it still walked the 100,000 entries of a wide origin (45 ms); by the end they are released.
+    with collector_paused():
+        yield b"["
+        first = True
+        while (encoded := await asyncio.to_thread(chunk)) is not None:
+            yield (encoded if first else "," + encoded).encode()
+            first = False
+        yield b"]"
 
 
 @router.get("/dataflows/{id}/frontier/explain", response_model=ExplainResponse, responses=_ERRORS,
