@@ -203,6 +203,8 @@ class Service:
         lag = DeltaLag()
         live = LiveState(tracker)
         ages = Ages(time.time() if created is None else created)
+        if live.native is not None:  # the compiled engine's order: CompiledTracker.locations
+            ages.births_in_engine(live.native.index, tracker.locations, graph.arity)  # type: ignore[attr-defined]
         # A nested dataflow is tracked natively even under `--engine spark` (its Spark check and
         # audits are skipped: see api.scopes).
         mode = "native" if hosting is not None and self.settings.engine == "spark" else self.settings.engine

@@ -174,6 +174,77 @@ def test_ages_hold_a_bounded_number_of_unfolded_changes() -> None:
     assert ages._moved[TARGET] == 19.0
 
 
+def _births_by_definition(batches: list[tuple[float, str | None, list[tuple[Location, tuple[int, ...], int]]]]
+                          ) -> dict[tuple[Location, tuple[int, ...]], tuple[float, str | None]]:
+    """Every live pointstamp's (birth, last worker) from the definition: a batch's updates summed
+    per pointstamp; born when its count last went from zero or below to above zero; the worker
+    of the last batch naming it; live while its count is positive."""
+    counts: dict[tuple[Location, tuple[int, ...]], int] = {}
+    born: dict[tuple[Location, tuple[int, ...]], float] = {}
+    last: dict[tuple[Location, tuple[int, ...]], str | None] = {}
+    for at, worker, updates in batches:
+        net: dict[tuple[Location, tuple[int, ...]], int] = {}
+        for location, time, delta in updates:
+            net[(location, time)] = net.get((location, time), 0) + delta
+        for key, delta in net.items():
+            before = counts.get(key, 0)
+            counts[key] = before + delta
+            last[key] = worker
+            if before <= 0 < counts[key]:
+                born[key] = at
+    return {key: (born[key], last[key]) for key, count in counts.items() if count > 0}
+
+
+@settings(max_examples=80, deadline=None)
+@given(data=st.data())
+def test_births_kept_by_the_engine_follow_the_definition(data: st.DataObject) -> None:
+    """``Ages.births_in_engine``: blame and the oldest pointstamp per location, after batches
+    given as the engine takes them (``Indexed``) or as lists (initial, recovery), equal the
+    definition's, including negative counts and batches that retire and re-report."""
+    from api.parsing import Indexed
+
+    graph = data.draw(acyclic_graphs(arity=data.draw(st.integers(1, 2))))
+    tracker = CompiledTracker(graph)
+    order = tracker.locations
+    ages = Ages(0.0)
+    ages.births_in_engine(tracker.engine.index, order, graph.arity)
+    places = st.sampled_from(graph.locations())
+    times = st.tuples(*[st.integers(0, 3)] * graph.arity)
+    batches = data.draw(st.lists(st.tuples(st.lists(st.tuples(places, times, st.integers(-2, 2)), max_size=8),
+                                           st.sampled_from(["w0", "w1", None]), st.booleans()), max_size=12))
+    seen: list[tuple[float, str | None, list[tuple[Location, tuple[int, ...], int]]]] = []
+    for at, (updates, worker, indexed) in enumerate(batches):
+        seen.append((float(at), worker, updates))
+        if indexed:
+            index = tracker.engine.index
+            ages.batch_durable(float(at), worker, Indexed(order, graph.arity, [index(u[0]) for u in updates],
+                                                          [c for u in updates for c in u[1]], [u[2] for u in updates]))
+        else:
+            ages.batch_durable(float(at), worker, updates)
+    expected = _births_by_definition(seen)
+    assert {key: ages.blame(*key) for key in expected} == expected
+    oldest: dict[Location, tuple[tuple[int, ...], float, str | None]] = {}
+    for (location, time), (at, worker) in expected.items():
+        if location not in oldest or (at, time) < (oldest[location][1], oldest[location][0]):
+            oldest[location] = (time, at, worker)
+    assert ages.oldest_by_location() == oldest
+    live = {key: count for key, count in _counts(seen).items() if count}
+    ages.seed(live, 99.0)  # recovered from a snapshot: every live pointstamp born then, by nobody
+    least: dict[Location, tuple[int, ...]] = {}
+    for location, time in expected:  # all born at once: the least time first
+        least[location] = min(time, least.get(location, time))
+    assert ages.oldest_by_location() == {loc: (time, 99.0, None) for loc, time in least.items()}
+
+
+def _counts(batches: list[tuple[float, str | None, list[tuple[Location, tuple[int, ...], int]]]]
+            ) -> dict[tuple[Location, tuple[int, ...]], int]:
+    counts: dict[tuple[Location, tuple[int, ...]], int] = {}
+    for _, _, updates in batches:
+        for location, time, delta in updates:
+            counts[(location, time)] = counts.get((location, time), 0) + delta
+    return counts
+
+
 @settings(max_examples=60, deadline=None)
 @given(data=st.data())
 def test_the_engine_writes_the_same_frontier_answers_as_python(data: st.DataObject) -> None:

@@ -34,10 +34,14 @@
 //! The Python module (feature `python`, built by maturin) exposes `Engine` (construction from
 //! integers, `apply_indexed` over flat integer sequences or buffers, `apply` over labelled
 //! updates, frontier queries), `ChangeBatch` and `Selection`; `tracker/compiled.py` wraps it
-//! with the reference tracker's interface.
+//! with the reference tracker's interface. Beside the tracker, the service's wall-clock
+//! bookkeeping per location and pointstamp lives here too, so that it costs no Python object per
+//! change or update: `MovedAt` (when each frontier last moved) and `Births` ([`births`]: when
+//! each live pointstamp was born, and who last touched it).
 
 pub mod antichain;
 pub mod batch;
+pub mod births;
 pub mod groups;
 pub mod json;
 pub mod pending;

@@ -13,6 +13,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PySet, PyString, PyTuple, PyType};
 
 use crate::batch::{Changes, Columns, ColumnsError};
+use crate::births::Births;
 use crate::json::Fragments;
 use crate::selection::Selection;
 use crate::time::{DynTime, Time};
@@ -712,6 +713,87 @@ impl MovedAt {
     }
 }
 
+/// When each live pointstamp was born and which worker last touched it (see
+/// [`crate::births`]), fed every durable batch as the engine takes it.
+///
+/// ```python
+/// births = Births(1)
+/// births.add([3], [0], [1], 10.0, 7)   # location 3, time (0,), +1, received at 10.0 from worker 7
+/// births.get(3, [0])                   # (10.0, 7); None once its count is back at zero
+/// births.oldest()                      # [(3, (0,), 10.0, 7)]: per location, the first born
+/// ```
+#[pyclass(module = "progress_engine", name = "Births")]
+pub struct PyBirths {
+    inner: Births,
+    arity: usize,
+}
+
+#[pymethods]
+impl PyBirths {
+    #[new]
+    fn new(arity: usize) -> Self {
+        PyBirths { inner: Births::new(arity), arity }
+    }
+
+    /// Folds one batch received at `at` from `worker` (flat integers, as `Engine.apply_indexed`
+    /// takes them): a count that becomes positive is born at `at`; every pointstamp named is
+    /// last touched by `worker`; one back at zero is forgotten. `ValueError` if the lengths
+    /// disagree (then nothing changed).
+    fn add(
+        &mut self,
+        locations: &Bound<'_, PyAny>,
+        times: &Bound<'_, PyAny>,
+        deltas: &Bound<'_, PyAny>,
+        at: f64,
+        worker: u32,
+    ) -> PyResult<()> {
+        let locations = read_ints(locations)?;
+        let times = read_ints(times)?;
+        let deltas = read_ints(deltas)?;
+        if deltas.len() != locations.len() || times.len() != locations.len() * self.arity {
+            return Err(PyValueError::new_err(format!(
+                "{} locations need {} deltas and {} time coordinates (arity {}), got {} and {}",
+                locations.len(),
+                locations.len(),
+                locations.len() * self.arity,
+                self.arity,
+                deltas.len(),
+                times.len()
+            )));
+        }
+        if let Some(&location) = locations.iter().find(|&&l| l < 0 || l > i64::from(u32::MAX)) {
+            return Err(PyValueError::new_err(format!("location index out of range: {location}")));
+        }
+        self.inner.add(&locations, &times, &deltas, at, worker);
+        Ok(())
+    }
+
+    /// `(born at, worker)` of the pointstamp if its count is positive, else `None`.
+    fn get(&self, location: u32, time: Vec<i64>) -> Option<(f64, u32)> {
+        self.inner.get(location, &time).map(|birth| (birth.born, birth.worker))
+    }
+
+    /// For every location holding positive counts, its first-born pointstamp, by location:
+    /// `[(location, time, born at, worker)]`.
+    fn oldest<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let out = PyList::empty(py);
+        for (location, time, birth) in self.inner.oldest_by_location() {
+            out.append((location, PyTuple::new(py, time)?, birth.born, birth.worker))?;
+        }
+        Ok(out)
+    }
+
+    /// Forgets every pointstamp.
+    fn clear(&mut self) {
+        self.inner.clear();
+    }
+
+    /// Pointstamps with a non-zero count (positive or not).
+    fn __len__(&self) -> usize {
+        self.inner.len()
+    }
+}
+
 /// The native-endian bytes of a slice of integers (what `pyarrow.py_buffer` wraps as an
 /// Arrow buffer).
 fn raw_bytes<'py, T: Copy>(py: Python<'py>, values: &[T]) -> Bound<'py, PyBytes> {
@@ -768,6 +850,7 @@ fn progress_engine(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<ChangeBatch>()?;
     module.add_class::<Frontiers>()?;
     module.add_class::<MovedAt>()?;
+    module.add_class::<PyBirths>()?;
     module.add_class::<PySelection>()?;
     Ok(())
 }
