@@ -10,10 +10,14 @@ several mistakes the one reported may differ), and returns an equal
 
 Why: pydantic validates a whole body in one call that holds the GIL, ~40 us per node: 2.2 s
 for a 50,000-node graph, during which a thread cannot let the event loop run, so every other
-dataflow's acknowledgements waited. Here the body is first scanned (``msgspec.Raw``, no
-objects built), then the nodes and edges are decoded and validated a slice at a time, in a
-worker thread (:meth:`api.service.Service.register`), which the interpreter interrupts
-between slices to let the event loop run.
+dataflow's acknowledgements waited. Here the body's members and the elements of its node and
+edge lists are first found by the compiled engine's ``split_members`` without the GIL (msgspec
+scanning the whole body as ``msgspec.Raw`` held it 10-24 ms per scan of a 5 MB body; it is
+still the way when the extension is not installed); every piece is then decoded (anything
+msgspec refuses is refused by the whole-body parser, for its exact message), and only then are
+the nodes and edges validated, a slice at a time, in a worker thread
+(:meth:`api.service.Service.register`), which the interpreter interrupts between slices to let
+the event loop run.
 
 >>> request = parse_registration_sliced(b'{"name": "pair", "nodes": [{"id": 0, "inputs": 0, "outputs": 1},'
 ...     b' {"id": 1, "inputs": 1, "outputs": 0}], "edges": [{"source": {"node": 0, "port": 0},'
@@ -39,7 +43,7 @@ import msgspec
 import pydantic
 
 from api.models import DataflowDetail, EdgeModel, NodeModel, RegisterRequest
-from api.parsing import InvalidRequest, MalformedJSON, parse_registration
+from api.parsing import InvalidRequest, parse_registration
 
 SLICE = 64
 """Nodes (or edges) decoded and validated per call: ~3 ms of the GIL at most."""
@@ -65,44 +69,91 @@ def parse_registration_sliced(data: bytes) -> RegisterRequest:
 
 
 def _sliced(data: bytes) -> RegisterRequest:
-    try:
-        top = msgspec.json.decode(data, type=dict[str, msgspec.Raw])
-    except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError):
+    if not data.isascii():
+        try:  # msgspec checks UTF-8 only in the strings it decodes: a bad byte anywhere is malformed first
+            data.decode()
+        except UnicodeDecodeError:
+            return parse_registration(data)
+    pieces = _split(data)
+    if pieces is None:
         return parse_registration(data)  # malformed or not an object: cheap to refuse, exact message
-    rest: dict[str, Any] = {}
-    lists: dict[str, list[Any]] = {}
-    for key, raw in top.items():
-        if key in _LISTS:
-            try:
-                lists[key] = _RAW_LIST.decode(raw)
-                rest[key] = []
-                continue
-            except (msgspec.ValidationError, msgspec.DecodeError):
-                pass  # not a list: the whole-body validation below names the mistake
-        try:
+    top, lists = pieces
+    rest: dict[str, Any] = {key: [] for key in lists}
+    try:  # every piece decoded before anything is validated: a body msgspec refuses is refused as such
+        for key, raw in top.items():
             rest[key] = msgspec.json.decode(raw)
-        except msgspec.ValidationError as error:  # an integer beyond 64 bits
-            raise InvalidRequest("body", str(error)) from None
-        except UnicodeDecodeError as error:
-            raise MalformedJSON(f"the body is not UTF-8: {error}") from None
+        for _, chunks in lists.values():
+            for chunk in chunks:
+                msgspec.json.decode(b"[" + chunk + b"]")  # numbers out of range too: not JSON to the whole parser
+    except msgspec.DecodeError:  # ValidationError (a number out of range) included
+        return parse_registration(data)
     request: RegisterRequest = _validated(_REQUEST, rest, ())
-    for key, raws in lists.items():
+    for key, (count, chunks) in lists.items():
         adapter, limit = _LISTS[key]
-        if len(raws) > limit:
+        if count > limit:
             raise InvalidRequest(f"body.{key}", f"List should have at most {limit} items after validation, "
-                                                f"not {len(raws)}")
+                                                f"not {count}")
         models: list[Any] = []
-        for start in range(0, len(raws), SLICE):
-            chunk = raws[start:start + SLICE]
-            try:
-                decoded = msgspec.json.decode(b"[" + b",".join(chunk) + b"]")
-            except msgspec.ValidationError as error:
-                raise InvalidRequest("body", str(error)) from None
-            except UnicodeDecodeError as error:
-                raise MalformedJSON(f"the body is not UTF-8: {error}") from None
-            models += _validated(adapter, decoded, (key,), start)
+        for start, chunk in enumerate(chunks):
+            models += _validated(adapter, msgspec.json.decode(b"[" + chunk + b"]"), (key,), start * SLICE)
         setattr(request, key, models)
     return request
+
+
+_Lists = dict[str, tuple[int, list[bytes]]]
+"""A body's node and edge lists: each list's length and its elements' JSON text, :data:`SLICE`
+consecutive elements (with the commas between them) per chunk."""
+
+
+def _split(data: bytes) -> tuple[dict[str, bytes], _Lists] | None:
+    """The body's members other than its node and edge lists, as JSON text by key (the last of
+    a repeated key), and those lists; ``None`` if the body is not a JSON object where the scan
+    looks (the pieces are decoded by the caller, which refuses the rest)."""
+    try:
+        from progress_engine import split_members
+    except ImportError:  # the compiled engine is not installed: msgspec scans the body (holding the GIL)
+        return _scanned(data)
+    found = split_members(data, [key.encode() for key in _LISTS])
+    if found is None:
+        return None
+    top: dict[str, bytes] = {}
+    lists: _Lists = {}
+    for key_start, key_end, start, end, offsets in found:
+        try:
+            key = msgspec.json.decode(data[key_start:key_end], type=str)
+        except msgspec.DecodeError:
+            return None
+        if key in top or key in lists:  # a repeated key: the last one counts, as a JSON decoder says
+            return _scanned(data)
+        if offsets is None:
+            top[key] = data[start:end]
+            continue
+        spans = memoryview(offsets).cast("Q")
+        chunks = [data[spans[2 * i]:spans[2 * min(i + SLICE, len(spans) // 2) - 1]]
+                  for i in range(0, len(spans) // 2, SLICE)]
+        lists[key] = (len(spans) // 2, chunks)
+    return top, lists
+
+
+def _scanned(data: bytes) -> tuple[dict[str, bytes], _Lists] | None:
+    """:func:`_split` by msgspec: one scan of the whole body, one of each list (holding the GIL)."""
+    try:
+        members = msgspec.json.decode(data, type=dict[str, msgspec.Raw])
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+    top: dict[str, bytes] = {}
+    lists: _Lists = {}
+    for key, raw in members.items():
+        if key in _LISTS:
+            try:
+                raws = _RAW_LIST.decode(raw)
+            except (msgspec.ValidationError, msgspec.DecodeError):
+                pass  # not a list: the request's validation names the mistake
+            else:
+                lists[key] = (len(raws), [b",".join(raws[i:i + SLICE]) for i in range(0, len(raws), SLICE)])
+                continue
+        top[key] = bytes(raw)
+    return top, lists
 
 
 def _validated(schema: pydantic.TypeAdapter[Any], value: Any, where: tuple[str, ...], offset: int = 0) -> Any:

@@ -68,3 +68,6 @@ class Engine:
 def change_columns(
     batches: Sequence[ChangeBatch], bases: Sequence[int]
 ) -> tuple[bytes, bytes, bytes, bytes, bytes]: ...
+def split_members(
+    data: bytes, keys: Sequence[bytes]
+) -> list[tuple[int, int, int, int, bytes | None]] | None: ...

@@ -37,7 +37,8 @@
 //! with the reference tracker's interface. Beside the tracker, the service's wall-clock
 //! bookkeeping per location and pointstamp lives here too, so that it costs no Python object per
 //! change or update: `MovedAt` (when each frontier last moved) and `Births` ([`births`]: when
-//! each live pointstamp was born, and who last touched it).
+//! each live pointstamp was born, and who last touched it); and `split_members` ([`split`]), which
+//! finds a JSON registration body's members and list elements without the GIL.
 
 pub mod antichain;
 pub mod batch;
@@ -48,6 +49,7 @@ pub mod pending;
 #[cfg(feature = "python")]
 mod python;
 pub mod selection;
+pub mod split;
 pub mod summary;
 pub mod time;
 pub mod topology;

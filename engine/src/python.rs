@@ -9,6 +9,7 @@ use std::sync::Arc;
 use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::{PyIndexError, PyKeyError, PyTypeError, PyValueError};
 use pyo3::ffi;
+use pyo3::pybacked::PyBackedBytes;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PySet, PyString, PyTuple, PyType};
 
@@ -16,6 +17,7 @@ use crate::batch::{Changes, Columns, ColumnsError};
 use crate::births::Births;
 use crate::json::Fragments;
 use crate::selection::Selection;
+use crate::split;
 use crate::time::{DynTime, Time};
 use crate::topology::TransitionSpec;
 use crate::tracker::Tracker;
@@ -843,9 +845,38 @@ fn change_columns<'py>(
     ))
 }
 
+/// `split_members(data, keys)`: where the members of the JSON object `data` are, found without
+/// the GIL and without building a value (see [`crate::split`]): a list of `(key_start, key_end,
+/// value_start, value_end, elements)`, byte offsets, `elements` being for an array value of a
+/// key in `keys` (as written between its quotes) the native-endian `uint64` offsets
+/// `start, end, start, end, ...` of its elements, else `None`; `None` if `data` is not an
+/// object or its structure is broken where the scan looks. The caller decodes the pieces.
+#[pyfunction]
+fn split_members<'py>(
+    py: Python<'py>,
+    data: PyBackedBytes,
+    keys: Vec<PyBackedBytes>,
+) -> PyResult<Option<Bound<'py, PyList>>> {
+    let found = py.detach(|| {
+        let keys: Vec<&[u8]> = keys.iter().map(|key| &key[..]).collect();
+        split::members(&data, &keys)
+    });
+    let Some(found) = found else { return Ok(None) };
+    let out = PyList::empty(py);
+    for member in found {
+        let elements = member.elements.map(|elements| {
+            let flat: Vec<u64> = elements.iter().flat_map(|&(start, end)| [start as u64, end as u64]).collect();
+            raw_bytes(py, &flat)
+        });
+        out.append((member.key.0, member.key.1, member.value.0, member.value.1, elements))?;
+    }
+    Ok(Some(out))
+}
+
 #[pymodule]
 fn progress_engine(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(change_columns, module)?)?;
+    module.add_function(wrap_pyfunction!(split_members, module)?)?;
     module.add_class::<Engine>()?;
     module.add_class::<ChangeBatch>()?;
     module.add_class::<Frontiers>()?;
