@@ -110,6 +110,28 @@ fn read_time(time: &Bound<'_, PyAny>, arity: usize, out: &mut Vec<u64>) -> Resul
     Ok(())
 }
 
+/// A batch given as flat integers (`locations[i]`, the time `times[i * arity:(i + 1) * arity]`,
+/// `deltas[i]`), read and its lengths checked: `ValueError` if they disagree.
+fn read_batch(
+    locations: &Bound<'_, PyAny>,
+    times: &Bound<'_, PyAny>,
+    deltas: &Bound<'_, PyAny>,
+    arity: usize,
+) -> PyResult<(Vec<i64>, Vec<i64>, Vec<i64>)> {
+    let (locations, times, deltas) = (read_ints(locations)?, read_ints(times)?, read_ints(deltas)?);
+    if deltas.len() != locations.len() || times.len() != locations.len() * arity {
+        return Err(PyValueError::new_err(format!(
+            "{} locations need {} deltas and {} time coordinates (arity {arity}), got {} and {}",
+            locations.len(),
+            locations.len(),
+            locations.len() * arity,
+            deltas.len(),
+            times.len()
+        )));
+    }
+    Ok((locations, times, deltas))
+}
+
 fn time_tuple<'py>(py: Python<'py>, coords: &[u64]) -> PyResult<Bound<'py, PyTuple>> {
     PyTuple::new(py, coords)
 }
@@ -231,20 +253,7 @@ impl Engine {
         times: &Bound<'_, PyAny>,
         deltas: &Bound<'_, PyAny>,
     ) -> PyResult<ChangeBatch> {
-        let locations = read_ints(locations)?;
-        let times = read_ints(times)?;
-        let deltas = read_ints(deltas)?;
-        if deltas.len() != locations.len() || times.len() != locations.len() * self.arity {
-            return Err(PyValueError::new_err(format!(
-                "{} locations need {} deltas and {} time coordinates (arity {}), got {} and {}",
-                locations.len(),
-                locations.len(),
-                locations.len() * self.arity,
-                self.arity,
-                deltas.len(),
-                times.len()
-            )));
-        }
+        let (locations, times, deltas) = read_batch(locations, times, deltas, self.arity)?;
         for &location in &locations {
             self.check_location(location)?;
         }
@@ -749,20 +758,7 @@ impl PyBirths {
         at: f64,
         worker: u32,
     ) -> PyResult<()> {
-        let locations = read_ints(locations)?;
-        let times = read_ints(times)?;
-        let deltas = read_ints(deltas)?;
-        if deltas.len() != locations.len() || times.len() != locations.len() * self.arity {
-            return Err(PyValueError::new_err(format!(
-                "{} locations need {} deltas and {} time coordinates (arity {}), got {} and {}",
-                locations.len(),
-                locations.len(),
-                locations.len() * self.arity,
-                self.arity,
-                deltas.len(),
-                times.len()
-            )));
-        }
+        let (locations, times, deltas) = read_batch(locations, times, deltas, self.arity)?;
         if let Some(&location) = locations.iter().find(|&&l| l < 0 || l > i64::from(u32::MAX)) {
             return Err(PyValueError::new_err(format!("location index out of range: {location}")));
         }
