@@ -48,7 +48,7 @@ from tracker.graph import Location, Update
 from tracker.timestamp import Timestamp
 
 if TYPE_CHECKING:
-    from progress_engine import Births, ChangeBatch, MovedAt
+    from progress_engine import ChangeBatch, MovedAt
 
 Key = tuple[Location, Timestamp]
 _KEY = itemgetter(0, 1)
@@ -65,8 +65,39 @@ def _keys(updates: Sequence[Update] | Indexed) -> list[Key]:
     return list(zip(map(order.__getitem__, updates.locations), times, strict=True))
 
 
-def _no_index(location: Location) -> int:
-    raise AssertionError("births are kept in Python for this dataflow")
+class _EngineBirths:
+    """The births of a flat dataflow on the compiled engine, kept by ``progress_engine.Births``
+    on the engine's location indices (:meth:`Ages.births_in_engine`); workers are numbered here."""
+
+    __slots__ = ("births", "index", "order", "worker_names", "workers")
+
+    def __init__(self, index: Callable[[Location], int], order: Sequence[Location], arity: int) -> None:
+        from progress_engine import Births
+
+        self.births, self.index, self.order = Births(arity), index, order
+        self.workers: dict[str | None, int] = {None: 0}
+        self.worker_names: list[str | None] = [None]
+
+    def add(self, at: float, worker: str | None, updates: Sequence[Update] | Indexed) -> None:
+        number = self.workers.get(worker)
+        if number is None:
+            number = self.workers[worker] = len(self.worker_names)
+            self.worker_names.append(worker)
+        if isinstance(updates, Indexed):
+            self.births.add(updates.locations, updates.times, updates.deltas, at, number)
+            return
+        index = self.index
+        self.births.add([index(location) for location, _, _ in updates],
+                        [coordinate for _, time_, _ in updates for coordinate in time_],
+                        [delta for _, _, delta in updates], at, number)
+
+    def blame(self, location: Location, time: Timestamp) -> tuple[float, str | None] | None:
+        found = self.births.get(self.index(location), time)
+        return None if found is None else (found[0], self.worker_names[found[1]])
+
+    def oldest_by_location(self) -> dict[Location, tuple[Timestamp, float, str | None]]:
+        order, names = self.order, self.worker_names
+        return {order[index]: (time_, born, names[worker]) for index, time_, born, worker in self.births.oldest()}
 
 
 MOVES_HELD = 4_096
@@ -77,8 +108,8 @@ fold of that many holds the event loop about a millisecond at most)."""
 class Ages:
     """When things happened to one dataflow's locations and pointstamps (see the module doc)."""
 
-    __slots__ = ("_births", "_born", "_index", "_moved", "_moves", "_moves_changes", "_order", "_queue", "_queued",
-                 "_stamps", "_worker_names", "_workers", "counts", "created")
+    __slots__ = ("_births", "_born", "_moved", "_moves", "_moves_changes", "_queue", "_queued", "_stamps", "counts",
+                 "created")
 
     def __init__(self, created: float, counts: Callable[[], Mapping[Key, int]] = dict) -> None:
         self.created = created
@@ -95,21 +126,15 @@ class Ages:
         self._queued = 0
         self._born: dict[Key, tuple[float, str | None]] = {}
         """``(location, time) -> (born at, last worker)`` of every live pointstamp, as of the last fold."""
-        self._births: Births | None = None
+        self._births: _EngineBirths | None = None
         """With :meth:`births_in_engine`: every pointstamp's birth, kept by the compiled engine."""
-        self._index: Callable[[Location], int] = _no_index
-        self._order: Sequence[Location] = ()
-        self._workers: dict[str | None, int] = {None: 0}
-        self._worker_names: list[str | None] = [None]
 
     def births_in_engine(self, index: Callable[[Location], int], order: Sequence[Location], arity: int) -> None:
         """Keep the births of a flat dataflow on the compiled engine in a ``progress_engine.Births``
         (before its first batch): each batch is folded in as it becomes durable, in C, with no
         Python object per update, and births are exact (a pointstamp retired and reported again
         is born again). ``index`` and ``order`` are the engine's location index and its inverse."""
-        from progress_engine import Births
-
-        self._births, self._index, self._order = Births(arity), index, order
+        self._births = _EngineBirths(index, order, arity)
 
     # -- the hot path: appends only ----------------------------------------------------------
 
@@ -139,33 +164,19 @@ class Ages:
         """A batch of ``worker`` received at ``at`` is durable (folded in when next read, or at
         once by the engine's ``Births``)."""
         if self._births is not None:
-            self._birth(at, worker, updates)
+            self._births.add(at, worker, updates)
             return
         self._queue.append((at, worker, updates))
         self._queued += len(updates)
         if self._queued > 4 * len(self._born) + 8192:
             self._fold()
 
-    def _birth(self, at: float, worker: str | None, updates: Sequence[Update] | Indexed) -> None:
-        assert self._births is not None
-        number = self._workers.get(worker)
-        if number is None:
-            number = self._workers[worker] = len(self._worker_names)
-            self._worker_names.append(worker)
-        if isinstance(updates, Indexed):
-            self._births.add(updates.locations, updates.times, updates.deltas, at, number)
-            return
-        index = self._index
-        self._births.add([index(location) for location, _, _ in updates],
-                         [coordinate for _, time_, _ in updates for coordinate in time_],
-                         [delta for _, _, delta in updates], at, number)
-
     def seed(self, counts: Mapping[Key, int], at: float) -> None:
         """Replace every pointstamp with ``counts`` (recovered from a compacted snapshot, whose
         births are unknown): born ``at``."""
         if self._births is not None:
-            self._births.clear()
-            self._birth(at, None, [(location, time_, count) for (location, time_), count in counts.items() if count])
+            self._births.births.clear()
+            self._births.add(at, None, [(location, time_, n) for (location, time_), n in counts.items() if n])
             return
         self._queue, self._queued = [], 0
         self._born = {key: (at, None) for key, count in counts.items() if count > 0}
@@ -221,8 +232,7 @@ class Ages:
         """``(born at, the worker that last reported it)`` of a live pointstamp, else ``None``
         (``None`` worker: recovered from a snapshot, or an initial pointstamp)."""
         if self._births is not None:
-            found = self._births.get(self._index(location), time)
-            return None if found is None else (found[0], self._worker_names[found[1]])
+            return self._births.blame(location, time)
         self._fold()
         return self._born.get((location, time))
 
@@ -233,8 +243,7 @@ class Ages:
     def oldest_by_location(self) -> dict[Location, tuple[Timestamp, float, str | None]]:
         """For every location holding live pointstamps, its oldest (as :meth:`oldest`)."""
         if self._births is not None:
-            order, names = self._order, self._worker_names
-            return {order[index]: (time_, born, names[worker]) for index, time_, born, worker in self._births.oldest()}
+            return self._births.oldest_by_location()
         self._fold()
         found: dict[Location, tuple[Timestamp, float, str | None]] = {}
         for (location, when), (at, worker) in self._born.items():

@@ -79,7 +79,10 @@ def _sliced(data: bytes) -> RegisterRequest:
         return parse_registration(data)  # malformed or not an object: cheap to refuse, exact message
     top, lists = pieces
     rest: dict[str, Any] = {key: [] for key in lists}
-    try:  # every piece decoded before anything is validated: a body msgspec refuses is refused as such
+    # Every piece decoded before anything is validated, so that a body msgspec refuses is refused
+    # as such; the lists are decoded again below, a slice at a time, for validation: keeping
+    # every slice's objects would hold the whole graph's, freed wherever a refusal is handled.
+    try:
         for key, raw in top.items():
             rest[key] = msgspec.json.decode(raw)
         for _, chunks in lists.values():

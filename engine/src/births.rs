@@ -84,6 +84,11 @@ impl Births {
         found
     }
 
+    /// The number of coordinates of every time.
+    pub fn arity(&self) -> usize {
+        self.arity
+    }
+
     /// Pointstamps with a non-zero count.
     pub fn len(&self) -> usize {
         self.entries.len()

@@ -736,14 +736,13 @@ impl MovedAt {
 #[pyclass(module = "progress_engine", name = "Births")]
 pub struct PyBirths {
     inner: Births,
-    arity: usize,
 }
 
 #[pymethods]
 impl PyBirths {
     #[new]
     fn new(arity: usize) -> Self {
-        PyBirths { inner: Births::new(arity), arity }
+        PyBirths { inner: Births::new(arity) }
     }
 
     /// Folds one batch received at `at` from `worker` (flat integers, as `Engine.apply_indexed`
@@ -758,7 +757,7 @@ impl PyBirths {
         at: f64,
         worker: u32,
     ) -> PyResult<()> {
-        let (locations, times, deltas) = read_batch(locations, times, deltas, self.arity)?;
+        let (locations, times, deltas) = read_batch(locations, times, deltas, self.inner.arity())?;
         if let Some(&location) = locations.iter().find(|&&l| l < 0 || l > i64::from(u32::MAX)) {
             return Err(PyValueError::new_err(format!("location index out of range: {location}")));
         }
