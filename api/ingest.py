@@ -52,6 +52,12 @@ if TYPE_CHECKING:
     from progress_engine import ChangeBatch
 
 
+PREPARE_JSON_MIN = 4096
+"""A version with at least this many frontier changes has its ``changes`` payload encoded by a
+thread of the compiled engine from the moment it is applied (starting a thread costs tens of
+microseconds; encoding 4,096 changes ~0.15 ms)."""
+
+
 class Refused(Exception):
     """A batch that was not acknowledged: ``status`` and ``body`` are the answer."""
 
@@ -188,7 +194,13 @@ def _order(tenant: Tenant, worker: str, seq: int, updates: list[Update] | Indexe
     box: list[list[FrontierChange] | ChangeBatch] = []
     durable = wal.enqueue(Batch(tenant.id, version, pending.received, raw),
                           lambda: made_durable(tenant, pending, box[0], raw, metrics))
-    box.append(live.apply(pending))
+    changes = live.apply(pending)
+    if not isinstance(changes, list) and len(changes) >= PREPARE_JSON_MIN and tenant.engine_mode != "spark":
+        # Encoded by a thread of the engine's while the log syncs (and other dataflows are
+        # served): publishing 32,000 changes otherwise held the event loop ~1.7 ms more.
+        changes.prepare_json()
+        wal.prefer_sync_process()
+    box.append(changes)
     return version, True, durable
 
 

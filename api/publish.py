@@ -261,6 +261,15 @@ class Publication:
         if not changes:
             return
         self.last_change_at = time.time() if at is None else at
+        stamp = self.last_change_at
+        if self._moved is not None:
+            self._moved(changes, stamp)
+        folded = self._view is not None and not isinstance(changes, list)
+        if self._view is not None and not isinstance(changes, list):
+            # Before the encoding: a big version's text may still be in the making by a thread
+            # of the engine (``ChangeBatch.prepare_json``), which this gives time to finish.
+            self._view.fold(changes)  # in the engine: ~10 ns a change
+            self._view_read = None
         # One string per version rather than a tuple per change keeps the garbage collector's
         # full passes (and so the latency tail) short even with a long history.
         encoding = self.encoding
@@ -282,16 +291,11 @@ class Publication:
             self.history_totals.popleft()
             self._batches.pop(old_version, None)
             self.history_floor = old_version
-        stamp = time.time() if at is None else at
-        if self._moved is not None:
-            self._moved(changes, stamp)
         if self._on_published is not None:
             # The streams' JSON names each location's scope, as frontier_changes' rows do; the
             # compiled engine's batch becomes those rows without a JSON round trip (api.columns).
             self._on_published(version, encoded if isinstance(changes, list) else changes, stamp)
-        if self._view is not None and not isinstance(changes, list):
-            self._view.fold(changes)  # in the engine: ~10 ns a change
-            self._view_read = None
+        if folded:
             if notify:
                 self.fanout.push(version, changes, encoded)
             return

@@ -25,6 +25,7 @@ from api.auth import load_admin_token
 from api.config import ENGINE_NAMES, Settings
 from api.protocol import guarded_http
 from api.security import HEADERS, redact
+from api.wsprotocol import FramedWebSockets
 
 _STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime", "taskName"}
 
@@ -139,7 +140,8 @@ def listen(host: str, port: int, send_buffer: int = 0) -> socket.socket:
 def app_from_env() -> Any:
     """Factory for ``uvicorn --factory api.server:app_from_env`` (settings from the environment).
     The head limits are uvicorn's protocol, not the app's: add ``--http api.protocol:GuardedHttp``
-    (64 KiB, 10 s) to keep them; ``tracker serve`` does it with the configured values."""
+    (64 KiB, 10 s) to keep them, and ``--ws api.wsprotocol:FramedWebSockets`` for the direct
+    text frames; ``tracker serve`` does both, with the configured values."""
     return build(Settings.from_env())
 
 
@@ -166,7 +168,8 @@ def serve(args: argparse.Namespace) -> int:
     config = uvicorn.Config(app, host=settings.host, port=settings.port, log_config=None, access_log=False,
                             ws_max_size=settings.max_body, ws_per_message_deflate=settings.ws_deflate,
                             lifespan="on", timeout_graceful_shutdown=5, headers=HEADERS,
-                            http=guarded_http(settings.max_header_bytes, settings.header_timeout))
+                            http=guarded_http(settings.max_header_bytes, settings.header_timeout),
+                            ws=FramedWebSockets)
     server = uvicorn.Server(config)
     try:
         server.run(sockets=[listener])

@@ -10,7 +10,9 @@ acknowledgement. This process shares no GIL; ``fdatasync`` syncs the file, not t
 so syncing the segment the service wrote to through its own descriptor is enough.
 
 Protocol on stdin/stdout: the service writes a segment number (``u32``, little endian) after
-writing that segment's records; the syncer answers with an errno (``u32``, 0 = durable). It
+writing that segment's records; the syncer answers with an errno (``u32``, 0 = durable) and
+how long its ``fdatasync`` took (``u32`` microseconds: the disk's time, without the two
+process wake-ups the service's round trip also holds). It
 exits when stdin closes, that is when the service stops or dies, and only then: it ignores the
 SIGINT and SIGTERM a terminal or a supervisor sends the whole process group (Ctrl-C on
 ``tracker serve``), which would otherwise kill it while the service still logs its last records.
@@ -22,10 +24,12 @@ import os
 import signal
 import struct
 import sys
+import time
 
 from api.segments import segment_name
 
 REQUEST = struct.Struct("<I")
+ANSWER = struct.Struct("<II")
 
 
 def _read_exactly(fd: int, size: int) -> bytes:
@@ -46,6 +50,7 @@ def serve(directory: str, requests: int = 0, answers: int = 1) -> None:
         if not message:
             return
         (segment,) = REQUEST.unpack(message)
+        began = time.perf_counter()
         try:
             fd = fds.get(segment)
             if fd is None:
@@ -56,7 +61,8 @@ def serve(directory: str, requests: int = 0, answers: int = 1) -> None:
             errno = 0
         except OSError as error:
             errno = error.errno or 5  # EIO when the error carries none
-        os.write(answers, REQUEST.pack(errno))
+        took = min(int((time.perf_counter() - began) * 1e6), 2**32 - 1)
+        os.write(answers, ANSWER.pack(errno, took))
 
 
 if __name__ == "__main__":

@@ -115,6 +115,37 @@ def test_native_refuses_to_start_without_the_compiled_engine(tmp_path: Path) -> 
     assert len(lines) == 1 and "--engine reference" in lines[0] and "progress_engine" in lines[0], result.stderr
 
 
+def test_payloads_encoded_while_the_log_syncs_are_the_ones_encoded_on_publishing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A big version's payload is encoded by a thread of the engine from when it is applied
+    (:data:`api.ingest.PREPARE_JSON_MIN`); the history and subscribers get the same text."""
+    import api.ingest
+    from api.config import Settings
+    from api.models import RegisterRequest
+    from api.service import Service
+
+    async def published(prepare_from: int, warehouse: Path) -> list[tuple[int, int, str]]:
+        monkeypatch.setattr(api.ingest, "PREPARE_JSON_MIN", prepare_from)
+        service = Service(Settings(warehouse=warehouse, delta=False, spark=False), "admin")
+        service.recover()
+        try:
+            tenant, _ = await service.register(RegisterRequest.model_validate(loop_graph(operators=6, name="ring")))
+            subscriber = Subscriber(100)
+            tenant.publication.subscribers.add(subscriber)
+            for seq, updates in enumerate(batches()):
+                body = json.dumps({"worker": "w", "seq": seq, "updates": updates}).encode()
+                await api.ingest.submit(tenant, body, service.wal, service.metrics)
+            events = [subscriber.queue.get_nowait() for _ in range(subscriber.queue.qsize())]
+            assert [(v, text) for v, _, text in tenant.publication.history] == events
+            return list(tenant.publication.history)
+        finally:
+            service.wal.close()
+
+    every = asyncio.run(published(1, tmp_path / "every"))  # every version with a change prepared
+    assert len(every) == 5  # the versions that moved a frontier
+    assert every == asyncio.run(published(10**9, tmp_path / "none"))
+
+
 def test_two_subscribers_with_one_selection_share_one_encoding() -> None:
     graph, initial = core_graph(loop_graph(operators=4, name="ring"))
     tracker = CompiledTracker(graph)

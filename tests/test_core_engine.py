@@ -69,6 +69,11 @@ def test_engine_reference_and_oracle_agree_on_every_batch(arity: int, loops: boo
             assert [(order[i], t, d) for i, t, d in low.to_list()] == [tuple(c) for c in expected]
             assert low.to_list(labels=True) == [tuple(c) for c in expected]
             assert low.to_json() == json.dumps(_payload(expected))
+            low.prepare_json()  # the compact payload of every change, encoded by a thread of its own
+            low.prepare_json()  # already under way: nothing more
+            assert low.to_json(compact=True) == json.dumps(_payload(expected), separators=(",", ":"))
+            low.prepare_json()  # taken by that to_json: a new one
+            assert low.to_json_bytes(compact=True) == json.dumps(_payload(expected), separators=(",", ":")).encode()
             assert low.to_json(compact=True) == json.dumps(_payload(expected), separators=(",", ":"))
             assert low.to_json_bytes() == json.dumps(_payload(expected)).encode()
             mine = [c for c in expected if c.location in wanted]
@@ -190,12 +195,31 @@ def test_low_level_api_takes_buffers_and_moves_every_frontier_of_a_ring() -> Non
     assert location_json(order[0]) == json.dumps(order[0]._asdict())
 
 
+def test_json_fragments_as_a_list_or_joined_by_newlines() -> None:
+    fragments = ['{"node": 0}', '{"node": 1, "kind": "a b"}', "{}"]
+    transitions: list[tuple[int, int, list[int] | None]] = [(0, 1, None), (1, 2, [1])]
+    listed, joined = (Engine(1, 3, transitions, json=given) for given in (fragments, "\n".join(fragments)))
+    first, second = (engine.apply_indexed([0], [5], [1]) for engine in (listed, joined))
+    assert first.to_json() == second.to_json() == ('[{"location": {"node": 0}, "time": [5], "diff": 1}, '
+                                                   '{"location": {"node": 1, "kind": "a b"}, "time": [5], "diff": 1}, '
+                                                   '{"location": {}, "time": [6], "diff": 1}]')
+    assert first.to_json(compact=True) == second.to_json(compact=True)
+    with pytest.raises(ValueError, match="json has 2 entries for 3 locations"):
+        Engine(1, 3, transitions, json='{"node": 0}\n{}')
+    with pytest.raises(ValueError, match="json has 0 entries for 3 locations"):  # "" joins no fragments
+        Engine(1, 3, transitions, json="")
+    assert Engine(1, 0, [], json="").apply_indexed([], [], []).to_json() == "[]"
+
+
 def test_engine_without_labels_or_json() -> None:
     engine = Engine(2, 3, [(0, 1, None), (1, 2, [0, 1])])
     batch = engine.apply_indexed([0], [4, 0], [1])
     assert batch.to_list() == [(0, (4, 0), 1), (1, (4, 0), 1), (2, (4, 1), 1)]
+    batch.prepare_json()  # nothing to encode with
     with pytest.raises(ValueError, match="no JSON"):
         batch.to_json()
+    with pytest.raises(ValueError, match="no JSON"):
+        batch.to_json(compact=True)
     with pytest.raises(ValueError, match="no labels"):
         batch.to_list(labels=True)
     typed = batch.to_list(cls=FrontierChange)

@@ -13,15 +13,19 @@ use crate::selection::Selection;
 pub struct Fragments {
     spaced: Vec<Box<str>>,
     compact: Vec<Box<str>>,
+    /// The length of the longest of them.
+    longest: usize,
 }
 
 impl Fragments {
     /// Fragments for locations `0..fragments.len()`; each is the JSON of that location.
     pub fn new<S: AsRef<str>>(fragments: &[S]) -> Self {
-        let spaced = fragments.iter().map(|f| format!("{{\"location\": {}, \"time\": [", f.as_ref()).into()).collect();
+        let spaced: Vec<Box<str>> =
+            fragments.iter().map(|f| format!("{{\"location\": {}, \"time\": [", f.as_ref()).into()).collect();
         let compact =
             fragments.iter().map(|f| format!("{{\"location\":{},\"time\":[", minify(f.as_ref())).into()).collect();
-        Fragments { spaced, compact }
+        let longest = spaced.iter().map(|f| f.len()).max().unwrap_or(0); // the compact ones are no longer
+        Fragments { spaced, compact, longest }
     }
 
     /// The number of locations.
@@ -38,6 +42,14 @@ impl Fragments {
     pub fn location_prefix(&self, index: usize) -> &str {
         let prefix: &str = &self.compact[index];
         &prefix[..prefix.len() - "\"time\":[".len()]
+    }
+
+    /// At least the length in bytes of what [`Fragments::encode`] appends for `changes` (a
+    /// bound from the longest fragment, so that the output is allocated once, not grown).
+    pub fn encoded_len_bound(&self, changes: &Changes) -> usize {
+        let per_time = changes.arity() * (u64::MAX.ilog10() as usize + 3); // digits and a separator
+        let per_change = self.longest + per_time + "], \"diff\": -}, ".len() + i64::MAX.ilog10() as usize + 1;
+        2 + changes.len() * per_change
     }
 
     /// Appends the JSON array of `changes` (only those whose location `selection` holds, if
@@ -124,5 +136,20 @@ mod tests {
         out.clear();
         fragments.encode(&Changes::new(2), None, true, &mut out);
         assert_eq!(out, "[]");
+    }
+
+    #[test]
+    fn encoded_len_bound_holds() {
+        let fragments = Fragments::new(&["{\"node\": 0}", "{\"node\": 12, \"kind\": \"a b\"}", "{}"]);
+        let mut changes = Changes::new(2);
+        for (index, value) in [0u64, 9, 10, 99, 100, 12345, u64::MAX].into_iter().enumerate() {
+            changes.push(index as u32 % 3, &[value, u64::MAX], if index % 2 == 0 { 1 } else { i64::MIN });
+        }
+        for compact in [false, true] {
+            let mut out = String::new();
+            fragments.encode(&changes, None, compact, &mut out);
+            assert!(fragments.encoded_len_bound(&changes) >= out.len(), "{out}");
+        }
+        assert!(fragments.encoded_len_bound(&Changes::new(2)) >= 2);
     }
 }

@@ -4,13 +4,14 @@
 //! sequences (lists or buffers such as `array('q')`), and changes go out as a compiled
 //! `ChangeBatch` that encodes its JSON payload in one pass, for all locations or a selection.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
 
 use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::{PyIndexError, PyKeyError, PyTypeError, PyValueError};
 use pyo3::ffi;
-use pyo3::pybacked::PyBackedBytes;
 use pyo3::prelude::*;
+use pyo3::pybacked::PyBackedBytes;
 use pyo3::types::{PyBytes, PyDict, PyList, PySet, PyString, PyTuple, PyType};
 
 use crate::batch::{Changes, Columns, ColumnsError};
@@ -143,7 +144,10 @@ fn time_tuple<'py>(py: Python<'py>, coords: &[u64]) -> PyResult<Bound<'py, PyTup
 /// a sequence of `arity` non-negative increments, or `None` for zero (an edge). The graph must
 /// have no cycle of zero summaries (checked: `ValueError`). `labels` (one Python object per
 /// location, e.g. `Location` tuples) lets `apply` take labelled updates and `to_list`
-/// return labels; `json` (one JSON text per location) lets batches encode their payload.
+/// return labels; `json` (one JSON text per location, as a sequence of strings or as one
+/// string joined by `"\n"`, which no fragment may then contain, `""` joining none) lets
+/// batches encode their payload. The joined form is read without copying it while the GIL is
+/// held.
 #[pyclass(module = "progress_engine", name = "Engine")]
 pub struct Engine {
     inner: Inner,
@@ -164,7 +168,7 @@ impl Engine {
             }
             tracker.propagate(&mut changes);
         });
-        ChangeBatch { changes, shared: self.shared.clone() }
+        ChangeBatch::new(changes, self.shared.clone())
     }
 
     fn check_location(&self, location: i64) -> PyResult<usize> {
@@ -185,11 +189,21 @@ impl Engine {
         locations: usize,
         transitions: Vec<(usize, usize, Option<Vec<u64>>)>,
         labels: Option<Vec<Py<PyAny>>>,
-        json: Option<Vec<String>>,
+        json: Option<Bound<'_, PyAny>>,
         index: Option<Bound<'_, PyDict>>,
     ) -> PyResult<Self> {
         let specs: Vec<TransitionSpec> =
             transitions.into_iter().map(|(src, dst, summary)| TransitionSpec { src, dst, summary }).collect();
+        // The fragments as one string, split below without the GIL: a list of 100,000 Python
+        // strings took ~6 ms of the GIL to copy out, one joined string is read in place.
+        let (joined, listed): (Option<Bound<'_, PyString>>, Option<Vec<String>>) = match json {
+            None => (None, None),
+            Some(json) => match json.cast_into::<PyString>() {
+                Ok(joined) => (Some(joined), None),
+                Err(other) => (None, Some(other.into_inner().extract()?)),
+            },
+        };
+        let joined_text = joined.as_ref().map(|text| text.to_str()).transpose()?;
         // Building is pure Rust: without the GIL, so that a registration of a large graph (built
         // in a worker thread) does not hold the service's event loop (~80 ms for 100,000 locations).
         let (built, fragments) = py.detach(|| {
@@ -200,10 +214,17 @@ impl Engine {
                 4 => Tracker::new(arity, locations, &specs).map(Inner::A4),
                 _ => Tracker::new(arity, locations, &specs).map(Inner::Dyn),
             };
-            (built, json.as_ref().map(|fragments| Fragments::new(fragments)))
+            let fragments = match (joined_text, &listed) {
+                (Some(""), _) => Some(Fragments::new::<&str>(&[])),
+                (Some(text), _) => Some(Fragments::new(&text.split('\n').collect::<Vec<_>>())),
+                (None, Some(list)) => Some(Fragments::new(list)),
+                (None, None) => None,
+            };
+            (built, fragments)
         });
         let inner = built.map_err(|e| PyValueError::new_err(e.to_string()))?;
-        for (what, len) in [("labels", labels.as_ref().map(Vec::len)), ("json", json.as_ref().map(Vec::len))] {
+        let json_len = fragments.as_ref().map(Fragments::len);
+        for (what, len) in [("labels", labels.as_ref().map(Vec::len)), ("json", json_len)] {
             if let Some(len) = len.filter(|&len| len != locations) {
                 return Err(PyValueError::new_err(format!("{what} has {len} entries for {locations} locations")));
             }
@@ -411,11 +432,18 @@ impl PySelection {
 /// is `+1` (the time entered the location's frontier) or `-1` (it left).
 #[pyclass(module = "progress_engine", name = "ChangeBatch", frozen)]
 pub struct ChangeBatch {
-    changes: Changes,
+    changes: Arc<Changes>,
     shared: Arc<Shared>,
+    /// The compact JSON of every change, being encoded by a thread of its own
+    /// ([`ChangeBatch::prepare_json`]), until `to_json` takes it.
+    prepared: Mutex<Option<JoinHandle<Option<String>>>>,
 }
 
 impl ChangeBatch {
+    fn new(changes: Changes, shared: Arc<Shared>) -> Self {
+        ChangeBatch { changes: Arc::new(changes), shared, prepared: Mutex::new(None) }
+    }
+
     /// Every change as a 3-tuple `(label(location), time, diff)`, or as an instance of the
     /// tuple subclass `cls` built as `tuple.__new__(cls, ...)` would (without calling Python).
     fn list<'py>(
@@ -476,16 +504,32 @@ impl ChangeBatch {
         PyList::new(py, items)
     }
 
-    fn encode(&self, selection: Option<&PySelection>, compact: bool) -> PyResult<String> {
+    fn encode(&self, py: Python<'_>, selection: Option<&PySelection>, compact: bool) -> PyResult<String> {
         let fragments = self
             .shared
             .fragments
             .as_ref()
             .ok_or_else(|| PyValueError::new_err("this engine has no JSON fragments (pass json= to Engine)"))?;
-        let mut out = String::with_capacity(16 + self.changes.len() * 64);
-        fragments.encode(&self.changes, selection.map(|s| &s.selection), compact, &mut out);
-        Ok(out)
+        if selection.is_none() && compact {
+            let prepared =
+                self.prepared.lock().map_err(|_| PyValueError::new_err("the prepared JSON's lock is poisoned"))?.take();
+            if let Some(handle) = prepared {
+                // Waited for without the GIL (the thread never needs it); a thread that failed
+                // leaves the encoding to this call.
+                if let Ok(Some(encoded)) = py.detach(|| handle.join()) {
+                    return Ok(encoded);
+                }
+            }
+        }
+        Ok(encode_changes(fragments, &self.changes, selection.map(|s| &s.selection), compact))
     }
+}
+
+/// The JSON array of `changes`, in a string allocated once.
+fn encode_changes(fragments: &Fragments, changes: &Changes, selection: Option<&Selection>, compact: bool) -> String {
+    let mut out = String::with_capacity(fragments.encoded_len_bound(changes));
+    fragments.encode(changes, selection, compact, &mut out);
+    out
 }
 
 #[pymethods]
@@ -535,7 +579,27 @@ impl ChangeBatch {
 
     /// The changes at the selected locations only.
     fn select(&self, selection: &PySelection) -> ChangeBatch {
-        ChangeBatch { changes: self.changes.filter(|l| selection.selection.contains(l)), shared: self.shared.clone() }
+        ChangeBatch::new(self.changes.filter(|l| selection.selection.contains(l)), self.shared.clone())
+    }
+
+    /// Starts encoding `to_json(compact=True)` of every change in a thread of its own, so that
+    /// the caller's thread goes on meanwhile; the next such `to_json` (or `to_json_bytes`)
+    /// waits for it, without the GIL, and returns the same text it would have built itself.
+    /// Worth it for big batches only (a thread costs tens of microseconds). Calling it again,
+    /// or on an engine without JSON fragments, does nothing.
+    fn prepare_json(&self) -> PyResult<()> {
+        let mut prepared =
+            self.prepared.lock().map_err(|_| PyValueError::new_err("the prepared JSON's lock is poisoned"))?;
+        if prepared.is_some() || self.shared.fragments.is_none() {
+            return Ok(());
+        }
+        let (changes, shared) = (self.changes.clone(), self.shared.clone());
+        let spawned = std::thread::Builder::new()
+            .name("prepare_json".into())
+            .spawn(move || shared.fragments.as_ref().map(|fragments| encode_changes(fragments, &changes, None, true)));
+        // A thread that cannot be started (resource limits) leaves the encoding to `to_json`.
+        *prepared = spawned.ok();
+        Ok(())
     }
 
     /// The JSON array `[{"location": FRAGMENT, "time": [...], "diff": 1}, ...]`, equal to
@@ -548,7 +612,7 @@ impl ChangeBatch {
         selection: Option<PyRef<'_, PySelection>>,
         compact: bool,
     ) -> PyResult<Bound<'py, PyString>> {
-        Ok(PyString::new(py, &self.encode(selection.as_deref(), compact)?))
+        Ok(PyString::new(py, &self.encode(py, selection.as_deref(), compact)?))
     }
 
     /// `to_json` as UTF-8 bytes.
@@ -559,7 +623,7 @@ impl ChangeBatch {
         selection: Option<PyRef<'_, PySelection>>,
         compact: bool,
     ) -> PyResult<Bound<'py, PyBytes>> {
-        Ok(PyBytes::new(py, self.encode(selection.as_deref(), compact)?.as_bytes()))
+        Ok(PyBytes::new(py, self.encode(py, selection.as_deref(), compact)?.as_bytes()))
     }
 }
 
@@ -819,7 +883,7 @@ fn change_columns<'py>(
     if batches.len() != bases.len() {
         return Err(PyValueError::new_err(format!("{} batches but {} bases", batches.len(), bases.len())));
     }
-    let changes: Vec<&Changes> = batches.iter().map(|batch| &batch.get().changes).collect();
+    let changes: Vec<&Changes> = batches.iter().map(|batch| &*batch.get().changes).collect();
     let built = py.detach(|| {
         let mut columns = Columns::default();
         for (changes, &base) in changes.iter().zip(&bases) {
