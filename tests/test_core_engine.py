@@ -211,6 +211,23 @@ def test_json_fragments_as_a_list_or_joined_by_newlines() -> None:
     assert Engine(1, 0, [], json="").apply_indexed([], [], []).to_json() == "[]"
 
 
+def test_prepared_encodings_beyond_the_bound_and_dropped_ones_change_nothing() -> None:
+    # At most 8 prepared encodings wait at once (each holds its batch's text); the others are
+    # encoded when asked, and a batch dropped unasked gives its place back.
+    engine, order = engine_for(Graph.build(1, [Node(0, 0, 1), Node(1, 1, 1), Node(2, 1, 0)], [
+        Edge(Location.source(0, 0), Location.target(1, 0)), Edge(Location.source(1, 0), Location.target(2, 0))]))
+    source = order.index(Location.source(0, 0))
+    engine.apply_indexed([source], [0], [1])
+    for _ in range(3):
+        batches = [engine.apply_indexed([source, source], [t, t + 1], [-1, 1]) for t in range(20)]
+        expected = [batch.to_json(compact=True) for batch in batches]
+        for batch in batches:
+            batch.prepare_json()
+        del batches[::2]  # dropped with their encodings unasked
+        assert [batch.to_json(compact=True) for batch in batches] == expected[1::2]
+        engine.apply_indexed([source, source], [20, 0], [-1, 1])  # back to the start
+
+
 def test_engine_without_labels_or_json() -> None:
     engine = Engine(2, 3, [(0, 1, None), (1, 2, [0, 1])])
     batch = engine.apply_indexed([0], [4, 0], [1])

@@ -4,6 +4,7 @@
 //! sequences (lists or buffers such as `array('q')`), and changes go out as a compiled
 //! `ChangeBatch` that encodes its JSON payload in one pass, for all locations or a selection.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
@@ -439,6 +440,19 @@ pub struct ChangeBatch {
     prepared: Mutex<Option<JoinHandle<Option<String>>>>,
 }
 
+/// How many batches have a prepared encoding not yet taken, across engines.
+static PREPARED: AtomicUsize = AtomicUsize::new(0);
+/// At most this many at once: `prepare_json` does nothing beyond (`to_json` then encodes).
+const MAX_PREPARED: usize = 8;
+
+impl Drop for ChangeBatch {
+    fn drop(&mut self) {
+        if self.prepared.get_mut().map(|prepared| prepared.is_some()).unwrap_or(false) {
+            PREPARED.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+}
+
 impl ChangeBatch {
     fn new(changes: Changes, shared: Arc<Shared>) -> Self {
         ChangeBatch { changes: Arc::new(changes), shared, prepared: Mutex::new(None) }
@@ -514,6 +528,7 @@ impl ChangeBatch {
             let prepared =
                 self.prepared.lock().map_err(|_| PyValueError::new_err("the prepared JSON's lock is poisoned"))?.take();
             if let Some(handle) = prepared {
+                PREPARED.fetch_sub(1, Ordering::Relaxed);
                 // Waited for without the GIL (the thread never needs it); a thread that failed
                 // leaves the encoding to this call.
                 if let Ok(Some(encoded)) = py.detach(|| handle.join()) {
@@ -586,11 +601,18 @@ impl ChangeBatch {
     /// the caller's thread goes on meanwhile; the next such `to_json` (or `to_json_bytes`)
     /// waits for it, without the GIL, and returns the same text it would have built itself.
     /// Worth it for big batches only (a thread costs tens of microseconds). Calling it again,
-    /// or on an engine without JSON fragments, does nothing.
+    /// on an engine without JSON fragments, or while 8 batches (of any engine) have a prepared
+    /// encoding not yet taken, does nothing.
     fn prepare_json(&self) -> PyResult<()> {
         let mut prepared =
             self.prepared.lock().map_err(|_| PyValueError::new_err("the prepared JSON's lock is poisoned"))?;
         if prepared.is_some() || self.shared.fragments.is_none() {
+            return Ok(());
+        }
+        // Bounded: each holds its batch's whole text until published (1.6 MB for 32,000
+        // changes), and a client may pipeline many big batches while the log is slow.
+        if PREPARED.fetch_add(1, Ordering::Relaxed) >= MAX_PREPARED {
+            PREPARED.fetch_sub(1, Ordering::Relaxed);
             return Ok(());
         }
         let (changes, shared) = (self.changes.clone(), self.shared.clone());
@@ -599,6 +621,9 @@ impl ChangeBatch {
             .spawn(move || shared.fragments.as_ref().map(|fragments| encode_changes(fragments, &changes, None, true)));
         // A thread that cannot be started (resource limits) leaves the encoding to `to_json`.
         *prepared = spawned.ok();
+        if prepared.is_none() {
+            PREPARED.fetch_sub(1, Ordering::Relaxed);
+        }
         Ok(())
     }
 
