@@ -264,12 +264,13 @@ class Publication:
         stamp = self.last_change_at
         if self._moved is not None:
             self._moved(changes, stamp)
-        folded = self._view is not None and not isinstance(changes, list)
+        folded = False
         if self._view is not None and not isinstance(changes, list):
             # Before the encoding: a big version's text may still be in the making by a thread
             # of the engine (``ChangeBatch.prepare_json``), which this gives time to finish.
             self._view.fold(changes)  # in the engine: ~10 ns a change
             self._view_read = None
+            folded = True
         # One string per version rather than a tuple per change keeps the garbage collector's
         # full passes (and so the latency tail) short even with a long history.
         encoding = self.encoding
