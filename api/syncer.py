@@ -29,7 +29,9 @@ import time
 from api.segments import segment_name
 
 REQUEST = struct.Struct("<I")
+"""A segment number, from the service."""
 ANSWER = struct.Struct("<II")
+"""An errno (0: durable) and the ``fdatasync``'s microseconds, to the service."""
 
 
 def _read_exactly(fd: int, size: int) -> bytes:

@@ -55,7 +55,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import struct
 import subprocess
 import sys
 import time
@@ -65,11 +64,10 @@ from pathlib import Path
 
 from api.records import ATTRIBUTION, Record, attribution, decode, encode
 from api.segments import Damage, Scan, frame, scan, segment_name, segments
+from api.syncer import ANSWER, REQUEST
 
 log = logging.getLogger("tracker.wal")
 
-_SYNC = struct.Struct("<I")  # a segment number to the syncer
-_ANSWER = struct.Struct("<II")  # an errno back, and the fdatasync's microseconds
 INLINE_SYNC_MAX = 0.010
 """Seconds: while recent syncs take longer than this (a slow or stalled disk), even a quiet log
 syncs in the sync process, so that the event loop (other dataflows' streams and queries) never
@@ -220,8 +218,8 @@ class WriteAheadLog:
         # the first acknowledgement.
         self._request(self._segment)
         assert self._syncer.stdout is not None
-        answer = os.read(self._syncer.stdout.fileno(), _ANSWER.size)
-        if len(answer) != _ANSWER.size or _ANSWER.unpack(answer)[0] != 0:
+        answer = os.read(self._syncer.stdout.fileno(), ANSWER.size)
+        if len(answer) != ANSWER.size or ANSWER.unpack(answer)[0] != 0:
             raise OSError(f"the write-ahead log's sync process failed to start or sync (answer {answer!r})")
         self._last_done = time.perf_counter()
 
@@ -421,16 +419,16 @@ class WriteAheadLog:
 
     def _request(self, segment: int) -> None:
         assert self._syncer is not None and self._syncer.stdin is not None
-        os.write(self._syncer.stdin.fileno(), _SYNC.pack(segment))
+        os.write(self._syncer.stdin.fileno(), REQUEST.pack(segment))
 
     def _on_answer(self) -> None:
         assert self._syncer is not None and self._syncer.stdout is not None
-        answer = os.read(self._syncer.stdout.fileno(), _ANSWER.size)
-        if len(answer) != _ANSWER.size:  # the syncer is gone: nothing can be acknowledged any more
+        answer = os.read(self._syncer.stdout.fileno(), ANSWER.size)
+        if len(answer) != ANSWER.size:  # the syncer is gone: nothing can be acknowledged any more
             self._unwatch()
             self._fail(OSError("the write-ahead log's sync process exited"))
             return
-        errno, micros = _ANSWER.unpack(answer)
+        errno, micros = ANSWER.unpack(answer)
         self._synced(errno, micros / 1e6)
 
     def _synced(self, errno: int, disk_seconds: float | None = None) -> None:

@@ -232,9 +232,10 @@ def test_the_sync_process_answers_with_the_errno_and_the_disk_time(tmp_path: Pat
     # "Quiet" is judged by the disk's time: the round trip also holds two process wake-ups,
     # which on busy cores made a 0.7 ms sync look like 4 ms.
     import os
-    import struct
     import subprocess
     import sys
+
+    from api.syncer import ANSWER, REQUEST
 
     (tmp_path / segment_name(3)).write_bytes(b"x")
     syncer = subprocess.Popen([sys.executable, "-m", "api.syncer", str(tmp_path)], stdin=subprocess.PIPE,
@@ -243,9 +244,9 @@ def test_the_sync_process_answers_with_the_errno_and_the_disk_time(tmp_path: Pat
     try:
         answers = []
         for segment in (3, 4):  # 4 does not exist: ENOENT, and the syncer goes on
-            syncer.stdin.write(struct.pack("<I", segment))
+            syncer.stdin.write(REQUEST.pack(segment))
             syncer.stdin.flush()
-            answers.append(struct.unpack("<II", syncer.stdout.read(8)))
+            answers.append(ANSWER.unpack(syncer.stdout.read(ANSWER.size)))
     finally:
         syncer.stdin.close()
         assert syncer.wait(10) == 0

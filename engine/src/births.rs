@@ -17,11 +17,12 @@ pub struct Birth {
     pub worker: u32,
 }
 
-/// Every pointstamp with a non-zero net count, with its [`Birth`].
+/// Every pointstamp with a non-zero net count, with its [`Birth`], by location then time (so
+/// that a live pointstamp is found by its borrowed time, without building a key).
 #[derive(Clone, Debug, Default)]
 pub struct Births {
     arity: usize,
-    entries: HashMap<(u32, Box<[i64]>), Birth>,
+    entries: HashMap<u32, HashMap<Box<[i64]>, Birth>>,
 }
 
 impl Births {
@@ -41,45 +42,48 @@ impl Births {
             *net.entry((location as u32, &times[i * self.arity..(i + 1) * self.arity])).or_insert(0) += delta;
         }
         for ((location, time), delta) in net {
-            let key = (location, Box::<[i64]>::from(time));
-            match self.entries.get_mut(&key) {
+            let at_location = self.entries.entry(location).or_default();
+            match at_location.get_mut(time) {
                 Some(entry) => {
                     let before = entry.count;
                     entry.count += delta;
                     entry.worker = worker;
                     if entry.count == 0 {
-                        self.entries.remove(&key);
+                        at_location.remove(time);
                     } else if before <= 0 && entry.count > 0 {
                         entry.born = at;
                     }
                 }
                 None if delta != 0 => {
-                    self.entries.insert(key, Birth { count: delta, born: at, worker });
+                    at_location.insert(Box::from(time), Birth { count: delta, born: at, worker });
                 }
                 None => {}
+            }
+            if at_location.is_empty() {
+                self.entries.remove(&location);
             }
         }
     }
 
     /// The pointstamp's birth if its count is positive.
     pub fn get(&self, location: u32, time: &[i64]) -> Option<Birth> {
-        self.entries.get(&(location, Box::from(time))).copied().filter(|birth| birth.count > 0)
+        self.entries.get(&location)?.get(time).copied().filter(|birth| birth.count > 0)
     }
 
     /// For every location holding positive counts, the pointstamp born first (the least time
     /// among those born at the same instant): `(location, time, birth)`, by location.
     pub fn oldest_by_location(&self) -> Vec<(u32, &[i64], Birth)> {
-        let mut oldest: HashMap<u32, (&[i64], Birth)> = HashMap::new();
-        for ((location, time), birth) in &self.entries {
-            if birth.count <= 0 {
-                continue;
-            }
-            let first = oldest.entry(*location).or_insert((time, *birth));
-            if (birth.born, &**time) < (first.1.born, first.0) {
-                *first = (time, *birth);
-            }
-        }
-        let mut found: Vec<(u32, &[i64], Birth)> = oldest.into_iter().map(|(l, (t, b))| (l, t, b)).collect();
+        let mut found: Vec<(u32, &[i64], Birth)> = self
+            .entries
+            .iter()
+            .filter_map(|(&location, times)| {
+                times
+                    .iter()
+                    .filter(|(_, birth)| birth.count > 0)
+                    .min_by(|a, b| a.1.born.total_cmp(&b.1.born).then_with(|| a.0.cmp(b.0)))
+                    .map(|(time, birth)| (location, &time[..], *birth))
+            })
+            .collect();
         found.sort_by_key(|entry| entry.0);
         found
     }
@@ -91,7 +95,7 @@ impl Births {
 
     /// Pointstamps with a non-zero count.
     pub fn len(&self) -> usize {
-        self.entries.len()
+        self.entries.values().map(HashMap::len).sum()
     }
 
     /// Whether no pointstamp has a non-zero count.
