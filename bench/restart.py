@@ -94,8 +94,17 @@ async def _get(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, path:
     writer.write(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {ADMIN_TOKEN}\r\n\r\n".encode())
     head = await reader.readuntil(b"\r\n\r\n")
     lines = head.decode("latin-1").split("\r\n")
-    length = next(int(line.split(":", 1)[1]) for line in lines if line.lower().startswith("content-length:"))
-    return int(lines[0].split()[1]), await reader.readexactly(length)
+    headers = {name.strip().lower(): value.strip() for name, _, value in (line.partition(":") for line in lines[1:])}
+    status = int(lines[0].split()[1])
+    if "content-length" in headers:
+        return status, await reader.readexactly(int(headers["content-length"]))
+    # A whole-graph answer is streamed (chunked) by the service.
+    chunks = []
+    while size := int((await reader.readuntil(b"\r\n"))[:-2].split(b";")[0], 16):
+        chunks.append(await reader.readexactly(size))
+        await reader.readexactly(2)
+    await reader.readuntil(b"\r\n")  # the empty trailer
+    return status, b"".join(chunks)
 
 
 def _recovered_seconds(log: str) -> float | None:
