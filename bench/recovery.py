@@ -70,6 +70,14 @@ def _state(service: ServiceProcess, dataflow_id: str) -> Any:
         return client.get(f"/v1/dataflows/{dataflow_id}/frontier").json()
 
 
+def _snapshot_version(table: Path, dataflow_id: str) -> int:
+    """The version of the dataflow's newest compacted snapshot (0 before the first compaction
+    created the table)."""
+    if not (table / "_delta_log").is_dir():
+        return 0
+    return DeltaTable(str(table)).transaction_version(POINTSTAMPS_APP + dataflow_id) or 0
+
+
 def run(quick: bool) -> dict[str, Any]:
     """Measure, print a table, return the figures."""
     batches = 3_000 if quick else 20_000
@@ -82,7 +90,7 @@ def run(quick: bool) -> dict[str, Any]:
         asyncio.run(_send(service, dataflow_id, token, batches))
         table = root / "warehouse" / "pointstamps"
         deadline = time.monotonic() + 120
-        while (DeltaTable(str(table)).transaction_version(POINTSTAMPS_APP + dataflow_id) or 0) < batches:
+        while _snapshot_version(table, dataflow_id) < batches:
             if time.monotonic() > deadline:
                 raise RuntimeError("compaction did not catch up")
             time.sleep(0.2)
