@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -192,21 +191,17 @@ def _order(tenant: Tenant, worker: str, seq: int, updates: list[Update] | Indexe
     pending = Pending(version, worker, seq, updates, time.time())
     # Log first, apply second: the sync process syncs while this thread applies (the batch is
     # validated, so applying cannot fail); the publish callback runs after both.
-    box: list[list[FrontierChange] | ChangeBatch | Future[ChangeBatch]] = []
+    box: list[list[FrontierChange] | ChangeBatch] = []
     durable = wal.enqueue(Batch(tenant.id, version, pending.received, raw),
-                          lambda: made_durable(tenant, pending, live.changes_of(box[0]), raw, metrics))
-    changes = live.apply(pending, None if tenant.engine_mode == "spark" else _prepare)
-    if isinstance(changes, Future) or (not isinstance(changes, list) and len(changes) >= PREPARE_JSON_MIN):
-        wal.prefer_sync_process()  # a big publication ahead (see WriteAheadLog.prefer_sync_process)
+                          lambda: made_durable(tenant, pending, box[0], raw, metrics))
+    changes = live.apply(pending)
+    if not isinstance(changes, list) and len(changes) >= PREPARE_JSON_MIN and tenant.engine_mode != "spark":
+        # Encoded by a thread of the engine's while the log syncs and other dataflows are
+        # served: encoding 32,000 changes on publishing held the event loop ~1.7 ms.
+        changes.prepare_json()
+        wal.prefer_sync_process()
     box.append(changes)
     return version, True, durable
-
-
-def _prepare(changes: ChangeBatch) -> None:
-    """Have a big version's payload encoded by a thread of the engine's while the log syncs and
-    other dataflows are served: encoding 32,000 changes on publishing held the event loop ~1.7 ms."""
-    if len(changes) >= PREPARE_JSON_MIN:
-        changes.prepare_json()
 
 
 def made_durable(tenant: Tenant, pending: Pending, changes: list[FrontierChange] | ChangeBatch, raw: bytes,

@@ -87,7 +87,6 @@ class Tenant:
         recovery); with the Spark engine, queue the current counts as Spark's first
         micro-batch instead."""
         live = self.live
-        live.settle()
         live.durable_version = live.version
         if self.engine_mode == "spark":
             self.publication.reset({loc: () for loc in self.graph.locations()}, -1, floor=live.version)

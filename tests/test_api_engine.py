@@ -146,47 +146,6 @@ def test_payloads_encoded_while_the_log_syncs_are_the_ones_encoded_on_publishing
     assert every == asyncio.run(published(10**9, tmp_path / "none"))
 
 
-def test_batches_applied_by_the_engines_thread_publish_what_the_loop_would(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A dataflow of big batches has them applied by the engine's thread
-    (:data:`api.live.OFF_LOOP_CHANGES`, here 1: every batch after the first, all accepted before
-    any is durable, as a pipelining WebSocket does): its acknowledgements, history, subscriber
-    events, published frontier and counts equal those of the same batches applied on the loop."""
-    import api.ingest
-    import api.live
-    from api.config import Settings
-    from api.models import RegisterRequest
-    from api.service import Service
-
-    async def outcome(off_loop_from: int, warehouse: Path) -> tuple[bool, list[Any]]:
-        monkeypatch.setattr(api.live, "OFF_LOOP_CHANGES", off_loop_from)
-        service = Service(Settings(warehouse=warehouse, delta=False, spark=False), "admin")
-        service.recover()
-        try:
-            tenant, _ = await service.register(RegisterRequest.model_validate(loop_graph(operators=6, name="ring")))
-            subscriber = Subscriber(100)
-            tenant.publication.subscribers.add(subscriber)
-            accepted = []
-            for seq, updates in enumerate(batches()):
-                body = json.dumps({"worker": "w", "seq": seq, "updates": updates}).encode()
-                accepted.append(api.ingest.accept(tenant, body, service.wal, service.metrics))
-            handed = tenant.live._handed is not None
-            counts_in_flight = tenant.counts()  # as of the durable version: nothing yet
-            acks = [await api.ingest.settle(one, service.metrics) for one in accepted]
-            events = [subscriber.queue.get_nowait() for _ in range(subscriber.queue.qsize())]
-            published = {loc: sorted(times) for loc, times in tenant.publication.published.items()}
-            return handed, [acks, list(tenant.publication.history), events, published, counts_in_flight,
-                            tenant.counts(), tenant.live.frontier_copy_at(tenant.live.version) is not None]
-        finally:
-            service.wal.close()
-
-    handed, off_loop = asyncio.run(outcome(1, tmp_path / "thread"))
-    stayed, on_loop = asyncio.run(outcome(10**9, tmp_path / "loop"))
-    assert handed and not stayed
-    assert len(off_loop[1]) == 5  # the versions that moved a frontier
-    assert off_loop == on_loop
-
-
 def test_two_subscribers_with_one_selection_share_one_encoding() -> None:
     graph, initial = core_graph(loop_graph(operators=4, name="ring"))
     tracker = CompiledTracker(graph)

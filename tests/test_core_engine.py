@@ -13,7 +13,6 @@ flattened oracle (:mod:`tracker.scoped_oracle`).
 from __future__ import annotations
 
 import json
-import threading
 from array import array
 
 import pytest
@@ -294,28 +293,3 @@ def test_a_frontier_copy_takes_only_its_own_engines_batches_that_follow_it() -> 
         stale.fold(retired)  # it never saw (3,) enter
     copy.fold(retired)
     assert copy.to_dict() == {loc: set() for loc in order}
-
-
-def test_reads_while_another_thread_applies_see_whole_batches() -> None:
-    """``apply_indexed(..., detach=True)`` lets go of the GIL while it propagates, so other
-    threads run meanwhile; a read then waits for the batch and sees it whole, never a part."""
-    length = 4_000  # a chain: moving its input moves every location's frontier
-    engine = Engine(1, length, [(i, i + 1, None) for i in range(length - 1)])
-    engine.apply_indexed([0], [0], [1])
-    moves = 300
-
-    def mover() -> None:
-        for time in range(moves):
-            engine.apply_indexed([0, 0], [time, time + 1], [-1, 1], detach=True)
-
-    thread = threading.Thread(target=mover)
-    thread.start()
-    seen = set()
-    while thread.is_alive():
-        frontiers = engine.frontiers()
-        assert len({tuple(frontier) for frontier in frontiers}) == 1  # one batch's state everywhere
-        seen.add(frontiers[0][0])
-    thread.join()
-    assert engine.frontier(length - 1) == [(moves,)]
-    assert engine.pointstamps() == [(0, (moves,), 1)]
-    assert len(seen) > 2  # the reads ran while the batches were being applied

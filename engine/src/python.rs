@@ -5,7 +5,7 @@
 //! `ChangeBatch` that encodes its JSON payload in one pass, for all locations or a selection.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use pyo3::buffer::PyBuffer;
@@ -149,13 +149,9 @@ fn time_tuple<'py>(py: Python<'py>, coords: &[u64]) -> PyResult<Bound<'py, PyTup
 /// string joined by `"\n"`, which no fragment may then contain, `""` joining none) lets
 /// batches encode their payload. The joined form is read without copying it while the GIL is
 /// held.
-///
-/// Its state is behind a lock, so an engine may apply a batch in one thread, without the GIL
-/// (`apply_indexed(..., detach=True)`), while another thread holds the GIL: a read meanwhile
-/// waits for that batch (without the GIL) and then sees it whole.
-#[pyclass(module = "progress_engine", name = "Engine", frozen)]
+#[pyclass(module = "progress_engine", name = "Engine")]
 pub struct Engine {
-    inner: Mutex<Inner>,
+    inner: Inner,
     arity: usize,
     locations: usize,
     shared: Arc<Shared>,
@@ -163,35 +159,17 @@ pub struct Engine {
 }
 
 impl Engine {
-    /// Applies validated flat updates and returns their changes (the caller holds the lock).
-    fn run(&self, inner: &mut Inner, locations: &[i64], times: &[u64], deltas: &[i64]) -> ChangeBatch {
+    /// Applies validated flat updates and returns their changes.
+    fn run(&mut self, locations: &[i64], times: &[u64], deltas: &[i64]) -> ChangeBatch {
         let arity = self.arity;
         let mut changes = Changes::new(arity);
-        dispatch!(inner, tracker => {
+        dispatch!(&mut self.inner, tracker => {
             for (index, (&location, &delta)) in locations.iter().zip(deltas).enumerate() {
                 tracker.update_coords(location as usize, &times[index * arity..(index + 1) * arity], delta);
             }
             tracker.propagate(&mut changes);
         });
         ChangeBatch::new(changes, self.shared.clone())
-    }
-
-    /// The state, once no other thread applies a batch; waiting, if one does, without the GIL
-    /// (that thread may need it to return). A panic in an earlier apply does not lock it out:
-    /// a batch is applied whole or not at all before anything can panic (it was validated).
-    fn state(&self, py: Python<'_>) -> MutexGuard<'_, Inner> {
-        loop {
-            match self.inner.try_lock() {
-                Ok(guard) => return guard,
-                Err(TryLockError::Poisoned(poisoned)) => return poisoned.into_inner(),
-                Err(TryLockError::WouldBlock) => py.detach(|| drop(self.inner.lock())),
-            }
-        }
-    }
-
-    /// The state from a thread that does not hold the GIL.
-    fn state_detached(&self) -> MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     fn check_location(&self, location: i64) -> PyResult<usize> {
@@ -273,7 +251,7 @@ impl Engine {
                 Some(dict.unbind())
             }
         };
-        Ok(Engine { inner: Mutex::new(inner), arity, locations, shared: Arc::new(Shared { labels, fragments }), index })
+        Ok(Engine { inner, arity, locations, shared: Arc::new(Shared { labels, fragments }), index })
     }
 
     /// The number of coordinates of every time.
@@ -291,18 +269,11 @@ impl Engine {
     /// `times[i * arity:(i + 1) * arity]`, `deltas[i]`. Each argument is a list, a tuple, a
     /// buffer of 64-bit integers (`array('q')`) or an iterable. Validated first: a bad batch
     /// raises `ValueError` (`IndexError` for an unknown location) and changes nothing.
-    ///
-    /// `detach=True` propagates without the GIL, for a caller in a thread of its own (other
-    /// threads run meanwhile); by default the GIL is kept, which costs a small batch nothing
-    /// (letting go of the GIL and getting it back may wait for another thread).
-    #[pyo3(signature = (locations, times, deltas, *, detach=false))]
     fn apply_indexed(
-        &self,
-        py: Python<'_>,
+        &mut self,
         locations: &Bound<'_, PyAny>,
         times: &Bound<'_, PyAny>,
         deltas: &Bound<'_, PyAny>,
-        detach: bool,
     ) -> PyResult<ChangeBatch> {
         let (locations, times, deltas) = read_batch(locations, times, deltas, self.arity)?;
         for &location in &locations {
@@ -317,15 +288,12 @@ impl Engine {
         }
         // Non-negative i64 and u64 share their representation.
         let times: Vec<u64> = times.into_iter().map(|c| c as u64).collect();
-        if detach {
-            return Ok(py.detach(|| self.run(&mut self.state_detached(), &locations, &times, &deltas)));
-        }
-        Ok(self.run(&mut self.state(py), &locations, &times, &deltas))
+        Ok(self.run(&locations, &times, &deltas))
     }
 
     /// Applies one atomic batch of `(label, time, delta)` (labels as given at construction,
     /// times as tuples or lists). Validated first; a bad batch changes nothing.
-    fn apply(&self, py: Python<'_>, updates: &Bound<'_, PyAny>) -> PyResult<ChangeBatch> {
+    fn apply(&mut self, py: Python<'_>, updates: &Bound<'_, PyAny>) -> PyResult<ChangeBatch> {
         let index = match &self.index {
             Some(index) => index.bind(py),
             None => return Err(PyValueError::new_err("this engine has no labels: use apply_indexed")),
@@ -360,13 +328,13 @@ impl Engine {
         }
         // This path loads initial and recovered counts, which can move every frontier of a large
         // graph: propagated without the GIL.
-        Ok(py.detach(|| self.run(&mut self.state_detached(), &locations, &times, &deltas)))
+        Ok(py.detach(|| self.run(&locations, &times, &deltas)))
     }
 
     /// The frontier of `location`: its minimal times, sorted.
     fn frontier<'py>(&self, py: Python<'py>, location: i64) -> PyResult<Bound<'py, PyList>> {
         let location = self.check_location(location)?;
-        dispatch!(&*self.state(py), tracker => {
+        dispatch!(&self.inner, tracker => {
             let times = tracker.frontier(location);
             PyList::new(py, times.iter().map(|t| time_tuple(py, t.coords())).collect::<PyResult<Vec<_>>>()?)
         })
@@ -375,13 +343,9 @@ impl Engine {
     /// Every location's frontier, by index.
     fn frontiers<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
         let out = PyList::empty(py);
-        // One lock for all of them: every frontier as of the same batch.
-        dispatch!(&*self.state(py), tracker => {
-            for location in 0..self.locations {
-                let times = tracker.frontier(location);
-                out.append(PyList::new(py, times.iter().map(|t| time_tuple(py, t.coords())).collect::<PyResult<Vec<_>>>()?)?)?;
-            }
-        });
+        for location in 0..self.locations {
+            out.append(self.frontier(py, location as i64)?)?;
+        }
         Ok(out)
     }
 
@@ -390,7 +354,7 @@ impl Engine {
     fn frontier_copy(&self, py: Python<'_>) -> Frontiers {
         let antichains = py.detach(|| {
             let mut antichains: Vec<Vec<u64>> = Vec::with_capacity(self.locations);
-            dispatch!(&*self.state_detached(), tracker => {
+            dispatch!(&self.inner, tracker => {
                 for location in 0..self.locations {
                     antichains.push(tracker.frontier(location).iter().flat_map(|t| t.coords().to_vec()).collect());
                 }
@@ -403,7 +367,7 @@ impl Engine {
     /// Every non-zero occurrence count as `(location, time, count)`.
     fn pointstamps<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
         let out = PyList::empty(py);
-        dispatch!(&*self.state(py), tracker => {
+        dispatch!(&self.inner, tracker => {
             for location in 0..self.locations {
                 for (time, count) in tracker.counts(location) {
                     out.append((location, time_tuple(py, time.coords())?, *count))?;
@@ -415,11 +379,11 @@ impl Engine {
 
     /// True iff a notification for `time` at `location` is safe: no frontier element is
     /// `<= time`.
-    fn can_notify(&self, py: Python<'_>, location: i64, time: &Bound<'_, PyAny>) -> PyResult<bool> {
+    fn can_notify(&self, location: i64, time: &Bound<'_, PyAny>) -> PyResult<bool> {
         let location = self.check_location(location)?;
         let mut coords = Vec::with_capacity(self.arity);
         read_time(time, self.arity, &mut coords).map_err(PyValueError::new_err)?;
-        Ok(dispatch!(&*self.state(py), tracker => !tracker.less_equal(location, &Time::from_coords(&coords))))
+        Ok(dispatch!(&self.inner, tracker => !tracker.less_equal(location, &Time::from_coords(&coords))))
     }
 
     /// A selection of these location indices, for `ChangeBatch.to_json` and `select`.
