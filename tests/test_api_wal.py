@@ -252,6 +252,26 @@ def test_the_next_group_is_synced_while_the_last_groups_callbacks_run(tmp_path: 
     assert [r for _, r in WriteAheadLog(tmp_path).recover().records] == [heavy, light]
 
 
+def test_a_rotation_header_is_taken_after_the_last_groups_callbacks(tmp_path: Path) -> None:
+    # The header describes what the older segments hold, so it must see what the callbacks of
+    # their last group did (durable versions, worker positions), though the next group's sync
+    # otherwise starts before those callbacks run.
+    ran: list[str] = []
+
+    async def main() -> None:
+        wal = WriteAheadLog(tmp_path)
+        wal.open()
+        done = wal.enqueue(Batch(df="d1", v=1, at=1.0, body=b"{}"), lambda: ran.append("callback"))
+        wal.prefer_sync_process()
+        await asyncio.sleep(0)  # the group is with the sync process now
+        rotated = wal.rotate(lambda: ran.append("header") or [])  # type: ignore[func-returns-value]
+        await asyncio.gather(done, rotated)
+        wal.close()
+
+    asyncio.run(main())
+    assert ran == ["callback", "header"]
+
+
 def test_the_sync_process_answers_with_the_errno_and_the_disk_time(tmp_path: Path) -> None:
     # "Quiet" is judged by the disk's time: the round trip also holds two process wake-ups,
     # which on busy cores made a 0.7 ms sync look like 4 ms.
