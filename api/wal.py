@@ -337,7 +337,15 @@ class WriteAheadLog:
             if not data:  # barriers only: everything before them is durable already
                 asyncio.get_running_loop().call_soon(self._synced, 0)
                 return
-            assert self._fd is not None, "open() the log first"
+            self._to_syncer(data)
+        except OSError as error:
+            self._fail(error)
+
+    def _to_syncer(self, data: bytes) -> None:
+        """Write the group in flight (``data``) and ask the sync process to sync it; a big one is
+        written by a worker thread."""
+        assert self._fd is not None, "open() the log first"
+        try:
             if len(data) > INLINE_BYTES_MAX:
                 self._write_then_request(self._fd, data, self._segment)
                 return
@@ -384,11 +392,7 @@ class WriteAheadLog:
         self._inflight = (group, started, None)
         data = b"".join(e.data for e in group)
         if heavy and data:  # the loop has a long publish ahead: not a sync on top of it
-            try:
-                self._write(self._fd, data)
-                self._request(self._segment)
-            except OSError as error:
-                self._fail(error)
+            self._to_syncer(data)
             return
         self.inline_commits += 1
         disk_seconds = None

@@ -47,15 +47,19 @@ class FramedWebSockets(WebSocketsSansIOProtocol):
 
     async def send(self, message: Any) -> None:
         text = message.get("text") if message["type"] == "websocket.send" else None
-        if (text is None or not self.handshake_complete or self.close_sent or self.initial_response is not None
-                or self.conn.state is not State.OPEN or self.conn.extensions):
+        if text is None or not self._direct():
             await super().send(message)
             return
         await self.writable.wait()  # flow control, as uvicorn's own path
         if self.disconnected:
             raise ClientDisconnected()
-        if self.close_sent or self.conn.state is not State.OPEN:  # closed while waiting
+        if not self._direct():  # closed while waiting
             await super().send(message)
             return
         payload = text.encode()
         self.transport.writelines((text_frame_header(len(payload)), payload))
+
+    def _direct(self) -> bool:
+        """Whether a text message may go out as a plain frame now (else uvicorn's path)."""
+        return (self.handshake_complete and not self.close_sent and self.initial_response is None
+                and self.conn.state is State.OPEN and not self.conn.extensions)
