@@ -1,4 +1,4 @@
-"""ages: what the lag bookkeeping (api.ages) adds to a batch's apply-and-publish path.
+"""ages: what the lag bookkeeping (api.live.ages) adds to a batch's apply-and-publish path.
 
 A ring of ``operators`` operators fed by an input (``bench.workloads.loop_graph``), on the
 compiled engine as the service runs it: each batch moves the input's capability to the next
@@ -22,9 +22,9 @@ import statistics
 import time
 from typing import Any
 
-from api.ages import Ages
-from api.parsing import parse_indexed
-from api.publish import Publication
+from api.live.ages import Ages
+from api.schema.parsing import parse_indexed
+from api.streams.publish import Publication
 from bench.workloads import core_graph, loop_graph
 from tracker.compiled import CompiledTracker
 

@@ -43,7 +43,7 @@ from typing import Any
 import httpx
 from websockets.asyncio.client import ClientConnection, connect
 
-from api.process import ADMIN_TOKEN, ServiceProcess
+from api.run.process import ADMIN_TOKEN, ServiceProcess
 from bench.workloads import loop_graph
 
 RSS_BOUND_MB = 1024

@@ -31,7 +31,7 @@ from typing import Any
 
 import httpx
 
-from api.process import ServiceProcess
+from api.run.process import ServiceProcess
 
 
 def _status(answer: bytes) -> int:

@@ -28,7 +28,7 @@ import httpx
 from deltalake import DeltaTable
 from websockets.asyncio.client import connect
 
-from api.process import ADMIN_TOKEN, ServiceProcess
+from api.run.process import ADMIN_TOKEN, ServiceProcess
 from bench.workloads import loop_graph, register, update
 from spark_jobs.storage import POINTSTAMPS_APP
 

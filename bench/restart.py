@@ -22,7 +22,7 @@ from typing import Any
 
 import httpx
 
-from api.process import ADMIN_TOKEN, ServiceProcess
+from api.run.process import ADMIN_TOKEN, ServiceProcess
 from bench.workloads import loop_graph, update
 
 BATCHES = 3

@@ -53,7 +53,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 from websockets.asyncio.client import connect
 
-from api.process import ADMIN_TOKEN, ServiceProcess, free_port
+from api.run.process import ADMIN_TOKEN, ServiceProcess, free_port
 from bench.workloads import core_graph, loop_graph, register, update
 
 OPERATORS = 100

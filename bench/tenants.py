@@ -31,7 +31,7 @@ import pyarrow as pa
 from deltalake import DeltaTable
 from websockets.asyncio.client import connect
 
-from api.process import ServiceProcess
+from api.run.process import ServiceProcess
 from bench.workloads import loop_graph, register, update
 from spark_jobs.storage import POINTSTAMPS_APP
 

@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from api.process import ADMIN_TOKEN, ServiceProcess
+from api.run.process import ADMIN_TOKEN, ServiceProcess
 from examples import wordcount
 from tracker.worker.cluster import launch
 

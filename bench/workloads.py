@@ -19,7 +19,7 @@ cycle passes through a feedback operator that advances time (so the trackers acc
 
 For the benchmarks of the real service (and the tests, which use the same ones):
 :func:`loop_graph` is a registration body, :func:`register` registers one with a running
-:class:`~api.process.ServiceProcess`, :func:`update` is one update's JSON, and
+:class:`~api.run.process.ServiceProcess`, :func:`update` is one update's JSON, and
 :func:`core_graph` builds a body's core graph exactly as the service does.
 """
 
@@ -28,7 +28,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from api.process import ServiceProcess
+from api.run.process import ServiceProcess
 from tracker.graph import Connection, Edge, Graph, Location, Node, Update
 from tracker.timestamp import PathSummary, Timestamp
 
@@ -203,8 +203,8 @@ def loop_graph(operators: int = 3, arity: int = 1, name: str = "loop") -> dict[s
 def core_graph(body: dict[str, Any]) -> tuple[Graph, list[Update]]:
     """The core ``Graph`` and initial pointstamps of a registration body, built exactly as the
     service builds them (for local oracles and native baselines)."""
-    from api.models import RegisterRequest
-    from api.service import build_graph, registration_record
+    from api.host.service import build_graph, registration_record
+    from api.schema.models import RegisterRequest
 
     return build_graph(registration_record(RegisterRequest.model_validate(body)))
 

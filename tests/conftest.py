@@ -1,5 +1,5 @@
 """Shared fixtures: one Spark session for the whole suite (starting one costs ~5 s), and the real
-service (``tracker serve`` in a subprocess, :class:`api.process.ServiceProcess`).
+service (``tracker serve`` in a subprocess, :class:`api.run.process.ServiceProcess`).
 
 Two ways to get a service, both stopping every service they started at teardown:
 
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from api.process import ServiceProcess
+from api.run.process import ServiceProcess
 from tests.helpers import ServiceStarter
 
 

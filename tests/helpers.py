@@ -2,7 +2,7 @@
 the conversions of the service's JSON that oracle comparisons need.
 
 Test modules import helpers from here (or from ``tests/strategies.py``), never from each other.
-The service launcher lives in :mod:`api.process` and the registration helpers in
+The service launcher lives in :mod:`api.run.process` and the registration helpers in
 :mod:`bench.workloads`, since the benchmarks use them too; they are re-exported here so that a
 test module has one place to import from. Fixtures are in ``tests/conftest.py``.
 """
@@ -18,7 +18,7 @@ from typing import Any
 
 import httpx
 
-from api.process import ADMIN_TOKEN, ServiceProcess, free_port
+from api.run.process import ADMIN_TOKEN, ServiceProcess, free_port
 from bench.workloads import core_graph, loop_graph, register, update
 from tracker.graph import Connection, Edge, Graph, Location, Node, Update
 from tracker.timestamp import PathSummary, less_equal

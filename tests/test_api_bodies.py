@@ -1,5 +1,5 @@
-"""The registration body parsed in slices (``api.bodies``) against the whole-body parser
-(``api.parsing.parse_registration``): the same request, or the same refusal."""
+"""The registration body parsed in slices (``api.schema.bodies``) against the whole-body parser
+(``api.schema.parsing.parse_registration``): the same request, or the same refusal."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from api.bodies import SLICE, parse_registration_sliced
-from api.parsing import InvalidRequest, MalformedJSON, parse_registration
+from api.schema.bodies import SLICE, parse_registration_sliced
+from api.schema.parsing import InvalidRequest, MalformedJSON, parse_registration
 from tests.strategies import nested_bodies
 
 

@@ -1,4 +1,4 @@
-"""The Delta rows built by Arrow from JSON (api.columns) equal the rows built from Python objects."""
+"""The Delta rows built by Arrow from JSON (api.delta.columns) equal the rows built from Python objects."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ import polars as pl
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from api.columns import Places, RawBatch, changes_table, progress_table
-from api.parsing import parse_progress
-from api.publish import changes_json
-from api.store import Store, _progress_rows
+from api.delta.columns import Places, RawBatch, changes_table, progress_table
+from api.delta.store import Store, _progress_rows
+from api.schema.parsing import parse_progress
+from api.streams.publish import changes_json
 from tests.helpers import core_graph, loop_graph
 from tracker.compiled import CompiledTracker
 from tracker.reachability import FrontierChange

@@ -23,8 +23,8 @@ from typing import Any
 import httpx
 import pytest
 
-from api.records import Batch, decode
-from api.segments import HEADER_SIZE, scan
+from api.durability.records import Batch, decode
+from api.durability.segments import HEADER_SIZE, scan
 from tests.helpers import (
     ADMIN_TOKEN,
     BatchWriter,

@@ -17,8 +17,8 @@ from httpx_sse import connect_sse
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect as ws_connect
 
-from api.publish import Publication
-from api.streams import Subscriber
+from api.streams.publish import Publication
+from api.streams.subscribers import Subscriber
 from tests.helpers import ServiceProcess, ServiceStarter, core_graph, loop_graph, register, update
 from tests.test_api_rest import _two_summary_chain
 from tracker.compiled import CompiledTracker
@@ -118,14 +118,14 @@ def test_native_refuses_to_start_without_the_compiled_engine(tmp_path: Path) -> 
 def test_payloads_encoded_while_the_log_syncs_are_the_ones_encoded_on_publishing(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A big version's payload is encoded by a thread of the engine from when it is applied
-    (:data:`api.ingest.PREPARE_JSON_MIN`); the history and subscribers get the same text."""
-    import api.ingest
+    (:data:`api.host.ingest.PREPARE_JSON_MIN`); the history and subscribers get the same text."""
+    import api.host.ingest
     from api.config import Settings
-    from api.models import RegisterRequest
-    from api.service import Service
+    from api.host.service import Service
+    from api.schema.models import RegisterRequest
 
     async def published(prepare_from: int, warehouse: Path) -> list[tuple[int, int, str]]:
-        monkeypatch.setattr(api.ingest, "PREPARE_JSON_MIN", prepare_from)
+        monkeypatch.setattr(api.host.ingest, "PREPARE_JSON_MIN", prepare_from)
         service = Service(Settings(warehouse=warehouse, delta=False, spark=False), "admin")
         service.recover()
         try:
@@ -134,7 +134,7 @@ def test_payloads_encoded_while_the_log_syncs_are_the_ones_encoded_on_publishing
             tenant.publication.subscribers.add(subscriber)
             for seq, updates in enumerate(batches()):
                 body = json.dumps({"worker": "w", "seq": seq, "updates": updates}).encode()
-                await api.ingest.submit(tenant, body, service.wal, service.metrics)
+                await api.host.ingest.submit(tenant, body, service.wal, service.metrics)
             events = [subscriber.queue.get_nowait() for _ in range(subscriber.queue.qsize())]
             assert [(v, text) for v, _, text in tenant.publication.history] == events
             return list(tenant.publication.history)

@@ -16,13 +16,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from websockets.sync.client import connect as ws_connect
 
-from api.bodies import detail_json
 from api.config import Settings
-from api.ingest import submit
-from api.models import DataflowDetail, RegisterRequest
-from api.registration import registration_record
-from api.rewind import REWIND_CHANGES, _oldest, frontier_as_of
-from api.service import Service
+from api.host.ingest import submit
+from api.host.service import Service
+from api.schema.bodies import detail_json
+from api.schema.models import DataflowDetail, RegisterRequest
+from api.schema.registration import registration_record
+from api.streams.rewind import REWIND_CHANGES, _oldest, frontier_as_of
 from tests.helpers import ServiceProcess, loop_graph, register
 from tests.strategies import nested_bodies
 
@@ -220,7 +220,7 @@ def test_accepted_connections_get_the_bounded_send_buffer() -> None:
     connection has that kernel send buffer (Linux reports it doubled), not the autotuned one."""
     import socket
 
-    from api.server import listen
+    from api.run.server import listen
 
     listener = listen("127.0.0.1", 0, send_buffer=65536)
     with listener, socket.create_connection(listener.getsockname()):

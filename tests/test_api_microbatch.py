@@ -7,14 +7,14 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from api.counts import CountsOnly
-from api.live import LiveState, Pending
+from api.durability.records import Register
+from api.host.tenant import Tenant
+from api.live.counts import CountsOnly
+from api.live.state import LiveState, Pending
 from api.metrics import Metrics
-from api.microbatch import microbatch_loop
-from api.publish import Publication
-from api.records import Register
-from api.sparkqueue import SparkQueue
-from api.tenant import Tenant
+from api.spark.microbatch import microbatch_loop
+from api.spark.turns import SparkQueue
+from api.streams.publish import Publication
 from tracker.graph import Edge, Graph, Location, Node, Update
 
 GRAPH = Graph.build(1, [Node(0, 0, 1), Node(1, 1, 0)], [Edge(Location.source(0, 0), Location.target(1, 0))])

@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from api.ages import MOVES_HELD, Ages
-from api.live import LiveState
-from api.publish import Publication, changes_json
-from api.streams import (
+from api.live.ages import MOVES_HELD, Ages
+from api.live.state import LiveState
+from api.streams.publish import Publication, changes_json
+from api.streams.subscribers import (
     RESYNC,
     WRITE_BYTES,
     Subscriber,
@@ -201,7 +201,7 @@ def test_births_kept_by_the_engine_follow_the_definition(data: st.DataObject) ->
     """``Ages.births_in_engine``: blame and the oldest pointstamp per location, after batches
     given as the engine takes them (``Indexed``) or as lists (initial, recovery), equal the
     definition's, including negative counts and batches that retire and re-report."""
-    from api.parsing import Indexed
+    from api.schema.parsing import Indexed
 
     graph = data.draw(acyclic_graphs(arity=data.draw(st.integers(1, 2))))
     tracker = CompiledTracker(graph)

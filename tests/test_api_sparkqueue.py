@@ -1,11 +1,11 @@
-"""The fair queue of Spark turns (:mod:`api.sparkqueue`): round-robin per dataflow, one turn at a
+"""The fair queue of Spark turns (:mod:`api.spark.turns`): round-robin per dataflow, one turn at a
 time, a cancelled waiter skipped; no Spark needed."""
 
 from __future__ import annotations
 
 import asyncio
 
-from api.sparkqueue import SparkQueue
+from api.spark.turns import SparkQueue
 
 
 def test_a_dataflow_with_many_jobs_cannot_starve_another() -> None:

@@ -11,15 +11,15 @@ from typing import Any
 import polars as pl
 import pytest
 
-from api.columns import RawBatch
-from api.live import LiveState, Pending
+from api.delta.columns import RawBatch
+from api.delta.store import Store
+from api.delta.sync import DeltaLag, Syncer
+from api.durability.records import Register
+from api.durability.wal import WriteAheadLog
+from api.host.tenant import Tenant
+from api.live.state import LiveState, Pending
 from api.metrics import Metrics
-from api.publish import Publication
-from api.records import Register
-from api.store import Store
-from api.sync import DeltaLag, Syncer
-from api.tenant import Tenant
-from api.wal import WriteAheadLog
+from api.streams.publish import Publication
 from tracker.graph import Edge, Graph, Location, Node
 from tracker.reachability import Tracker
 
@@ -131,9 +131,9 @@ def test_compaction_writes_changes_then_the_state_as_of_the_published_version(tm
 def test_without_delta_nothing_queues_for_delta(tmp_path: Path) -> None:
     # Nothing drains DeltaLag without a store: a queue there grew with every published version.
     from api.config import Settings
-    from api.ingest import submit
-    from api.models import RegisterRequest
-    from api.service import Service
+    from api.host.ingest import submit
+    from api.host.service import Service
+    from api.schema.models import RegisterRequest
 
     async def main() -> tuple[int, int]:
         service = Service(Settings(warehouse=tmp_path, delta=False, spark=False), "admin")

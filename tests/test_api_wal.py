@@ -10,11 +10,11 @@ import msgspec
 import pytest
 from hypothesis import given, settings
 
-from api.models import RegisterRequest
-from api.records import ATTRIBUTION, Batch, Check, Register, decode, encode
-from api.registration import registration_record
-from api.segments import HEADER_SIZE, frame, scan, segment_name, segment_number, segments
-from api.wal import INLINE_BYTES_MAX, LogFailed, WriteAheadLog, framed, read_segment
+from api.durability.records import ATTRIBUTION, Batch, Check, Register, decode, encode
+from api.durability.segments import HEADER_SIZE, frame, scan, segment_name, segment_number, segments
+from api.durability.wal import INLINE_BYTES_MAX, LogFailed, WriteAheadLog, framed, read_segment
+from api.schema.models import RegisterRequest
+from api.schema.registration import registration_record
 from tests.strategies import nested_bodies
 
 REGISTER = Register(name="r", arity=2, nodes=[{"id": 0, "inputs": 0, "outputs": 1, "name": "in"}], edges=[],
@@ -279,10 +279,10 @@ def test_the_sync_process_answers_with_the_errno_and_the_disk_time(tmp_path: Pat
     import subprocess
     import sys
 
-    from api.syncer import ANSWER, REQUEST
+    from api.durability.syncer import ANSWER, REQUEST
 
     (tmp_path / segment_name(3)).write_bytes(b"x")
-    syncer = subprocess.Popen([sys.executable, "-m", "api.syncer", str(tmp_path)], stdin=subprocess.PIPE,
+    syncer = subprocess.Popen([sys.executable, "-m", "api.durability.syncer", str(tmp_path)], stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE)
     assert syncer.stdin is not None and syncer.stdout is not None
     try:

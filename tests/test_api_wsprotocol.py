@@ -1,4 +1,4 @@
-"""The WebSocket protocol ``tracker serve`` runs (:mod:`api.wsprotocol`): its direct text frames
+"""The WebSocket protocol ``tracker serve`` runs (:mod:`api.web.wsprotocol`): its direct text frames
 are byte for byte websockets' own, and a real uvicorn server with it delivers every message,
 compressed or not, whatever its size."""
 
@@ -17,7 +17,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from websockets.frames import Frame, Opcode
 from websockets.sync.client import connect
 
-from api.wsprotocol import FramedWebSockets, text_frame_header
+from api.web.wsprotocol import FramedWebSockets, text_frame_header
 
 SIZES = [0, 1, 125, 126, 127, 65_535, 65_536, 70_000, 1_600_000]
 

@@ -433,9 +433,9 @@ def test_assets_are_shipped_with_their_licences() -> None:
 
 
 def test_history_keeps_the_last_versions_of_its_own_dataflow(tmp_path: Path) -> None:
-    from api.dashboard import _history
-    from api.publish import changes_json
-    from api.store import Store
+    from api.delta.store import Store
+    from api.streams.publish import changes_json
+    from api.web.dashboard import _history
     from tracker.graph import Location
     from tracker.reachability import FrontierChange
 
@@ -453,8 +453,8 @@ def test_history_keeps_the_last_versions_of_its_own_dataflow(tmp_path: Path) -> 
 
 
 def test_history_names_inner_scopes_with_their_inner_times(tmp_path: Path) -> None:
-    from api.dashboard import _history
-    from api.store import Store
+    from api.delta.store import Store
+    from api.web.dashboard import _history
 
     inner = '{"location":{"scope":[1],"node":1,"port":0,"kind":"target"},"time":[3,0],"diff":1}'
     root = '{"location":{"node":2,"port":0,"kind":"target"},"time":[3],"diff":1}'

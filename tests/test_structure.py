@@ -1,16 +1,24 @@
-"""The shape of the code: imports flow one way, and the worker SDK installs on its own.
+"""The shape of the code: imports flow one way, each package of the service imports only what
+its docstring says, no module grows long without a reason, and the worker SDK installs on its
+own.
 
 Every project module's imports are read from its syntax tree (function-level imports and
-``TYPE_CHECKING`` blocks included, since those hide cycles rather than remove them). Two rules:
+``TYPE_CHECKING`` blocks included, since those hide cycles rather than remove them). The rules:
 
 * no cycle between project modules;
-* no module imports from a layer above its own (:data:`LAYERS`, lowest first).
+* no module imports from a layer above its own (:data:`LAYERS`, lowest first);
+* every package of the service (``api/<package>/``) opens with a docstring whose "May import:"
+  line lists what it may import besides itself (project packages, and the frameworks of
+  :data:`GUARDED`); its modules import nothing else, so the folder shows the architecture;
+* no project module is over :data:`LONG` lines unless its docstring says why
+  (``Long because: ...``).
 """
 
 from __future__ import annotations
 
 import ast
 import os
+import re
 import shutil
 import subprocess
 import venv
@@ -29,35 +37,20 @@ LAYERS: list[tuple[str, ...]] = [
      "tracker.cli"),
     # Roles built on the core, independent of each other.
     ("tracker.worker", "spark_jobs", "examples"),
-    # The service, which keeps its state in the Delta tables and runs Spark jobs. A progress
-    # batch flows up these layers: parsed, ordered and applied (live state), logged
-    # (durability), published, synced to Delta, handed to Spark; a lower layer tells a higher
-    # one through a Protocol or a callback it defines itself.
-    # Parse and models: request bodies, registration checks, settings, metrics.
-    ("api.config", "api.models", "api.parsing", "api.bodies", "api.registration", "api.auth", "api.metrics",
-     "api.columns", "api.limits",
-     "api.explain", "api.scopes", "api.lifecycle"),
-    # Live state: the frontier engine, versions, workers.
-    ("api.live", "api.counts", "api.ages"),
-    # Durability: typed log records, framing and segment names, the group-committed log.
-    ("api.records", "api.segments", "api.syncer", "api.wal"),
-    # Publication: the published frontier, its history, its subscribers.
-    ("api.fanout", "api.publish", "api.rewind", "api.streams"),
-    # Delta sync: tables, flush, compaction, log retirement, tidying, graph tables.
-    ("api.store", "api.tidy", "api.sync", "api.graphs"),
-    # Spark tasks: the session, registration checks, audits, micro-batches.
-    ("api.spark", "api.sparkqueue", "api.checks", "api.audit", "api.microbatch"),
-    # The service and its use cases.
-    ("api.tenant", "api.lag", "api.ingest", "api.recovery", "api.service"),
-    # HTTP: dependencies, routes, the app, the command.
-    ("api.deps", "api.routes", "api.ws", "api.dashboard", "api.security", "api.protocol", "api.app", "api.server",
-     "api.commands", "api.watch", "api"),
+    # The service; inside it, the packages' own rules (their docstrings) say what imports what.
+    ("api",),
     # Measurements.
     ("bench",),
     # The tests, above everything they test: nothing else may import them.
     ("tests",),
 ]
 """Layers, lowest first; a module belongs to the layer of its longest matching prefix."""
+
+GUARDED = ("fastapi", "starlette", "sse_starlette", "uvicorn", "pydantic", "pyspark")
+"""Frameworks a service package may import only if its docstring lists them."""
+
+LONG = 400
+"""Lines past which a module must say why it is long."""
 
 
 def _module_name(path: Path) -> str:
@@ -167,10 +160,10 @@ def test_no_module_imports_from_a_layer_above_its_own() -> None:
 def test_the_walker_sees_hidden_imports(tmp_path: Path) -> None:
     """The checks above can fail: a function-level import and a TYPE_CHECKING import are found."""
     source = tmp_path / "m.py"
-    source.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from api.app import x\n"
+    source.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from api.web.app import x\n"
                       "def f():\n    from spark_jobs import session\n")
-    assert _imports("tracker.m", source, {"api.app", "spark_jobs", "spark_jobs.session"}) == {
-        "api.app", "spark_jobs.session"}
+    assert _imports("tracker.m", source, {"api.web.app", "spark_jobs", "spark_jobs.session"}) == {
+        "api.web.app", "spark_jobs.session"}
     assert _cycles({"a": {"b"}, "b": {"a"}, "c": {"a"}}) == [["a", "b"]]
 
 
@@ -221,3 +214,67 @@ def test_a_worker_only_install_runs_a_vertex_without_spark_or_fastapi(tmp_path: 
     assert sorted(seen) == [("a", (0,)), ("b", (1,)), ("notify", (0,)), ("notify", (1,))]
     assert seen.index(("notify", (0,))) > seen.index(("a", (0,)))
     assert seen.index(("notify", (1,))) > seen.index(("b", (1,)))
+
+
+def _third_party(path: Path) -> set[str]:
+    """The top-level names of the :data:`GUARDED` frameworks ``path`` imports."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                 else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+        found |= {n.split(".")[0] for n in names if n.split(".")[0] in GUARDED}
+    return found
+
+
+def _may_import(package: Path) -> set[str]:
+    """The "May import:" line of a package's docstring, as a set of names (it may wrap)."""
+    doc = ast.get_docstring(ast.parse((package / "__init__.py").read_text())) or ""
+    found = re.search(r"May import:(.*?)(?:\n\n|$)", doc, re.S)
+    assert found, f"{package.relative_to(ROOT)}/__init__.py: its docstring has no 'May import:' line"
+    return {name.strip(" .") for name in found.group(1).replace("\n", " ").split(",") if name.strip(" .")}
+
+
+def _service_packages() -> list[Path]:
+    return sorted(p for p in (ROOT / "api").iterdir() if (p / "__init__.py").exists())
+
+
+def _allowed(target: str, allowed: set[str]) -> bool:
+    return any(target == a or target.startswith(a + ".") for a in allowed)
+
+
+def test_each_service_package_imports_only_what_its_docstring_says() -> None:
+    graph, modules = _graph(), _modules()
+    breaches = []
+    for package in _service_packages():
+        own = f"api.{package.name}"
+        allowed = _may_import(package) | {own}
+        for name in sorted(m for m in modules if m == own or m.startswith(own + ".")):
+            breaches += [f"{name} imports {t}" for t in sorted(graph[name]) if not _allowed(t, allowed)]
+            breaches += [f"{name} imports {f}" for f in sorted(_third_party(modules[name])) if f not in allowed]
+    assert breaches == []
+
+
+def test_the_service_packages_form_layers_and_the_top_docstring_names_each() -> None:
+    """The packages' rules have no cycle (else they would not be layers), and ``api/__init__``'s
+    table names every package, so a newcomer's map is complete."""
+    rules = {f"api.{p.name}": {a for a in _may_import(p) if a.startswith("api.")} for p in _service_packages()}
+    assert _cycles(rules) == []
+    top = ast.get_docstring(ast.parse((ROOT / "api" / "__init__.py").read_text())) or ""
+    listed = {line.split()[0] for line in top.splitlines() if line[:1].isalpha() and line.split()[0].islower()}
+    assert {p.name for p in _service_packages()} <= listed
+
+
+def test_no_module_is_long_without_saying_why() -> None:
+    long = [f"{name} ({n} lines)" for name, path in sorted(_modules().items())
+            if not name.startswith("tests") and (n := len(path.read_text().splitlines())) > LONG
+            and "Long because:" not in (ast.get_docstring(ast.parse(path.read_text())) or "")]
+    assert long == []
+
+
+def test_the_package_rules_can_fail(tmp_path: Path) -> None:
+    """A guarded framework is found, and a "May import:" line is read across its wrapping."""
+    (tmp_path / "m.py").write_text("import fastapi.responses\nfrom pydantic import BaseModel\nimport json\n")
+    assert _third_party(tmp_path / "m.py") == {"fastapi", "pydantic"}
+    (tmp_path / "__init__.py").write_text('"""Owns x.\n\nMay import: api.schema,\napi.live, tracker.\n"""\n')
+    assert _may_import(tmp_path) == {"api.schema", "api.live", "tracker"}
+    assert not _allowed("api.livestock", {"api.live"}) and _allowed("api.live.state", {"api.live"})

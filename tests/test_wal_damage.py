@@ -1,6 +1,6 @@
 """The log reader against damage, without the service: random single-byte corruptions and
 truncations of framed records (hypothesis), the segment-level policy of ``WriteAheadLog.recover``
-on real files, and the versions recovery then needs (``api.recovery.span``).
+on real files, and the versions recovery then needs (``api.durability.recovery.span``).
 
 What must hold: a torn tail (the data ends inside a record) is told from damage; one flipped byte
 never loses an intact record, never hides whose the damaged record is, and never stops reading;
@@ -17,10 +17,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from api.records import BATCH, Batch, Check, Checkpoint, Record, Register, decode, encode
-from api.recovery import Evidence, gather, span
-from api.segments import HEADER_SIZE, frame, scan, segment_name
-from api.wal import UnreadableLog, WriteAheadLog
+from api.durability.records import BATCH, Batch, Check, Checkpoint, Record, Register, decode, encode
+from api.durability.recovery import Evidence, gather, span
+from api.durability.segments import HEADER_SIZE, frame, scan, segment_name
+from api.durability.wal import UnreadableLog, WriteAheadLog
 
 REGISTER = Register(name="r", arity=1, nodes=[{"id": 0, "inputs": 0, "outputs": 1, "name": "in"}], edges=[],
                     initial=[], df="a" * 32, token="ab" * 32, created_at="2026-01-01T00:00:00+00:00")

@@ -1,7 +1,7 @@
 """The ``tracker`` command line: a dispatcher over the commands each installed package offers.
 
 The packages register their commands under the entry-point group ``tracker.commands`` (see
-``pyproject.toml``): ``api.commands`` (``serve``), ``spark_jobs.commands`` (``jobs``,
+``pyproject.toml``): ``api.run.commands`` (``serve``), ``spark_jobs.commands`` (``jobs``,
 ``report``) and ``tracker.worker.commands`` (``example``, ``worker``). So this module imports
 nothing from the layers above it, and each command imports its implementation lazily, inside
 the command: ``tracker --help`` is instant, and a worker-only install (no FastAPI, no Spark)

@@ -1,0 +1,146 @@
+"""What recovery knows about each dataflow, and which of its batches it must find where.
+
+Guarantees: :func:`gather` sorts the log's records and damaged records by dataflow, and
+:func:`span` names every version whose batch recovery must hold to rebuild a dataflow exactly:
+its counts (from the compacted snapshot at version ``S``, or the registration's initial
+pointstamps) and its workers' positions (from its latest intact :class:`~api.durability.records.Checkpoint`
+at version ``C``, or none at version 0) both need every batch in ``(min(C, S), end]``, where
+``end`` is the highest version anything (the log, a damaged record's attribution, the snapshot,
+the Delta ``progress`` table) knows of. A version the log does not hold intact must come from
+``progress``; one that is in neither makes the dataflow :class:`Damaged`: refused alone, with the
+reason, never served with a batch missing or a worker's seq forgotten (a forgotten seq would
+apply a resent batch twice).
+
+>>> from api.durability.records import Batch
+>>> evidence = Evidence(batches={v: Batch("d", v, 0.0, b"") for v in (1, 2, 4)})
+>>> span(evidence, snapshot=0, in_delta=-1)
+(0, 4, [3])
+>>> describe([3, 5, 6, 7])
+'3, 5-7'
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from api.durability.records import BATCH, DELETE, KIND_NAMES, REGISTER, Batch, Check, Checkpoint, Delete, Register
+from api.durability.segments import Damage, segment_name
+from api.durability.wal import LogContents
+
+
+@dataclass
+class Evidence:
+    """What the log holds of one dataflow."""
+
+    registration: Register | None = None
+    checkpoint: Checkpoint | None = None
+    """The intact checkpoint with the highest version."""
+    batches: dict[int, Batch] = field(default_factory=dict)
+    """Intact batches by version."""
+    damaged: list[tuple[int, Damage]] = field(default_factory=list)
+    """Damaged records attributed to it, ``(segment, damage)``."""
+
+    def damaged_batches(self) -> list[int]:
+        """Versions of its batches whose records are damaged."""
+        return [d.attribution[1] for _, d in self.damaged if d.attribution is not None and d.attribution[0] == BATCH]
+
+    def damaged_deletion(self) -> bool:
+        """Whether a damaged record of it is its deletion."""
+        return any(d.attribution is not None and d.attribution[0] == DELETE for _, d in self.damaged)
+
+    def where_damaged(self) -> str:
+        """Where its damaged records are, for an error message."""
+        return "; ".join(f"{segment_name(s)} byte {d.start}: {_kind(d)} ({d.reason})" for s, d in self.damaged)
+
+
+def _kind(damage: Damage) -> str:
+    assert damage.attribution is not None
+    kind, version, _ = damage.attribution
+    name = KIND_NAMES.get(kind, f"record of kind {kind}")
+    return f"{name} at version {version}" if kind == BATCH else name
+
+
+@dataclass(frozen=True)
+class Damaged:
+    """A dataflow recovery refused: its routes answer 503 ``dataflow_damaged`` with ``detail``.
+    ``token_hash`` and ``name`` are known when its registration is."""
+
+    id: str
+    detail: str
+    token_hash: str | None = None
+    name: str | None = None
+
+
+def gather(contents: LogContents) -> tuple[dict[str, Evidence], dict[str, Check], dict[str, Delete]]:
+    """The log's evidence by dataflow, and the Spark check results and deletions it logged."""
+    evidence: dict[str, Evidence] = {}
+    checks: dict[str, Check] = {}
+    deletions: dict[str, Delete] = {}
+    for _segment, record in contents.records:
+        if isinstance(record, Check):
+            checks[record.df] = record
+            continue
+        if isinstance(record, Delete):
+            deletions.setdefault(record.df, record)
+            continue
+        found = evidence.setdefault(record.df, Evidence())
+        if isinstance(record, Register):
+            if found.registration is None:
+                found.registration = record
+        elif isinstance(record, Batch):
+            found.batches[record.v] = record
+        elif found.checkpoint is None or record.v >= found.checkpoint.v:
+            found.checkpoint = record
+    for segment, damage in contents.damaged:
+        assert damage.attribution is not None
+        evidence.setdefault(damage.attribution[2], Evidence()).damaged.append((segment, damage))
+    return evidence, checks, deletions
+
+
+def span(evidence: Evidence, snapshot: int, in_delta: int) -> tuple[int, int, list[int]]:
+    """``(start, end, missing)``: recovery needs every batch in ``(start, end]``; ``missing``
+    are those the log does not hold intact (see the module docstring). ``snapshot`` is the
+    snapshot's version (0 without one), ``in_delta`` the highest version in ``progress`` (-1)."""
+    checkpoint = evidence.checkpoint.v if evidence.checkpoint is not None else 0
+    start = min(checkpoint, snapshot)
+    end = max([start, snapshot, in_delta, checkpoint, *evidence.batches, *evidence.damaged_batches()])
+    return start, end, [v for v in range(start + 1, end + 1) if v not in evidence.batches]
+
+
+def unregistered(dataflow_id: str, evidence: Evidence) -> Damaged | None:
+    """A refusal for a dataflow the log names but whose registration it does not hold intact."""
+    if evidence.registration is not None:
+        return None
+    if any(d.attribution is not None and d.attribution[0] == REGISTER for _, d in evidence.damaged):
+        reason = "its registration record is damaged"
+    else:
+        reason = "the write-ahead log holds records of it but not its registration"
+    detail = f"{reason} ({evidence.where_damaged() or 'no damaged record'}); it is not served"
+    return Damaged(dataflow_id, detail)
+
+
+def missing_detail(missing: list[int], evidence: Evidence) -> str:
+    """Why a dataflow with batches ``missing`` everywhere is refused."""
+    where = evidence.where_damaged()
+    log = f"damaged there: {where}" if where else "not retained there"
+    return (f"the batches at versions {describe(missing)} are in neither the write-ahead log ({log}) nor the Delta "
+            "progress table, so its counts or its workers' sequence numbers cannot be rebuilt exactly; it is not "
+            "served (the bytes are kept for an operator)")
+
+
+def describe(versions: list[int]) -> str:
+    """Sorted versions as ranges."""
+    parts: list[str] = []
+    run: list[int] = []
+    for version in versions:
+        if run and version != run[-1] + 1:
+            parts.append(_run(run))
+            run = []
+        run.append(version)
+    if run:
+        parts.append(_run(run))
+    return ", ".join(parts)
+
+
+def _run(run: list[int]) -> str:
+    return str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}"

@@ -1,0 +1,508 @@
+"""The write-ahead log: what makes an acknowledgement durable, with group commit.
+
+Guarantees: a record's future resolves only after the ``fdatasync`` covering it returned, and
+its ``on_durable`` callback runs before that, in log order; after a failed write or sync,
+nothing more is acknowledged (:class:`LogFailed`) until the service restarts and recovers.
+Records are typed (:mod:`api.durability.records`) and framed into numbered segments (:mod:`api.durability.segments`).
+
+Group commit: :meth:`WriteAheadLog.enqueue` appends a record to an in-memory group and returns
+a future. If no sync is running, the group is committed in one of two ways:
+
+* **Under load** (the previous commit finished less than one sync's duration ago), the group is
+  written at once with a single ``write`` (into the page cache: microseconds) and the sync
+  process (:mod:`api.durability.syncer`) is asked for the ``fdatasync``, so the event loop keeps reading
+  and applying batches *while* the disk syncs, on the other core and without contending for
+  the GIL. Requests arriving meanwhile form the next group, so the cost of one sync is shared
+  by every batch that arrived during it.
+* **When the log was quiet** (no commit for longer than a recent ``fdatasync`` took, so no group
+  would form anyway) and syncs are not stalled (under :data:`INLINE_SYNC_MAX`), the event loop's
+  next turn writes the group and calls ``fdatasync`` itself, unless the group's callbacks are
+  long (:meth:`WriteAheadLog.prefer_sync_process`). The caller applies its batch first (the
+  rest of its synchronous turn), and the sync then costs exactly one ``fdatasync``: no pipe to
+  the syncer, no process wake-up on either side, which on two busy cores were most of a lone
+  batch's wait for durability. The loop is blocked for that one sync, which is short by the
+  condition.
+
+Either way the loop then runs each record's ``on_durable`` callback in log order and resolves
+the futures.
+
+:meth:`WriteAheadLog.rotate` starts a new segment whose first records are supplied by the
+caller when the segment is started (the registrations of live dataflows and their workers'
+positions as of that moment, when everything in the older segments is durable), so that older
+segments can be deleted once the Delta ``progress`` table holds their batches.
+
+:meth:`WriteAheadLog.recover` reads every segment through :func:`api.durability.segments.scan`: only a torn
+tail of the newest segment (an incomplete final record, never acknowledged) is cut off; damaged
+records are reported with their attribution and their bytes stay where they are (a segment
+holding one is never deleted); bytes whose owner cannot be known stop the start-up
+(:class:`UnreadableLog`, naming the segment and offset).
+
+>>> import asyncio, tempfile
+>>> from api.durability.records import Check
+>>> async def main(directory: Path) -> list[Record]:
+...     wal = WriteAheadLog(directory)
+...     wal.open()
+...     await wal.enqueue(Check(df="d1", result="agreed", detail=None))
+...     wal.close()
+...     return [record for _, record in WriteAheadLog(directory).recover().records]
+>>> with tempfile.TemporaryDirectory() as directory:
+...     asyncio.run(main(Path(directory)))
+[Check(df='d1', result='agreed', detail=None)]
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from api.durability.records import ATTRIBUTION, Record, attribution, decode, encode
+from api.durability.segments import Damage, Scan, frame, scan, segment_name, segments
+from api.durability.syncer import ANSWER, REQUEST
+
+log = logging.getLogger("tracker.wal")
+
+INLINE_SYNC_MAX = 0.010
+"""Seconds: while recent syncs take longer than this (a slow or stalled disk), even a quiet log
+syncs in the sync process, so that the event loop (other dataflows' streams and queries) never
+stalls on the disk for long. Generous on purpose: on two busy cores (load ~20) the process
+hand-off cost a lone batch more than a 2-6 ms sync (end-to-end p50 3.5-3.7 ms with the
+hand-off, 1.9 ms without, the two interleaved against the same load)."""
+INLINE_BYTES_MAX = 256 * 1024
+"""A group larger than this is synced by the sync process even on a quiet log (a 6 MB
+registration's ``fdatasync`` took the loop ~20 ms), and written by a worker thread."""
+
+
+def read_segment(path: Path) -> tuple[list[Record], Scan]:
+    """Every intact record of a segment, and what :func:`~api.durability.segments.scan` found. A payload
+    that passes its CRC but is not a record (written by a newer version?) counts as damaged."""
+    found = scan(path.read_bytes())
+    records: list[Record] = []
+    for offset, payload in found.payloads:
+        try:
+            records.append(decode(payload))
+        except ValueError:
+            owner = attribution(payload[:ATTRIBUTION.size]) if len(payload) >= ATTRIBUTION.size else None
+            found.damaged.append(Damage(offset, offset + len(payload), owner, "a record that does not decode"))
+    found.damaged.sort(key=lambda d: d.start)
+    return records, found
+
+
+class UnreadableLog(RuntimeError):
+    """Bytes of a segment whose owner cannot be known: the service must not start on a log
+    that may hide acknowledged batches of any dataflow."""
+
+    def __init__(self, path: Path, damage: Damage) -> None:
+        super().__init__(
+            f"write-ahead log segment {path} is unreadable from byte {damage.start} of {damage.end} "
+            f"({damage.reason}): the records there cannot be attributed to a dataflow, so the service does not "
+            "start. The bytes are left in place; move the segment aside to start without it (recovery then checks "
+            "every dataflow against the Delta tables)")
+        self.path, self.damage = path, damage
+
+
+@dataclass(frozen=True)
+class LogContents:
+    """What :meth:`WriteAheadLog.recover` read: every intact record with its segment, oldest
+    first, and every damaged record ``(segment, damage)`` (each with an attribution)."""
+
+    records: list[tuple[int, Record]]
+    damaged: list[tuple[int, Damage]]
+
+
+class LogFailed(RuntimeError):
+    """The log could not make a record durable (a failed write or ``fdatasync``, or the sync
+    process died): nothing more is acknowledged until the service restarts and recovers."""
+
+    def __init__(self) -> None:
+        super().__init__("the write-ahead log failed; the service must restart")
+
+
+@dataclass
+class _Entry:
+    data: bytes
+    """The record as framed for the segment (empty for a barrier)."""
+    future: asyncio.Future[None] | None
+    on_durable: Callable[[], None] | None
+
+
+def framed(record: Record) -> bytes:
+    """``record`` encoded and framed as :meth:`WriteAheadLog.enqueue` writes it: a caller with
+    a large record (a registration of 50,000 nodes: ~35 ms) makes it in a thread and passes it."""
+    return frame(encode(record))
+
+
+class WriteAheadLog:
+    """An append-only, segmented, group-committed log in ``directory``."""
+
+    def __init__(self, directory: Path, *, on_sync: Callable[[int, float], None] | None = None) -> None:
+        self.directory = directory
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self._fd: int | None = None
+        self._segment = 0
+        self._group: list[_Entry] = []
+        self._inflight: tuple[list[_Entry], float, tuple[int, int, asyncio.Future[int]] | None] | None = None
+        self._inline = False  # a quiet log's group commit is scheduled on the loop's next turn
+        self._heavy = False  # the next group's durable callbacks are long (see prefer_sync_process)
+        self._sync_seconds = 0.0  # a recent fdatasync's duration (the disk's), decaying: what "quiet" is measured by
+        self._last_done = 0.0  # when the last group commit finished (perf_counter)
+        self._syncer: subprocess.Popen[bytes] | None = None
+        self._watched: asyncio.AbstractEventLoop | None = None
+        self._on_sync = on_sync
+        self._rotate_to: Callable[[], list[Record]] | None = None
+        self._rotated: asyncio.Future[int] | None = None
+        self.failed: BaseException | None = None
+        self.kept: set[int] = set()
+        """Segments holding damaged records: never deleted (their bytes are evidence)."""
+        self.hold = False
+        """Set while some dataflow is refused: no segment is deleted, whatever Delta holds."""
+        self.inline_commits = 0
+        """How many group commits a quiet log synced on the event loop (the others: the sync process)."""
+
+    # -- recovery -------------------------------------------------------------------------
+
+    def segments(self) -> list[tuple[int, Path]]:
+        """Existing segments, oldest first."""
+        return segments(self.directory)
+
+    def path(self, number: int) -> Path:
+        """Where segment ``number`` lives."""
+        return self.directory / segment_name(number)
+
+    def recover(self) -> LogContents:
+        """Read every segment, oldest first; cut a torn tail off the newest one only, so that new
+        records follow intact ones; keep (never cut) damaged records and their segments.
+
+        Raises:
+            UnreadableLog: a segment holds bytes that cannot be attributed (left in place).
+        """
+        records: list[tuple[int, Record]] = []
+        damaged: list[tuple[int, Damage]] = []
+        found = self.segments()
+        for index, (number, path) in enumerate(found):
+            intact, read = read_segment(path)
+            unowned = next((d for d in read.damaged if d.attribution is None), None)
+            if unowned is not None:
+                raise UnreadableLog(path, unowned)
+            if read.torn is not None and index == len(found) - 1:
+                log.warning("wal: cutting a torn tail (an incomplete final record, never acknowledged)",
+                            extra={"segment": number, "at": read.torn, "size": path.stat().st_size})
+                with open(path, "r+b") as handle:
+                    handle.truncate(read.torn)
+                    os.fsync(handle.fileno())
+            elif read.torn is not None:  # the records cut off are missing: recovery checks every version
+                log.error("wal: an older segment ends inside a record", extra={"segment": number, "at": read.torn})
+            for damage in read.damaged:
+                log.error("wal: damaged record kept in place", extra={
+                    "segment": number, "at": damage.start, "end": damage.end, "reason": damage.reason,
+                    "attribution": damage.attribution})
+                damaged.append((number, damage))
+                self.kept.add(number)
+            records.extend((number, record) for record in intact)
+        return LogContents(records, damaged)
+
+    def open(self) -> None:
+        """Open the newest segment for appending (or create the first one), start the syncer."""
+        segments = self.segments()
+        self._segment = segments[-1][0] if segments else 1
+        self._fd = self._open_segment(self._segment)
+        self._syncer = subprocess.Popen([sys.executable, "-m", "api.durability.syncer", str(self.directory)],
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        # One sync before serving: a syncer that cannot start or sync fails the start-up, not
+        # the first acknowledgement.
+        self._request(self._segment)
+        assert self._syncer.stdout is not None
+        answer = os.read(self._syncer.stdout.fileno(), ANSWER.size)
+        if len(answer) != ANSWER.size or ANSWER.unpack(answer)[0] != 0:
+            raise OSError(f"the write-ahead log's sync process failed to start or sync (answer {answer!r})")
+        self._last_done = time.perf_counter()
+
+    def _open_segment(self, number: int) -> int:
+        fd = os.open(self.path(number), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        self._sync_directory()
+        return fd
+
+    def _sync_directory(self) -> None:
+        # A new file's directory entry must be durable too, or the whole segment can vanish.
+        dir_fd = os.open(self.directory, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+
+    @property
+    def segment(self) -> int:
+        """The number of the segment being appended to."""
+        return self._segment
+
+    def delete_segments_before(self, number: int) -> int:
+        """Remove every segment older than ``number``; returns how many were removed."""
+        if self.hold:
+            return 0
+        removed = 0
+        for seg, path in self.segments():
+            if seg < number and seg != self._segment and seg not in self.kept:
+                path.unlink(missing_ok=True)
+                removed += 1
+        if removed:
+            self._sync_directory()
+        return removed
+
+    # -- appending ------------------------------------------------------------------------
+
+    def enqueue(self, record: Record, on_durable: Callable[[], None] | None = None, *,
+                as_framed: bytes | None = None) -> asyncio.Future[None]:
+        """Add ``record`` to the next group (``as_framed``: its :func:`framed` bytes, made by the
+        caller).
+
+        Returns:
+            A future that resolves once the record is on disk, after ``on_durable`` ran
+            (callbacks run in log order).
+
+        Raises:
+            LogFailed: the log failed earlier; nothing more is accepted.
+        """
+        if self.failed is not None:
+            raise LogFailed() from self.failed
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._group.append(_Entry(framed(record) if as_framed is None else as_framed, future, on_durable))
+        self._kick()
+        return future
+
+    def prefer_sync_process(self) -> None:
+        """The records enqueued so far, not yet committed, have long ``on_durable`` callbacks
+        (a version of 32,000 frontier changes to publish): their group is synced by the sync
+        process even if the log is quiet, so that the event loop, free during the sync, does
+        not hold other dataflows for the sync and those callbacks in one turn."""
+        if self._inline:  # else the group is already with the sync process (or already synced)
+            self._heavy = True
+
+    def barrier(self) -> asyncio.Future[None]:
+        """A future that resolves once everything enqueued so far is durable."""
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if not self._group and self._inflight is None:
+            future.set_result(None)
+            return future
+        self._group.append(_Entry(b"", future, None))
+        self._kick()
+        return future
+
+    def rotate(self, header: Callable[[], list[Record]]) -> asyncio.Future[int]:
+        """Start a new segment beginning with the records ``header()`` returns, called when the
+        segment is started: every record enqueued before it is durable then, and none after it
+        is, so the header describes exactly what the older segments hold. Resolves to the new
+        segment number once the header is durable; records enqueued later go to the new segment."""
+        rotated: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self._rotated = rotated
+        self._rotate_to = header
+        self._kick()
+        return rotated
+
+    def _kick(self) -> None:
+        """Commit the next group (or write the rotation's header and ask the syncer to sync
+        it), unless a commit is running or scheduled (then its completion will)."""
+        if self._inflight is not None or self._inline or self.failed is not None:
+            return
+        self._watch()
+        started = time.perf_counter()
+        try:
+            if self._rotate_to is not None:
+                header, self._rotate_to = self._rotate_to, None
+                rotated, self._rotated = self._rotated, None
+                number = self._segment + 1
+                fd = self._open_segment(number)
+                self._write(fd, b"".join(frame(encode(r)) for r in header()))
+                assert rotated is not None
+                self._inflight = ([], started, (number, fd, rotated))
+                self._request(number)
+                return
+            if not self._group:
+                return
+            if (started - self._last_done > self._sync_seconds and self._sync_seconds < INLINE_SYNC_MAX
+                    and sum(len(e.data) for e in self._group) <= INLINE_BYTES_MAX):
+                # Quiet: nothing would share this sync, so sync on the loop's next turn (after
+                # the caller applied its batch) rather than pay two process wake-ups.
+                self._inline = True
+                asyncio.get_running_loop().call_soon(self._commit_inline)
+                return
+            group, self._group, self._heavy = self._group, [], False
+            data = b"".join(e.data for e in group)
+            self._inflight = (group, started, None)
+            if not data:  # barriers only: everything before them is durable already
+                asyncio.get_running_loop().call_soon(self._synced, 0)
+                return
+            self._to_syncer(data)
+        except OSError as error:
+            self._fail(error)
+
+    def _to_syncer(self, data: bytes) -> None:
+        """Write the group in flight (``data``) and ask the sync process to sync it; a big one is
+        written by a worker thread."""
+        assert self._fd is not None, "open() the log first"
+        try:
+            if len(data) > INLINE_BYTES_MAX:
+                self._write_then_request(self._fd, data, self._segment)
+                return
+            self._write(self._fd, data)
+            self._request(self._segment)
+        except OSError as error:
+            self._fail(error)
+
+    def _write_then_request(self, fd: int, data: bytes, segment: int) -> None:
+        """Write a big group (a big graph's registration) in a worker thread, then ask for its
+        sync: ``os.write`` lets go of the GIL, so the loop goes on meanwhile (a 5 MB write took
+        it ~4 ms). Nothing else is written meanwhile: the group is in flight."""
+        loop = asyncio.get_running_loop()
+
+        def written(done: asyncio.Future[None]) -> None:
+            error = done.exception()
+            if self._syncer is None or self._inflight is None:  # closed or failed meanwhile
+                return
+            if error is not None:
+                self._fail(error)
+                return
+            try:
+                self._request(segment)
+            except OSError as failure:
+                self._fail(failure)
+
+        loop.run_in_executor(None, self._write, fd, data).add_done_callback(written)
+
+    def _commit_inline(self) -> None:
+        """Write and ``fdatasync`` the group on the event loop (a quiet log's commit)."""
+        self._inline = False
+        if self._inflight is not None or self.failed is not None or not self._group:
+            self._kick()
+            return
+        if self._syncer is None or self._fd is None:  # closed meanwhile: its futures stay pending
+            return
+        if self._syncer.poll() is not None:  # its loss stops acknowledgements, whichever path syncs
+            self._unwatch()
+            self._fail(OSError("the write-ahead log's sync process exited"))
+            return
+        group, self._group = self._group, []
+        heavy, self._heavy = self._heavy, False
+        started = time.perf_counter()
+        self._inflight = (group, started, None)
+        data = b"".join(e.data for e in group)
+        if heavy and data:  # the loop has a long publish ahead: not a sync on top of it
+            self._to_syncer(data)
+            return
+        self.inline_commits += 1
+        disk_seconds = None
+        try:
+            if data:
+                self._write(self._fd, data)
+                began = time.perf_counter()
+                os.fdatasync(self._fd)
+                disk_seconds = time.perf_counter() - began
+        except OSError as error:
+            self._fail(error)
+            return
+        self._synced(0, disk_seconds)
+
+    def _watch(self) -> None:
+        loop = asyncio.get_running_loop()
+        if self._watched is not loop:
+            assert self._syncer is not None and self._syncer.stdout is not None, "open() the log first"
+            loop.add_reader(self._syncer.stdout.fileno(), self._on_answer)
+            self._watched = loop
+
+    @staticmethod
+    def _write(fd: int, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            written = os.write(fd, view)
+            view = view[written:]
+
+    def _request(self, segment: int) -> None:
+        assert self._syncer is not None and self._syncer.stdin is not None
+        os.write(self._syncer.stdin.fileno(), REQUEST.pack(segment))
+
+    def _on_answer(self) -> None:
+        assert self._syncer is not None and self._syncer.stdout is not None
+        answer = os.read(self._syncer.stdout.fileno(), ANSWER.size)
+        if len(answer) != ANSWER.size:  # the syncer is gone: nothing can be acknowledged any more
+            self._unwatch()
+            self._fail(OSError("the write-ahead log's sync process exited"))
+            return
+        errno, micros = ANSWER.unpack(answer)
+        self._synced(errno, micros / 1e6)
+
+    def _synced(self, errno: int, disk_seconds: float | None = None) -> None:
+        """A group's sync returned (``disk_seconds``: how long ``fdatasync`` itself took)."""
+        assert self._inflight is not None
+        group, started, rotation = self._inflight
+        self._inflight = None
+        if errno:  # a failed fsync is fatal for the log: nothing more is acknowledged
+            self._fail(OSError(errno, os.strerror(errno)))
+            if rotation is not None and not rotation[2].done():
+                rotation[2].set_exception(LogFailed())
+            return
+        if rotation is not None:
+            number, fd, rotated = rotation
+            old, self._fd, self._segment = self._fd, fd, number
+            if old is not None:
+                os.close(old)
+            if not rotated.done():
+                rotated.set_result(number)
+        records = sum(1 for e in group if e.data)
+        took = time.perf_counter() - started
+        if disk_seconds is not None:
+            # Remember a slow disk at once, forget it gradually: one fast sync must not make a
+            # loaded log look quiet. The disk's time, not the round trip: on two busy cores the
+            # sync process's wake-ups made a 0.7 ms sync look like 4 ms, so that the next lone
+            # batch went to that process too (the isolation benchmark's probe: p90 4.0 ms by
+            # the sync process, 1.1 ms inline).
+            self._sync_seconds = max(disk_seconds, 0.875 * self._sync_seconds)
+        if self._on_sync is not None and records:
+            self._on_sync(records, took)
+        # The next group's sync starts before these callbacks run: a long one (a big version's
+        # publication) then overlaps it, rather than delaying every record accepted meanwhile.
+        # Not a rotation: its header describes what the older segments hold, these callbacks'
+        # effects (durable versions, worker positions) included.
+        self._last_done = time.perf_counter()
+        if self._rotate_to is None:
+            self._kick()
+        for entry in group:
+            if entry.on_durable is not None:
+                try:
+                    entry.on_durable()
+                except Exception:  # a subscriber bug must not stop acknowledgements
+                    log.exception("wal: on_durable callback failed")
+            if entry.future is not None and not entry.future.done():
+                entry.future.set_result(None)
+        self._kick()  # the rotation (nothing if the next group is already in flight)
+
+    def _fail(self, error: BaseException) -> None:
+        self.failed = error
+        log.critical("wal: write or fdatasync failed; refusing further writes", exc_info=error)
+        inflight = self._inflight[0] if self._inflight is not None else []
+        self._inflight = None
+        for entry in inflight + self._group:
+            if entry.future is not None and not entry.future.done():
+                entry.future.set_exception(LogFailed())
+        self._group = []
+
+    def _unwatch(self) -> None:
+        if self._watched is not None and self._syncer is not None and self._syncer.stdout is not None:
+            self._watched.remove_reader(self._syncer.stdout.fileno())
+            self._watched = None
+
+    def close(self) -> None:
+        """Close the current segment and stop the syncer (pending groups must have been awaited)."""
+        if self._syncer is not None:
+            self._unwatch()
+            assert self._syncer.stdin is not None
+            self._syncer.stdin.close()
+            self._syncer.wait(10)
+            self._syncer = None
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None

@@ -1,0 +1,487 @@
+"""The service object: the registry of dataflows, registration, recovery, and the parts that
+serve them (the write-ahead log, the Delta sync, Spark).
+
+Guarantees: every acknowledged registration and batch is a record in the write-ahead log
+(:mod:`api.durability.wal`: group commit, one ``fdatasync`` shared by concurrent requests) before it is
+answered. Recovery rebuilds each dataflow from its registration, then the compacted
+``pointstamps`` snapshot, then the Delta ``progress`` batches after it, then the log records
+beyond what ``progress`` holds, so every acknowledged batch is applied exactly once; the
+batches the log holds but ``progress`` does not are queued for the next flush, so that
+``progress`` too gets every batch exactly once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import logging
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+
+from api.config import ENGINE_NAMES, Settings
+from api.delta.columns import RawBatch
+from api.delta.graphs import GraphWriter
+from api.delta.store import Store
+from api.delta.sync import DeltaLag, Syncer
+from api.delta.tidy import Tidier
+from api.durability.records import Check, Checkpoint, Delete, Record, Register
+from api.durability.recovery import Damaged, Evidence, gather, missing_detail, span, unregistered
+from api.durability.wal import LogFailed, WriteAheadLog, framed
+from api.host.tenant import Tenant
+from api.host.tokens import Principal, matches, new_token, token_hash
+from api.live.ages import Ages
+from api.live.counts import CountsOnly
+from api.live.lifecycle import Rules
+from api.live.scopes import Hosting, NestedEngine
+from api.live.state import Counts, LiveState
+from api.metrics import Metrics
+from api.schema.models import RegisterRequest
+from api.schema.registration import RegistrationError, Spec, build_graph, build_nested, is_nested, registration_record
+from api.spark.checks import Checker
+from api.spark.session import Hosted, Spark
+from api.spark.turns import SparkQueue
+from api.streams.publish import Publication
+from tracker.engine import FrontierEngine
+from tracker.graph import Graph, GraphError, Location, Update
+from tracker.reachability import Tracker
+from tracker.scope import ScopedLocation
+from tracker.scoped import ScopedTracker
+from tracker.structure import release
+from tracker.timestamp import Timestamp
+
+log = logging.getLogger("tracker.service")
+FREEZE_LOCATIONS = 10_000
+"""A registered graph with at least this many locations is moved out of the collector's reach."""
+
+
+class Service:
+    """All dataflows of one service process, and the machinery around them."""
+
+    def __init__(self, settings: Settings, admin_token: str, store: Store | None = None) -> None:
+        self.settings = settings
+        self.metrics = Metrics(ENGINE_NAMES[settings.engine], per_dataflow=settings.metrics_per_dataflow)
+        self.admin_hash = token_hash(admin_token)
+        self.dataflows: dict[str, Tenant] = {}
+        self.token_index: dict[str, str] = {}
+        self.wal = WriteAheadLog(settings.warehouse / "_wal", on_sync=self.metrics.on_sync)
+        self.store = store
+        self.delta_pool = ThreadPoolExecutor(1, thread_name_prefix="delta")
+        self.spark = Spark(settings.master, enabled=settings.spark, timeout=settings.spark_timeout,
+                           max_locations=settings.spark_max_locations)
+        self.spark_turns = SparkQueue()
+        self.checker = Checker(self.spark, self.spark_turns, store, self.metrics, self._remember_check)
+        self.started = time.time()
+        self.loop: asyncio.AbstractEventLoop | None = None  # the event loop serving requests
+        self.checks: dict[str, Check] = {}  # dataflow id -> its logged Spark check result
+        self.damaged: dict[str, Damaged] = {}  # dataflows recovery refused
+        self.deletions: dict[str, Delete] = {}  # dataflow id -> its logged deletion
+        self.syncer = Syncer(store, self.delta_pool, self.wal, self.metrics, self.dataflows, self.log_header,
+                             segment_bytes=settings.segment_bytes,
+                             tidier=Tidier(store, self.delta_pool, settings.vacuum_hours))
+        self.graphs = GraphWriter(store, self.delta_pool, self.metrics)
+        self._unstored: list[Tenant] = []  # recovered without their graph tables: write them
+        self._unchecked: list[Tenant] = []  # recovered with no Spark check result: run it
+        self.stopping = False
+
+    @property
+    def _checks_in_spark(self) -> bool:
+        return self.settings.spark and self.settings.spark_check
+
+    def authenticate(self, token: str) -> Principal | None:
+        """The principal of a token, or ``None`` if it is nobody's."""
+        presented = token_hash(token)
+        if matches(presented, self.admin_hash):
+            return Principal(admin=True)
+        dataflow_id = self.token_index.get(presented)
+        if dataflow_id is None:
+            return None
+        known = self.dataflows.get(dataflow_id) or self.damaged.get(dataflow_id)
+        if known is not None and known.token_hash is not None and matches(presented, known.token_hash):
+            return Principal(admin=False, dataflow_id=dataflow_id)
+        return None
+
+    # -- registration ---------------------------------------------------------------------
+
+    async def register(self, req: RegisterRequest) -> tuple[Tenant, str]:
+        """Validate (off the loop), log durably, and make the dataflow live. ``req``'s node and
+        edge lists are emptied once read.
+
+        Returns:
+            The dataflow and its token (shown once; only its hash is kept).
+
+        Raises:
+            RegistrationError: the graph is refused (the 422 body).
+            LogFailed: the log could not make the registration durable (nothing is registered).
+        """
+        if self.wal.failed is not None:  # refuse before any work
+            raise LogFailed() from self.wal.failed
+        spec = await asyncio.to_thread(registration_record, req)  # ~26 us per node
+        # The request's models are not needed past here (the spec holds the graph): released a
+        # model at a time off the loop, not at once when the route returns. Whether it has
+        # scopes is a look at every node: off the loop too.
+        await asyncio.to_thread(release, req.nodes, req.edges)
+        nested = await asyncio.to_thread(is_nested, spec)
+        hosting = None
+        if nested:
+            hosting, tracker, initial = await asyncio.to_thread(self._nested_with, spec, True)
+            graph = hosting.root
+        else:
+            if spec.initial_scopes:  # a scope path in a dataflow without scopes
+                index, scope = next((i, s) for i, s in enumerate(spec.initial_scopes) if s)
+                raise RegistrationError({"error": "invalid_graph",
+                                         "detail": f"initial pointstamps: update {index}: unknown scope {scope}"})
+            # The antichain cost limit follows the engine: ~25 ms per batch of whichever tracks the graph.
+            graph, initial = await asyncio.to_thread(build_graph, spec, compiled=self.settings.engine == "native")
+            tracker = await asyncio.to_thread(self._tracker_with, graph, initial)
+        token = new_token()
+        record = Register(name=spec.name, arity=spec.arity, nodes=spec.nodes, edges=spec.edges,
+                          initial=spec.initial, df=uuid.uuid4().hex, token=token_hash(token),
+                          created_at=datetime.now(UTC).isoformat())
+        # Its frontier copy and Publication are O(graph): off the loop too (nothing there awaits).
+        tenant = await asyncio.to_thread(self._new_tenant, record, graph, tracker, initial, hosting)
+        as_framed = await asyncio.to_thread(framed, record)  # O(graph): ~35 ms for 50,000 nodes
+        self.dataflows[tenant.id] = tenant  # in the registry (and log headers) before it is durable
+        try:
+            await self.wal.enqueue(record, as_framed=as_framed)
+        except LogFailed:
+            del self.dataflows[tenant.id]
+            raise
+        tenant.ready = True
+        self.token_index[tenant.token_hash] = tenant.id
+        self.metrics.dataflows.set(len(self.dataflows))
+        if len(graph.locations()) >= FREEZE_LOCATIONS:
+            # A big graph is ~10 objects per location that live as long as the service: frozen
+            # (O(1)), the collector's full passes no longer walk them; walking those of a few
+            # 50,000-node graphs took the loop 100+ ms per pass.
+            gc.freeze()
+        log.info("registered dataflow", extra={"dataflow": tenant.id, "dataflow_name": req.name,
+                                               "locations": len(graph.locations())})
+        self._after_registration(tenant)
+        return tenant, token
+
+    async def delete(self, tenant: Tenant) -> None:
+        """Delete a dataflow: from now on its progress is refused (410) and its streams end;
+        answered once the deletion is durable, so a restart keeps it deleted. Its state stays
+        readable and its Delta rows stay, ``dataflows.deleted_at`` set.
+
+        Raises:
+            LogFailed: the log could not make the deletion durable.
+        """
+        record = Delete(df=tenant.id, at=time.time())
+        tenant.deleted_at = record.at  # refuses batches at once: none is admitted after this line
+        self.deletions[tenant.id] = record
+        tenant.publication.end()
+        await self.wal.enqueue(record)
+        log.info("deleted dataflow", extra={"dataflow": tenant.id, "dataflow_name": tenant.name})
+        self.graphs.queue_deleted([tenant])
+
+    def _new_tenant(self, record: Register, graph: Graph, tracker: FrontierEngine, initial: list[Update],
+                    hosting: Hosting | None = None, *, at_registration: bool = True,
+                    created: float | None = None) -> Tenant:
+        """A tenant whose tracker holds ``initial`` (``at_registration``: version 0's state, whose
+        frontier is queued as version 0's changes for ``frontier_changes``) or a snapshot's counts.
+        ``created``: when its frontiers count as last moved if they never moved (default now)."""
+        lag = DeltaLag()
+        live = LiveState(tracker)
+        ages = Ages(time.time() if created is None else created)
+        if live.native is not None:  # the compiled engine's order: CompiledTracker.locations
+            ages.births_in_engine(live.native.index, tracker.locations, graph.arity)  # type: ignore[attr-defined]
+        # A nested dataflow is tracked natively even under `--engine spark` (its Spark check and
+        # audits are skipped: see api.live.scopes).
+        mode = "native" if hosting is not None and self.settings.engine == "spark" else self.settings.engine
+        tenant = Tenant(registration=record, graph=graph, live=live,
+                        # Without Delta nothing would ever drain what changes_published queues.
+                        publication=Publication(graph, self.settings.history,
+                                                lag.changes_published if self.store is not None else None, hosting,
+                                                native=live.native,
+                                                copy_at=None if live.native is None else live.frontier_copy_at,
+                                                moved=ages.frontier_moved),
+                        lag=lag, engine_mode=mode, hosting=hosting, ages=ages,
+                        rules=Rules(self.settings.stall_seconds, self.settings.violation_seconds))
+        ages.counts = tenant.counts
+        if live.native is not None:
+            tenant.publication.row_indices()  # O(graph), once: here, off the loop
+        tenant.publication.last_change_at = datetime.fromisoformat(record.created_at).timestamp()
+        tenant.reset_published()
+        if at_registration and mode != "spark":  # Spark's first micro-batch publishes version 0 itself
+            tenant.publication.record_initial(datetime.fromisoformat(record.created_at).timestamp())
+        lag.batch_durable(0, "_initial", 0, initial, time.time())
+        ages.batch_durable(ages.created, None, initial)
+        if not self._checks_in_spark:
+            tenant.spark.check = "skipped"
+        if hosting is not None:  # Spark's jobs know no scopes yet: tracked natively, not checked, not audited
+            tenant.spark.check, tenant.spark.audited = "skipped", False
+            tenant.spark.detail = "nested scopes: the Spark check and audits do not cover them yet"
+        elif mode != "spark" and (too_large := self.spark.too_large(graph)) is not None:
+            # Not sent to Spark at all: neither checked nor audited (the Spark engine has no choice).
+            tenant.spark.audited = False
+            if self._checks_in_spark:
+                tenant.spark.check, tenant.spark.detail = "skipped", too_large
+        return tenant
+
+    def _after_registration(self, tenant: Tenant) -> None:
+        """Background work that must not delay the answer: graph tables, Spark check."""
+        self.graphs.queue([tenant])
+        if self._checks_in_spark:
+            self._check_in_spark(tenant)
+
+    def after_recovery(self) -> None:
+        """Finish what a crash interrupted: graph tables never written, Spark checks never
+        concluded (queued behind the Spark session's start, checked together)."""
+        self.graphs.queue(list(self._unstored))
+        # Idempotent, and covers a crash between the logged deletion and its Delta row.
+        self.graphs.queue_deleted([self.dataflows[d] for d in self.deletions if d in self.dataflows])
+        for tenant in self._unchecked:
+            self._check_in_spark(tenant)
+        self._unstored, self._unchecked = [], []
+
+    def _check_in_spark(self, tenant: Tenant) -> None:
+        self.checker.request(tenant)
+
+    def _remember_check(self, dataflow: Hosted) -> None:
+        """Log a concluded Spark check (on the event loop), so a restart reports it again
+        instead of running it again."""
+        record = Check(df=dataflow.id, result=dataflow.spark.check, detail=dataflow.spark.detail)
+        self.checks[record.df] = record
+        if self.stopping:  # the log may be closed: the check runs again after the restart
+            return
+        with contextlib.suppress(LogFailed):  # nobody waits: a check lost in a crash runs again after the restart
+            self.wal.enqueue(record).add_done_callback(lambda done: done.cancelled() or done.exception())
+
+    # -- recovery -------------------------------------------------------------------------
+
+    def recover(self) -> None:
+        """Rebuild every dataflow, then open the log.
+
+        Each dataflow starts from the compacted ``pointstamps`` snapshot (counts as of a version,
+        if compaction ever ran) or its initial counts, applies the batches after it, and takes
+        its workers' positions from its latest log checkpoint plus the batches after that
+        (:mod:`api.durability.recovery` says which versions it needs). The batches come from the log, and
+        from the Delta ``progress`` table only for versions the log does not hold intact. Starting
+        from the snapshot makes a restart cost the state plus the recent tail, not the whole
+        history; the Delta tables are read in bulk (one read per table, not per dataflow). Log
+        records ``progress`` does not hold yet are queued for the next flush, so that
+        ``progress`` still gets every batch exactly once.
+
+        A dataflow whose batches cannot all be found (a damaged log record, a lost Delta table)
+        is refused alone (:attr:`damaged`); the others start.
+
+        Raises:
+            api.durability.wal.UnreadableLog: log bytes that cannot be attributed to a dataflow.
+        """
+        evidence, self.checks, self.deletions = gather(self.wal.recover())
+        store = self.store
+        with store.warehouse.pinned() if store is not None else contextlib.nullcontext():
+            stored = store.registered() if store is not None else set()
+            ids = sorted(evidence)
+            snapshots = store.snapshots(ids) if store is not None else {}
+            in_delta = store.max_versions("progress") if store is not None else {}
+            compacted = store.max_versions("frontier_changes") if store is not None else {}
+            for dataflow_id in ids:
+                refused = unregistered(dataflow_id, evidence[dataflow_id])
+                if refused is None and dataflow_id not in self.deletions and evidence[dataflow_id].damaged_deletion():
+                    # Serving it again would undo a deletion that was acknowledged.
+                    refused = self._refusal(evidence[dataflow_id], "its deletion record is damaged ("
+                                            f"{evidence[dataflow_id].where_damaged()}); it is not served")
+                if refused is None:
+                    try:
+                        refused = self._recover_one(evidence[dataflow_id], snapshots.get(dataflow_id),
+                                                    in_delta.get(dataflow_id, -1), compacted.get(dataflow_id, -1),
+                                                    stored)
+                    except Exception as error:  # one dataflow's inconsistency must not stop the others
+                        log.exception("recovery of a dataflow failed", extra={"dataflow": dataflow_id})
+                        refused = self._refusal(evidence[dataflow_id], f"recovery failed: {error}")
+                if refused is not None:
+                    self._refuse(refused)
+        for dataflow_id, deletion in self.deletions.items():  # deleted stays deleted: 410, no stream
+            if dataflow_id in self.dataflows:
+                self.dataflows[dataflow_id].deleted_at = deletion.at
+                self.dataflows[dataflow_id].publication.ended = True
+        self.metrics.dataflows.set(len(self.dataflows))
+        self.wal.open()
+
+    def _refusal(self, evidence: Evidence, detail: str) -> Damaged:
+        record = evidence.registration
+        assert record is not None
+        return Damaged(record.df, detail, record.token, record.name)
+
+    def _refuse(self, damaged: Damaged) -> None:
+        log.error("dataflow refused: damaged", extra={"dataflow": damaged.id, "detail": damaged.detail})
+        self.damaged[damaged.id] = damaged
+        self.dataflows.pop(damaged.id, None)
+        if damaged.token_hash is not None:
+            self.token_index[damaged.token_hash] = damaged.id
+        self.wal.hold = True  # its records must outlive the Delta sync's retirement of segments
+        self.metrics.damaged.set(len(self.damaged))
+
+    def _recover_one(self, evidence: Evidence, stored_snapshot: tuple[int, StoredCounts] | None, in_delta: int,
+                     compacted: int, stored: set[str]) -> Damaged | None:
+        record = evidence.registration
+        assert record is not None
+        store = self.store
+        dataflow_id = record.df
+        base = stored_snapshot[0] if stored_snapshot is not None else 0
+        start, end, missing = span(evidence, base, in_delta)
+        hosting = None
+        if is_nested(record):
+            hosting, _, initial = self._nested_with(record, False, empty=True)
+            graph = hosting.root
+        else:
+            graph, initial = build_graph(record, new=False)
+        from_delta: dict[int, tuple[str, int, list[Update], float]] = {}
+        if missing and store is not None and in_delta >= missing[0]:
+            from_delta = store.progress(dataflow_id, after=missing[0] - 1, hosting=hosting)
+        missing = [v for v in missing if v not in from_delta]
+        if missing:
+            return self._refusal(evidence, missing_detail(missing, evidence))
+        snapshot = None if stored_snapshot is None else (base, _stand_ins(stored_snapshot[1], hosting))
+        if snapshot is None:  # never compacted: replay everything from the initial counts
+            tracker = self._tracker_with(graph, initial, hosting)
+        else:  # start from the compacted counts and replay only what follows them
+            tracker = self._tracker_with(graph, [(loc, t, c) for (loc, t), c in snapshot[1].items()], hosting)
+        # Without a snapshot every batch is replayed with its time: the ages are those before the restart.
+        tenant = self._new_tenant(record, graph, tracker, initial, hosting, at_registration=snapshot is None,
+                                  created=None if snapshot is not None else
+                                  datetime.fromisoformat(record.created_at).timestamp())
+        tenant.live.version = base
+        if snapshot is not None:
+            # What the snapshot holds happened at some unknown time before it: the ages of its
+            # pointstamps and unmoved frontiers count from the restart (at least that old).
+            tenant.ages.seed(snapshot[1], tenant.ages.created)
+        lag, live = tenant.lag, tenant.live
+        if in_delta >= 0:
+            lag.unflushed.clear()  # the initial counts (version 0) are in Delta already
+        checkpoint = evidence.checkpoint
+        positions = dict(checkpoint.workers) if checkpoint is not None else {}
+        logged = evidence.batches
+        # Logged batches at or below `start` matter only if `progress` lacks them (to flush them).
+        for version in sorted(v for v in set(logged) | set(range(start + 1, end + 1)) if v > min(start, in_delta)):
+            batch = logged.get(version)
+            if batch is not None:
+                worker, seq, updates = tenant.parse(batch.body)  # validated before it was logged
+                at = batch.at
+            else:
+                worker, seq, updates, at = from_delta[version]
+            if version > start and positions.get(worker, (-1, -1))[1] < version:
+                positions[worker] = (seq, version)
+            if base < version:
+                self._replay(tenant, version, worker, seq, updates, at)
+            if version > in_delta and batch is not None:  # in the log, not yet in progress
+                lag.batch_durable(version, worker, seq, RawBatch(batch.body, len(updates))
+                                  if updates and hosting is None else updates, at)
+        live.restore_positions(positions)
+        live.durable_version = live.version
+        lag.delta_version = max(in_delta, 0)
+        if tenant.engine_mode != "spark":
+            tenant.reset_published()
+            tenant.publication.history_floor = max(tenant.publication.history_floor, base)  # none before it
+        lag.uncompacted = [u for u in lag.uncompacted if u[0] > compacted]
+        lag.compacted_version = compacted
+        if store is None:
+            lag.uncompacted.clear()
+        self._resume_side_work(tenant, stored)
+        if tenant.engine_mode == "spark":
+            tenant.reset_published()  # Spark recomputes the frontier from the recovered counts
+        tenant.ready = True
+        self.dataflows[dataflow_id] = tenant
+        self.token_index[tenant.token_hash] = dataflow_id
+        log.info("recovered dataflow", extra={"dataflow": dataflow_id, "version": live.version,
+                                              "delta_version": lag.delta_version,
+                                              "snapshot_version": None if snapshot is None else base})
+        return None
+
+    def _resume_side_work(self, tenant: Tenant, stored: set[str]) -> None:
+        """Status of a recovered dataflow's graph tables and Spark check; what is missing is
+        queued for :meth:`after_recovery`."""
+        tenant.lag.graph_stored = tenant.id in stored
+        if self.store is not None and not tenant.lag.graph_stored:
+            self._unstored.append(tenant)
+        if tenant.spark.check == "skipped":
+            return
+        check = self.checks.get(tenant.id)
+        if check is None:
+            self._unchecked.append(tenant)
+        else:
+            tenant.spark.check, tenant.spark.detail = check.result, check.detail
+
+    @staticmethod
+    def _replay(tenant: Tenant, version: int, worker: str, seq: int, updates: list[Update], at: float) -> None:
+        try:
+            changes = tenant.live.replay(version, worker, seq, updates)
+        except GraphError as error:
+            raise GraphError(f"dataflow {tenant.id}: {error}") from None
+        tenant.ages.batch_durable(at, worker, updates)
+        tenant.live.last_batch_at = at
+        if tenant.engine_mode != "spark":
+            tenant.publication.publish(version, changes, notify=False, at=at)
+
+    def log_header(self) -> list[Record]:
+        """The records a new log segment starts with (called when it starts, every earlier
+        record durable): every registration with its workers' durable positions (a checkpoint),
+        the deletions and the Spark check results logged so far."""
+        header: list[Record] = []
+        for d in self.dataflows.values():
+            header.append(d.registration)
+            header.append(Checkpoint(df=d.id, v=d.live.durable_version, workers=dict(d.live.durable_workers)))
+        header += [self.deletions[d] for d in self.dataflows if d in self.deletions]
+        return header + [self.checks[d] for d in self.dataflows if d in self.checks]
+
+    def _tracker_with(self, graph: Graph, initial: list[Update], hosting: Hosting | None = None) -> FrontierEngine:
+        """A frontier engine of ``graph`` (which :func:`build_graph` checked for cycles) holding
+        ``initial``; for a nested dataflow (``hosting``), one over its stand-ins, with one flat
+        engine per scope of the kind the service runs."""
+        tracker: FrontierEngine
+        if hosting is not None:
+            tracker = NestedEngine(hosting, ScopedTracker(hosting.nested, flat=self._scope_engine))
+        elif self.settings.engine == "spark":
+            tracker = CountsOnly(graph)
+        else:
+            tracker = self._scope_engine(graph)
+        native = getattr(tracker, "engine", None)
+        if native is not None:  # no Python list of the changes, which nobody reads (100,000 for a big graph)
+            native.apply(initial)
+        else:
+            tracker.apply(initial, validated=True)
+        return tracker
+
+    def _scope_engine(self, graph: Graph) -> FrontierEngine:
+        """The flat engine of one graph whose cycles were checked (a flat dataflow's, or one
+        scope's of a nested dataflow): the Python reference under ``--engine reference``, else
+        the compiled engine (the settings checked that it imports)."""
+        if self.settings.engine == "reference":
+            return Tracker(graph, cycles_checked=True)
+        from tracker.compiled import CompiledTracker
+
+        return CompiledTracker(graph, cycles_checked=True)
+
+    def _nested_with(self, record: Register | Spec, new: bool, *, empty: bool = False
+                     ) -> tuple[Hosting, FrontierEngine, list[Update]]:
+        """Validate a nested registration (:func:`build_nested`, off the event loop): its
+        hosting, an engine holding its initial pointstamps (none if ``empty``) and those, on the
+        stand-ins."""
+        nested, scoped = build_nested(record, new=new)
+        hosting = Hosting(nested)
+        initial = [(hosting.flat(loc), t, d) for loc, t, d in scoped]
+        return hosting, self._tracker_with(hosting.root, [] if empty else initial, hosting), initial
+
+
+# Tests build graphs exactly as the service does through these names.
+__all__ = ["RegistrationError", "Service", "build_graph", "registration_record"]
+
+
+StoredCounts = dict[tuple[Location | ScopedLocation, Timestamp], int]
+"""Counts as the ``pointstamps`` table names them: a nested scope's locations with their scope path."""
+
+
+def _stand_ins(counts: StoredCounts, hosting: Hosting | None) -> Counts:
+    """Stored counts on the locations the dataflow's tracker uses (a nested dataflow's stand-ins)."""
+    if hosting is None:
+        if any(isinstance(loc, ScopedLocation) for loc, _ in counts):
+            raise ValueError("the pointstamps table names a nested scope in a flat dataflow")
+        return counts  # type: ignore[return-value]  # checked: every key is a root Location
+    return {(hosting.flat(loc if isinstance(loc, ScopedLocation)
+                          else ScopedLocation((), loc.node, loc.port, loc.kind)), t): c
+            for (loc, t), c in counts.items()}

@@ -1,0 +1,175 @@
+"""One dataflow's live state: its frontier engine, versions and the workers' sequence numbers.
+
+Guarantees: batches of one worker are applied in ``seq`` order exactly once (a repeated ``seq``
+is answered as a duplicate, a skipped one raises :class:`SequenceGap`), each applied batch gets
+the next version, and :attr:`LiveState.durable_version` never passes a version whose log record
+is not durable. Nothing here awaits: the caller (:mod:`api.host.ingest`) orders, logs and applies a
+batch with no ``await`` in between, which on the single-threaded event loop makes a batch
+atomic and the batches of one dataflow totally ordered without a lock.
+
+>>> from tracker.graph import Edge, Graph, Location, Node
+>>> from tracker.reachability import Tracker
+>>> graph = Graph.build(1, [Node(0, 0, 1), Node(1, 1, 0)], [Edge(Location.source(0, 0), Location.target(1, 0))])
+>>> live = LiveState(Tracker(graph))
+>>> live.admit("w", 0), live.admit("w", 0)
+(1, None)
+>>> live.admit("w", 5)
+Traceback (most recent call last):
+...
+api.live.state.SequenceGap: expected seq 1
+>>> live.duplicate_version("w", 0)
+1
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from api.schema.parsing import Indexed
+from tracker.engine import FrontierEngine
+from tracker.graph import GraphError, Location, Update
+from tracker.reachability import FrontierChange
+from tracker.timestamp import Timestamp
+
+RECENT_BATCHES = 10_000
+"""``(worker, seq) -> version`` pairs remembered, so that a duplicate gets the exact version
+that applied it while it is recent (older duplicates get the worker's latest version)."""
+
+if TYPE_CHECKING:
+    from progress_engine import ChangeBatch, Frontiers
+
+Counts = dict[tuple[Location, Timestamp], int]
+
+
+class SequenceGap(Exception):
+    """A batch skipped a sequence number; ``expected`` is the one the worker must send."""
+
+    def __init__(self, expected: int) -> None:
+        super().__init__(f"expected seq {expected}")
+        self.expected = expected
+
+
+@dataclass(frozen=True)
+class Pending:
+    """An applied batch whose log record is not durable yet."""
+
+    version: int
+    worker: str
+    seq: int
+    updates: list[Update] | Indexed
+    received: float
+
+
+@dataclass(eq=False)
+class LiveState:
+    """The tracker's state of one dataflow, as applied (which may run ahead of durable)."""
+
+    tracker: FrontierEngine
+    version: int = 0
+    durable_version: int = 0
+    workers: dict[str, tuple[int, int]] = field(default_factory=dict)
+    """worker -> ``(last seq, the version that applied it)``, admitted batches included"""
+    durable_workers: dict[str, tuple[int, int]] = field(default_factory=dict)
+    """The same as of :attr:`durable_version`: what the workers were acknowledged (a batch
+    whose log record never became durable does not use up its seq here)."""
+    last_batch_at: float | None = None
+    """When the last applied batch arrived (POSIX seconds), ``None`` before the first."""
+    _recent: dict[tuple[str, int], int] = field(default_factory=dict)
+    _pending: dict[int, Pending] = field(default_factory=dict)
+    native: Any = field(init=False, default=None)
+    """The compiled ``progress_engine.Engine`` behind a ``CompiledTracker`` (``--engine native``),
+    applied directly: flat integer batches in, a ``ChangeBatch`` out."""
+
+    def __post_init__(self) -> None:
+        self.native = getattr(self.tracker, "engine", None)
+
+    def _apply(self, updates: list[Update] | Indexed) -> list[FrontierChange] | ChangeBatch:
+        native = self.native
+        if native is None:
+            return self.tracker.apply(updates, validated=True)
+        if isinstance(updates, Indexed):
+            return native.apply_indexed(updates.locations, updates.times, updates.deltas)
+        return native.apply(updates)
+
+    def admit(self, worker: str, seq: int) -> int | None:
+        """The version a new batch ``(worker, seq)`` gets, or ``None`` for a duplicate.
+
+        Raises:
+            SequenceGap: ``seq`` skips one; nothing changed.
+        """
+        last = self.workers.get(worker)
+        expected = 0 if last is None else last[0] + 1
+        if seq < expected:
+            return None
+        if seq > expected:
+            raise SequenceGap(expected)
+        self.version += 1
+        self.workers[worker] = (seq, self.version)
+        self._remember(worker, seq, self.version)
+        return self.version
+
+    def duplicate_version(self, worker: str, seq: int) -> int:
+        """A version whose state contains the already applied batch ``(worker, seq)``: the one
+        that applied it if still remembered, else the worker's latest."""
+        last = self.workers.get(worker)
+        return self._recent.get((worker, seq), last[1] if last is not None else self.version)
+
+    def apply(self, pending: Pending) -> list[FrontierChange] | ChangeBatch:
+        """Apply an admitted, validated batch whose log record is on its way to disk."""
+        self._pending[pending.version] = pending
+        self.last_batch_at = pending.received
+        return self._apply(pending.updates)
+
+    def made_durable(self, version: int) -> None:
+        """The log record of ``version`` is durable (called in version order)."""
+        self.durable_version = version
+        pending = self._pending.pop(version, None)
+        if pending is not None:
+            self.durable_workers[pending.worker] = (pending.seq, version)
+
+    def replay(self, version: int, worker: str, seq: int, updates: list[Update]
+               ) -> list[FrontierChange] | ChangeBatch:
+        """Apply a recovered batch (already durable) without logging it again.
+
+        Raises:
+            GraphError: ``version`` does not follow the current version.
+        """
+        if version != self.version + 1:
+            raise GraphError(f"recovered version {version} does not follow {self.version}")
+        changes = self._apply(updates)
+        self.version = self.durable_version = version
+        self.workers[worker] = self.durable_workers[worker] = (seq, version)
+        self._remember(worker, seq, version)
+        return changes
+
+    def restore_positions(self, positions: dict[str, tuple[int, int]]) -> None:
+        """Recovery: set every worker's durable position (no batch is in flight)."""
+        self.workers = dict(positions)
+        self.durable_workers = dict(positions)
+
+    def frontier_copy_at(self, version: int) -> Frontiers | None:
+        """A copy of the compiled engine's frontiers if it is exactly at ``version`` (no batch
+        applied beyond it), else ``None``."""
+        return self.native.frontier_copy() if self.native is not None and version == self.version else None
+
+    def inflight(self) -> list[Pending]:
+        """Applied batches whose log record is not durable yet, oldest first."""
+        return list(self._pending.values())
+
+    def counts(self, later: Iterable[Iterable[Update]] = ()) -> Counts:
+        """Occurrence counts as of the durable version: the tracker's counts with in-flight
+        batches (and ``later`` batches, applied but not yet reflected in the frontier) undone."""
+        counts = self.tracker.pointstamps()
+        for updates in [*(p.updates for p in self._pending.values()), *later]:
+            for loc, t, d in updates:
+                key = (loc, t)
+                counts[key] = counts.get(key, 0) - d
+        return {k: c for k, c in counts.items() if c != 0}
+
+    def _remember(self, worker: str, seq: int, version: int) -> None:
+        self._recent[(worker, seq)] = version
+        if len(self._recent) > RECENT_BATCHES:
+            del self._recent[next(iter(self._recent))]
+

@@ -1,0 +1,8 @@
+"""Operating the service: lag and blame per location, ``frontier/explain`` (which pointstamps
+hold a frontier back, along which path), and ``tracker watch``, the terminal view.
+
+Guarantees: each answer reads one published version of one dataflow; the heavy part of an
+answer is built from copies, off the event loop.
+
+May import: api.metrics, api.schema, api.host, tracker.
+"""

@@ -1,0 +1,146 @@
+"""``tracker serve`` and ``tracker watch``: the service's commands, registered under the
+``tracker.commands`` entry points.
+
+Only :mod:`argparse` here; the service (FastAPI, uvicorn, Spark) is imported when the command
+runs, so listing commands stays instant and works without the ``[service]`` extra.
+
+>>> import argparse
+>>> commands = argparse.ArgumentParser(prog="tracker").add_subparsers()
+>>> add_commands(commands)
+>>> commands.choices["serve"].parse_args(["--port", "8001"]).port
+8001
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+
+def _serve(args: argparse.Namespace) -> int:
+    try:
+        from api.run.server import serve
+    except ImportError as error:
+        from tracker.cli import needs_extra
+
+        return needs_extra("serve", "service", error)
+    return serve(args)
+
+
+def _watch(args: argparse.Namespace) -> int:
+    from api.ops.watch import watch  # httpx only, a base dependency: works with any extra
+
+    return watch(args)
+
+
+def _interval(text: str) -> float:
+    """A refresh period in seconds, from 0.1 to 3600.
+
+    >>> _interval("2")
+    2.0
+    """
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0.1 <= value <= 3600:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds from 0.1 to 3600, got {text!r}")
+    return value
+
+
+def port(text: str) -> int:
+    """A TCP port, 1 to 65535 (argparse applies this to the ``TRACKER_PORT`` default too).
+
+    >>> port("8000")
+    8000
+    """
+    if not (text.isascii() and text.isdigit() and 1 <= int(text) <= 65535):
+        raise argparse.ArgumentTypeError(f"must be a TCP port from 1 to 65535 (also TRACKER_PORT), got {text!r}")
+    return int(text)
+
+
+def count(text: str) -> int:
+    """A whole number of at least 0 (0: no limit).
+
+    >>> count("100")
+    100
+    """
+    if not (text.isascii() and text.isdigit()):
+        raise argparse.ArgumentTypeError(f"must be a whole number of at least 0, got {text!r}")
+    return int(text)
+
+
+def rate(text: str) -> float:
+    """A finite number of at least 0 (0: no limit).
+
+    >>> rate("0.5")
+    0.5
+    """
+    try:
+        number = float(text)
+    except ValueError:
+        number = -1.0
+    if not (0 <= number < float("inf")):
+        raise argparse.ArgumentTypeError(f"must be a finite number of at least 0, got {text!r}")
+    return number
+
+
+_LIMIT_OPTIONS: list[tuple[str, object, str]] = [
+    ("--register-rate", rate, "registrations per second per token, refilled continuously (env TRACKER_REGISTER_RATE; "
+                              "default 10)"),
+    ("--register-burst", count, "registrations per token at once (env TRACKER_REGISTER_BURST; default 100)"),
+    ("--max-dataflows", count, "live dataflows (env TRACKER_MAX_DATAFLOWS; default 1000)"),
+    ("--max-subscribers", count, "stream subscribers, SSE and WebSocket, in all (env TRACKER_MAX_SUBSCRIBERS; "
+                                 "default 1000)"),
+    ("--max-subscribers-per-dataflow", count, "stream subscribers of one dataflow (env "
+                                              "TRACKER_MAX_SUBSCRIBERS_PER_DATAFLOW; default 100)"),
+    ("--max-header-bytes", count, "request line and headers, bytes; 431 beyond (env TRACKER_MAX_HEADER_BYTES; "
+                                  "default 65536)"),
+    ("--header-timeout", rate, "seconds a client may take to send a request's line and headers "
+                               "(env TRACKER_HEADER_TIMEOUT; default 10)"),
+    ("--send-buffer", count, "each connection's kernel send buffer, bytes; a client that does not read pushes "
+                             "back after this much (env TRACKER_SEND_BUFFER; default 131072; 0: the kernel's "
+                             "autotuning)"),
+]
+
+
+def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``serve`` and ``watch`` to the ``tracker`` command's sub-parsers."""
+    serve = commands.add_parser("serve", help="run the service (FastAPI + uvicorn)")
+    serve.add_argument("--host", default=os.environ.get("TRACKER_HOST", "127.0.0.1"),
+                       help="interface to listen on (env TRACKER_HOST; default 127.0.0.1)")
+    serve.add_argument("--port", type=port, default=os.environ.get("TRACKER_PORT", "8000"),
+                       help="TCP port (env TRACKER_PORT; default 8000)")
+    serve.add_argument("--warehouse", default=os.environ.get("TRACKER_WAREHOUSE", "./warehouse"),
+                       help="directory (or URI) holding the Delta tables (env TRACKER_WAREHOUSE)")
+    serve.add_argument("--engine", choices=["native", "reference", "spark"],
+                       default=os.environ.get("TRACKER_ENGINE", "native"),
+                       help="who maintains frontiers on the hot path (env TRACKER_ENGINE): native = the compiled "
+                            "engine (progress_engine; refuses to start without it), reference = the Python "
+                            "tracker, spark = Spark micro-batches; default native")
+    serve.add_argument("--master", default=os.environ.get("SPARK_MASTER"),
+                       help="Spark master URL (env SPARK_MASTER; default local[*])")
+    serve.add_argument("--spark-timeout", type=rate, default=None, metavar="SECONDS",
+                       help="cancel a Spark registration check or audit after this long and record it as timed "
+                            "out (env TRACKER_SPARK_TIMEOUT; default 300; 0 = no limit)")
+    serve.add_argument("--spark-max-locations", type=count, default=None, metavar="N",
+                       help="do not send graphs with more locations than this to Spark (status: skipped, too "
+                            "large) (env TRACKER_SPARK_MAX_LOCATIONS; default 2000; 0 = no limit)")
+    serve.add_argument("--metrics-per-dataflow", action="store_true",
+                       help="also export /metrics series labelled with dataflow ids (lag per operator input, "
+                            "audit results); off by default because /metrics needs no token "
+                            "(env TRACKER_METRICS_PER_DATAFLOW=1)")
+    limits = serve.add_argument_group("limits", "0 means no limit; see docs/service.md, \"Limits\"")
+    for flag, kind, text in _LIMIT_OPTIONS:
+        limits.add_argument(flag, type=kind, default=None, help=text)  # type: ignore[arg-type]
+    serve.set_defaults(func=_serve)
+    watch = commands.add_parser("watch", help="a live terminal view of a dataflow: frontiers, lag, what holds them")
+    watch.add_argument("dataflow", metavar="ID_OR_NAME", help="the dataflow's id (or a prefix of 6+) or its name")
+    watch.add_argument("--url", help="the service (env TRACKER_URL; default http://127.0.0.1:8000)")
+    watch.add_argument("--token", help="the admin token or the dataflow's (default: env TRACKER_TOKEN, else "
+                       "TRACKER_ADMIN_TOKEN, else <warehouse>/admin-token)")
+    watch.add_argument("--warehouse", help="where to find the generated admin token when no token is given "
+                       "(env TRACKER_WAREHOUSE; default ./warehouse)")
+    watch.add_argument("--interval", type=_interval, default=1.0, help="seconds between refreshes (default 1)")
+    watch.add_argument("--once", action="store_true", help="print one frame and exit")
+    watch.set_defaults(func=_watch)

@@ -1,0 +1,119 @@
+"""Run the real service in a subprocess: ``tracker serve`` under uvicorn on a free loopback port.
+
+Used by the tests (through the ``start_service`` fixture of ``tests/conftest.py``) and by the
+benchmarks. :class:`ServiceProcess` starts ``python -m tracker.cli serve`` with a warehouse of
+the caller's choosing and the admin token :data:`ADMIN_TOKEN`, waits until ``/healthz``
+answers, and stops it gracefully (SIGTERM) or kills it (``kill -9``); ``restart`` starts it
+again on the same port and warehouse, as after a crash. Spark is off unless asked for
+(``spark=True``), so a caller never waits for a JVM it does not exercise.
+
+This module imports only the standard library and httpx: it runs the service as a user would,
+from the outside.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+SOURCE_ROOT = Path(__file__).resolve().parents[2]
+"""The directory holding the ``api`` package; the service runs there, so it imports this same source tree."""
+
+ADMIN_TOKEN = "test-admin-token"
+"""The admin token every :class:`ServiceProcess` is started with (unless its ``env`` says otherwise)."""
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class ServiceProcess:
+    """One service process; ``restart`` reuses port and warehouse (as after a crash).
+
+    ``env`` is added to the child's environment last, so it may override ``TRACKER_ADMIN_TOKEN``
+    and ``TRACKER_SPARK``. The child's output goes to :attr:`log_path`, next to the warehouse.
+    """
+
+    def __init__(self, warehouse: Path, *, spark: bool = False, env: dict[str, str] | None = None,
+                 engine: str = "native") -> None:
+        self.warehouse = Path(warehouse)
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.ws_url = f"ws://127.0.0.1:{self.port}"
+        self.spark = spark
+        self.engine = engine
+        self.extra_env = env or {}
+        self.process: subprocess.Popen[bytes] | None = None
+        self.log_path = self.warehouse.parent / f"service-{self.port}.log"
+        self.starts = 0
+
+    @property
+    def admin_headers(self) -> dict[str, str]:
+        """``Authorization`` for the admin token."""
+        return {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+
+    def start(self, timeout: float = 60.0) -> ServiceProcess:
+        """Start and wait until ``/healthz`` answers."""
+        env = {**os.environ, "TRACKER_ADMIN_TOKEN": ADMIN_TOKEN, "TRACKER_SPARK": "1" if self.spark else "0",
+               "PYTHONUNBUFFERED": "1", **self.extra_env}
+        self.starts += 1
+        log = open(self.log_path, "ab")  # noqa: SIM115 - the child keeps writing to it
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "tracker.cli", "serve", "--host", "127.0.0.1", "--port", str(self.port),
+             "--warehouse", str(self.warehouse), "--engine", self.engine],
+            cwd=SOURCE_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+        )
+        log.close()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"service exited with {self.process.returncode}:\n{self.log_tail()}")
+            try:
+                if httpx.get(self.url + "/healthz", timeout=1.0).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.05)
+        raise RuntimeError(f"service did not start within {timeout}s:\n{self.log_tail()}")
+
+    def kill9(self) -> None:
+        """``kill -9``: no shutdown code runs."""
+        if self.process is not None and self.process.poll() is None:
+            os.kill(self.process.pid, signal.SIGKILL)
+            self.process.wait(10)
+
+    def stop(self) -> None:
+        """Graceful stop (SIGTERM), then SIGKILL if it lingers."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(15)
+            except subprocess.TimeoutExpired:
+                self.kill9()
+
+    def restart(self) -> ServiceProcess:
+        """Start again on the same port and warehouse."""
+        return self.start()
+
+    def log_tail(self, lines: int = 40) -> str:
+        """The end of the service's log, for failure messages."""
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+    def client(self, token: str | None = ADMIN_TOKEN, **kwargs: Any) -> httpx.Client:
+        """An ``httpx.Client`` on the service with a bearer token."""
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        return httpx.Client(base_url=self.url, headers=headers, timeout=kwargs.pop("timeout", 30.0), **kwargs)

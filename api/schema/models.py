@@ -1,0 +1,342 @@
+"""Pydantic models for every JSON body of the v1 surface: the documented schemas of the
+OpenAPI document (the hot path parses progress bodies with :mod:`api.schema.parsing`, to the same shape).
+
+Integers are strict (``true``, ``1.5`` and ``"3"`` are refused, not coerced) because a silently
+coerced time or delta would corrupt occurrence counts; the shapes that depend on the dataflow
+(arity, known locations) are checked afterwards against the graph.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    StrictInt,
+    StrictStr,
+    model_serializer,
+)
+
+from tracker.graph import MAX_DELTA, MAX_NODE_ID, Location
+from tracker.timestamp import MAX_INCREMENT, MAX_TIME
+
+NonNegInt = StrictInt
+MAX_SEQ = 2**63 - 1
+"""The largest batch sequence number (stored as a 64-bit integer)."""
+Kind = Literal["source", "target"]
+
+
+# Bounds the OpenAPI document states but the graph checks, so that an id, a time or an
+# increment out of range gets the graph's own 422 (``invalid_graph``/``invalid_update``), which
+# names the culprit, rather than a generic schema error.
+NodeId = Annotated[StrictInt, Field(ge=0, json_schema_extra={"maximum": MAX_NODE_ID})]
+TimeCoordinate = Annotated[StrictInt, Field(json_schema_extra={"minimum": 0, "maximum": MAX_TIME})]
+Increment = Annotated[StrictInt, Field(json_schema_extra={"minimum": 0, "maximum": MAX_INCREMENT})]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class LocationModel(_Model):
+    """An operator port: ``{"node": 3, "port": 0, "kind": "target"}``; in a dataflow with nested
+    scopes, ``scope`` is the path of scope-node ids from the root (omitted or ``[]``: the root)."""
+
+    scope: list[StrictInt] | None = Field(default=None, max_length=64)
+    node: NodeId
+    port: StrictInt = Field(ge=0)
+    kind: Kind
+
+
+class PortRef(_Model):
+    """One end of an edge: ``{"node", "port"}`` (the kind follows from the side)."""
+
+    node: NodeId
+    port: StrictInt = Field(ge=0)
+
+
+class ConnectionModel(_Model):
+    """An internal connection from ``input`` to ``output`` with an antichain of summaries."""
+
+    input: StrictInt = Field(ge=0)
+    output: StrictInt = Field(ge=0)
+    summaries: list[list[Increment]] = Field(min_length=1, max_length=1024)
+
+
+class NodeModel(_Model):
+    """An operator; omitted ``connections`` means every input reaches every output unchanged."""
+
+    id: NodeId
+    name: StrictStr = Field(default="", max_length=200)
+    inputs: StrictInt = Field(ge=0, le=4096)
+    outputs: StrictInt = Field(ge=0, le=4096)
+    connections: list[ConnectionModel] | None = None
+    scope: ScopeModel | None = Field(default=None, description="this node is a nested scope (and has no "
+                                     "connections of its own: its summaries are computed from its inside)")
+
+    @model_serializer(mode="wrap")
+    def _without_null_scope(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """An operator is served back without a ``scope`` key (flat dataflows answer as before)."""
+        data: dict[str, Any] = handler(self)
+        if data.get("scope", 0) is None:
+            del data["scope"]
+        return data
+
+
+class ScopeModel(_Model):
+    """A nested scope: ``kind`` ``iterative`` (inner times have one more coordinate) or ``region``;
+    inside, node 0 is the boundary (not listed; edges name it to take records in and out)."""
+
+    kind: StrictStr
+    nodes: list[NodeModel] = Field(max_length=100_000)
+    edges: list[EdgeModel] = Field(default_factory=list, max_length=1_000_000)
+
+
+class EdgeModel(_Model):
+    """A channel from an operator output to an operator input."""
+
+    source: PortRef
+    target: PortRef
+
+
+NodeModel.model_rebuild()
+
+
+class UpdateModel(_Model):
+    """A change to an occurrence count: ``{"location", "time": [..], "delta"}``."""
+
+    location: LocationModel
+    time: list[TimeCoordinate] = Field(max_length=64)
+    delta: StrictInt = Field(ge=-MAX_DELTA, le=MAX_DELTA)
+
+
+class RegisterRequest(_Model):
+    """Body of ``POST /v1/dataflows``."""
+
+    name: StrictStr = Field(min_length=1, max_length=200)
+    timestamp_arity: StrictInt = Field(default=1, ge=1, le=64)
+    nodes: list[NodeModel] = Field(max_length=100_000)
+    edges: list[EdgeModel] = Field(default_factory=list, max_length=1_000_000)
+    initial: list[UpdateModel] | None = None
+
+
+class RegisterResponse(BaseModel):
+    """The new dataflow's id and its token (shown once; only its hash is stored)."""
+
+    id: str
+    token: str
+
+
+class ProgressRequest(_Model):
+    """An atomic batch of updates from one worker, identified by ``(worker, seq)``.
+
+    A worker's first ``seq`` is 0 and each next batch has the next integer.
+    """
+
+    worker: StrictStr = Field(min_length=1, max_length=200)
+    seq: StrictInt = Field(ge=0, le=MAX_SEQ)
+    updates: list[UpdateModel] = Field(max_length=100_000)
+
+
+class ProgressResponse(BaseModel):
+    """``applied``: this request changed the state; ``duplicate``: it had been applied already."""
+
+    applied: bool
+    duplicate: bool
+    version: int
+
+
+class LocationFrontier(BaseModel):
+    """One location's frontier: the minimal times that may still appear there."""
+
+    location: LocationModel
+    frontier: list[list[int]]
+
+
+class FrontierResponse(BaseModel):
+    """Every (matching) location's frontier as of ``version``."""
+
+    version: int
+    locations: list[LocationFrontier]
+
+
+class PointstampRow(BaseModel):
+    """A non-zero occurrence count."""
+
+    location: dict[str, Any] = Field(description="a location (with its `scope` in a nested dataflow)")
+    time: list[int]
+    count: int
+
+
+class SummaryRow(BaseModel):
+    """``Psi[from, to]``: the minimal summaries of the paths from ``from`` to ``to``."""
+
+    model_config = ConfigDict(populate_by_name=True)
+
+    from_: LocationModel = Field(alias="from")
+    to: LocationModel
+    summaries: list[list[int]]
+
+
+State = Literal["running", "complete", "stalled", "violation", "deleted"]
+
+
+class Violation(BaseModel):
+    """A location whose occurrence count stayed negative after the last batch."""
+
+    location: dict[str, Any] = Field(description="a location (with its `scope` in a nested dataflow)")
+    time: list[int]
+    count: int
+
+
+class DataflowStatus(BaseModel):
+    """What the service knows about a dataflow: its lifecycle state (``api.live.lifecycle``) and more."""
+
+    state: State = Field(description="running; complete once every frontier is empty; stalled when live "
+                         "pointstamps saw no frontier change for TRACKER_STALL_SECONDS; violation when a count stayed "
+                         "negative with no batch for TRACKER_VIOLATION_SECONDS; deleted")
+    deleted_at: str | None = None
+    last_frontier_change_at: str | None = None
+    last_batch_at: str | None = None
+    violation_count: int = 0
+    violations: list[Violation] = Field(default_factory=list, description="the first 20, sorted by location")
+    spark_check: str = Field(description="pending | running | agreed | disagreed | skipped | timed_out | error")
+    spark_detail: str | None = None
+    audit: dict[str, Any] | None = Field(default=None, description="last Spark audit of the live frontier")
+    durable_version: int = 0
+    frontier_version: int = Field(default=0, description="the version the frontier is exact for; with "
+                                  "--engine spark it may trail durable_version (-1: not computed yet)")
+    engine: str = "native"
+    graph_stored: bool = Field(default=False, description="the graph tables (and, without Spark, the native "
+                               "Psi) have been written to Delta")
+    delta_version: int = Field(default=0, description="highest version in the Delta progress table")
+    workers: dict[str, int] = Field(default_factory=dict, description="last seq per worker")
+
+
+class DataflowSummary(BaseModel):
+    """A dataflow in the listing."""
+
+    id: str
+    name: str
+    timestamp_arity: int
+    version: int
+    created_at: str
+    state: State
+
+
+class DataflowDetail(DataflowSummary):
+    """A dataflow with its graph and status."""
+
+    nodes: list[NodeModel]
+    edges: list[EdgeModel]
+    status: DataflowStatus
+
+
+class PathStep(BaseModel):
+    """One transition on a path: an edge (zero summary) or an internal connection."""
+
+    model_config = ConfigDict(populate_by_name=True)
+
+    from_: LocationModel = Field(alias="from")
+    to: LocationModel
+    summary: list[int]
+    time: list[int] = Field(description="the blocker's time as it arrives at `to` along this path")
+    via: Literal["edge", "operator", "ingress", "egress"] | None = Field(
+        default=None, description="nested dataflows only: what the step is (ingress appends a 0 coordinate, "
+                                  "egress drops the last one)")
+
+
+class Blocker(BaseModel):
+    """An active pointstamp that holds a (location, time) back, and why."""
+
+    location: LocationModel
+    time: list[int]
+    count: int
+    summary: list[int] | None = Field(description="a minimal path summary s with s(time) <= the queried time "
+                                      "(null in a nested dataflow when the path crosses scopes)")
+    arrives_as: list[int] = Field(description="s(time): the earliest time it can reach the queried location as")
+    path: list[PathStep]
+    text: str
+    operator: str = Field(description="the name of the operator holding the pointstamp ('operator N' if unnamed)")
+    port: str = Field(description="its port: 'in p' or 'out p' ('enter p' / 'leave p' on a scope's boundary)")
+    worker: str | None = Field(description="the worker whose batch last changed its count (null: an initial "
+                                           "pointstamp, or one recovered from a compacted snapshot)")
+    age_seconds: float | None = Field(description="wall-clock seconds since its count left zero")
+
+
+class ExplainResponse(BaseModel):
+    """Why a notification at (location, time) is or is not safe yet."""
+
+    version: int
+    location: LocationModel
+    time: list[int]
+    safe_to_notify: bool
+    frontier: list[list[int]]
+    blockers: list[Blocker]
+    explanation: str
+
+
+class OldestPointstamp(BaseModel):
+    """The live pointstamp of a location that appeared first."""
+
+    time: list[int]
+    worker: str | None = Field(description="the worker whose batch last changed its count (null: an initial "
+                                           "pointstamp, or one recovered from a compacted snapshot)")
+    age_seconds: float = Field(description="wall-clock seconds since its count left zero")
+
+
+class LagRow(BaseModel):
+    """One location's frontier and how long it has been waiting."""
+
+    location: LocationModel
+    operator: str
+    port: str = Field(description="'in p' or 'out p' ('enter p' / 'leave p' on a scope's boundary)")
+    frontier: list[list[int]]
+    lag_seconds: float | None = Field(description="wall-clock seconds since the frontier last changed; null when "
+                                                  "it is empty (nothing more can arrive: nothing is awaited)")
+    changed_at: float = Field(description="when it last changed (epoch seconds; the registration, or the last "
+                                          "restart from a compacted snapshot, if it has not since)")
+    oldest_pointstamp: OldestPointstamp | None
+
+
+class LagResponse(BaseModel):
+    """Every location's lag as of one published version."""
+
+    version: int
+    at: float = Field(description="when this was computed (epoch seconds)")
+    max_lag_seconds: float | None = Field(description="the largest lag_seconds (null when every frontier is empty)")
+    locations: list[LagRow]
+
+
+class ScopeSummaryRow(BaseModel):
+    """A nested scope's summaries as an operator, from ``input`` to ``output``, in the parent's time."""
+
+    input: int
+    output: int
+    summaries: list[list[int]]
+
+
+class ScopeInfo(BaseModel):
+    """A nested scope: its path, kind, the arity of its times and its summaries."""
+
+    scope: list[int]
+    kind: str
+    arity: int
+    summaries: list[ScopeSummaryRow]
+
+
+class ErrorBody(BaseModel):
+    """Every 4xx answer: a machine-readable ``error`` and a human ``detail``."""
+
+    model_config = ConfigDict(extra="allow")
+
+    error: str
+    detail: Any = None
+
+
+def location_json(location: Location) -> dict[str, Any]:
+    """A core location as its JSON shape (faster than going through the model)."""
+    return {"node": location.node, "port": location.port, "kind": location.kind}

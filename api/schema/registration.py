@@ -1,0 +1,314 @@
+"""Registration of a dataflow graph: the normalised request, and the checks it must pass.
+
+Guarantees: :func:`build_graph` accepts exactly the graphs the tracker can serve: well formed
+(:meth:`tracker.graph.Graph.build`), with at least one port, positive initial counts, no cycle
+of edges and zero-summary connections (every cycle must strictly advance timestamps, as
+progress tracking in timely dataflow requires), and summary antichains narrow enough that one
+pointstamp cannot stall the service; anything else raises :class:`RegistrationError` carrying the exact 422 body.
+
+>>> from api.schema.models import RegisterRequest
+>>> request = RegisterRequest.model_validate({"name": "loop", "nodes": [
+...     {"id": 0, "inputs": 1, "outputs": 1}], "edges": [
+...     {"source": {"node": 0, "port": 0}, "target": {"node": 0, "port": 0}}]})
+>>> try:
+...     build_graph(registration_record(request))
+... except RegistrationError as error:
+...     print(error.body["error"], error.body["cycle"][0]["summary"])
+non_incrementing_cycle [0]
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+from typing import Any, Literal
+
+import msgspec
+
+from api.schema.models import RegisterRequest, location_json
+from tracker.graph import (
+    MAX_LOCATIONS,
+    MAX_TRANSITIONS,
+    Connection,
+    Edge,
+    Graph,
+    GraphError,
+    Location,
+    Node,
+    Update,
+)
+from tracker.scope import NestedGraph, NonIncrementingCycle, ScopedLocation, ScopedUpdate
+from tracker.structure import branching_locations, find_cycles, summary_search_pairs, widest_summaries
+from tracker.timestamp import PathSummary
+
+InitialRow = tuple[int, int, Literal["source", "target"], tuple[int, ...], int]
+"""An initial pointstamp as logged: ``(node, port, kind, time, delta)``."""
+MAX_SUMMARY_ANTICHAIN = 64
+"""At most this many incomparable minimal summaries between two locations (only arity 2 and
+more can have several): each is one more frontier element per pointstamp, and graphs whose
+antichains grow combinatorially would stall the event loop on a single small batch. Wide
+antichains along many locations are refused earlier, by their cost
+(:func:`tracker.structure.widest_summaries`)."""
+SUMMARY_CHECK_BUDGET = 1_000_000
+"""The antichain check searches from each branching location (two or more outgoing transitions)
+to everything it reaches, about 2.3 us per (origin, location) pair in the worst case (a braid of
+diamonds): graphs with up to this many ``branching x locations`` pairs are checked (at most
+~2.5 s, off the event loop). Chains, trees and graphs whose summaries all point one way (loops
+counting iterations) cost next to nothing, whatever their size; only a larger graph that is
+both densely branching and mixes summary directions goes unchecked."""
+
+
+class RegistrationError(Exception):
+    """A graph the service refuses; ``body`` is the 422 answer."""
+
+    def __init__(self, body: dict[str, Any]) -> None:
+        super().__init__(body.get("detail") or body.get("error"))
+        self.body = body
+
+
+class Spec(msgspec.Struct, frozen=True, kw_only=True):
+    """A registration, normalised: the form that is logged (:class:`api.durability.records.Register`
+    extends it) and that :func:`build_graph` checks.
+
+    ``nodes`` and ``edges`` keep the JSON shape of the request (they are served back as
+    registered, scopes nested in their nodes); ``initial`` is ``None`` when the request named
+    none; ``initial_scopes[i]`` is the scope path of ``initial[i]`` when some initial pointstamp
+    lies in a nested scope (``None`` otherwise, and in records logged before scopes existed).
+    """
+
+    name: str
+    arity: int
+    nodes: list[dict[str, Any]]
+    edges: list[dict[str, Any]]
+    initial: list[InitialRow] | None
+    initial_scopes: list[list[int]] | None = None
+
+
+def registration_record(req: RegisterRequest) -> Spec:
+    """The normalised form of a validated request body."""
+    return Spec(
+        name=req.name,
+        arity=req.timestamp_arity,
+        nodes=[n.model_dump(exclude_none=True) for n in req.nodes],
+        edges=[e.model_dump() for e in req.edges],
+        initial=None if not req.initial else [
+            (u.location.node, u.location.port, u.location.kind, tuple(u.time), u.delta) for u in req.initial
+        ],
+        initial_scopes=[list(u.location.scope or ()) for u in req.initial]
+        if req.initial and any(u.location.scope for u in req.initial) else None,
+    )
+
+
+BATCH_SECONDS = 0.025
+"""The most one pointstamp may cost the engine per batch (the antichain cost check's budget,
+:data:`tracker.structure.SUMMARY_COST_BASE` for the reference engine)."""
+TRIAL_SECONDS = 5.0
+"""How long the compiled engine's trial of a graph (:func:`compiled_cost`) may take in all."""
+
+
+def compiled_cost(graph: Graph) -> tuple[float, int] | None:
+    """The compiled engine's cost of one pointstamp at any branching location of ``graph``
+    (:func:`tracker.compiled.pointstamp_cost`: the slowest batch in seconds, the widest frontier),
+    measured in a separate process so that a graph whose antichains explode cannot stall or
+    exhaust the service: ``None`` if the trial did not finish within :data:`TRIAL_SECONDS`."""
+    context = multiprocessing.get_context("spawn")
+    receiver, sender = context.Pipe(duplex=False)
+    process = context.Process(target=_trial, args=(sender, graph), daemon=True)
+    process.start()
+    sender.close()
+    try:
+        if receiver.poll(TRIAL_SECONDS):
+            result: tuple[float, int] = receiver.recv()
+            return result
+        return None
+    except EOFError:  # the trial died (out of memory, say)
+        return None
+    finally:
+        if process.is_alive():
+            process.kill()
+        process.join()
+        receiver.close()
+
+
+def _trial(sender: Any, graph: Graph) -> None:
+    from tracker.compiled import pointstamp_cost
+
+    sender.send(pointstamp_cost(graph, branching_locations(graph)))
+
+
+def build_graph(record: Spec, *, new: bool = True, compiled: bool = False) -> tuple[Graph, list[Update]]:
+    """Validate a registration: the graph, its cycles, its initial pointstamps.
+
+    Pure CPU: run it off the event loop.
+
+    Args:
+        record: the normalised registration.
+        new: ``False`` (recovery) skips the summary-antichain check, so that a dataflow
+            accepted before the check existed stays registered.
+        compiled: the compiled engine will track the graph (``--engine native``): a graph
+            over the reference's antichain cost budget (but with no antichain over
+            :data:`MAX_SUMMARY_ANTICHAIN` on the way) is accepted if the compiled engine's
+            measured cost (:func:`compiled_cost`) is under :data:`BATCH_SECONDS` per batch.
+
+    Returns:
+        The graph and its initial pointstamps (Naiad's input-vertex rule if none were named).
+
+    Raises:
+        RegistrationError: with the exact 422 body.
+    """
+    arity = record.arity
+    nodes = [
+        Node(n["id"], n["inputs"], n["outputs"], n.get("name", ""),
+             None if n.get("connections") is None else tuple(
+                 Connection(c["input"], c["output"], tuple(PathSummary(tuple(s)) for s in c["summaries"]))
+                 for c in n["connections"]))
+        for n in record.nodes
+    ]
+    edges = [Edge(Location.source(e["source"]["node"], e["source"]["port"]),
+                  Location.target(e["target"]["node"], e["target"]["port"])) for e in record.edges]
+    try:
+        graph = Graph.build(arity, nodes, edges)
+    except GraphError as error:
+        raise RegistrationError({"error": "invalid_graph", "detail": str(error)}) from None
+    if not graph.locations():
+        raise RegistrationError({"error": "invalid_graph", "detail": "the graph has no operator ports"})
+    cycles = find_cycles(graph)
+    if cycles:
+        raise RegistrationError({
+            "error": "non_incrementing_cycle",
+            "detail": "every cycle must strictly advance timestamps; these transitions lie on a cycle of edges "
+                      "and zero-summary connections: " + ", ".join(map(str, cycles)),
+            "cycle": [{"from": location_json(t.src), "to": location_json(t.dst), "summary": list(t.summary)}
+                      for t in cycles],
+        })
+    if new and summary_search_pairs(graph) <= SUMMARY_CHECK_BUDGET:
+        overflow = widest_summaries(graph, MAX_SUMMARY_ANTICHAIN)
+        if overflow is not None and overflow.size > MAX_SUMMARY_ANTICHAIN:
+            raise RegistrationError({"error": "invalid_graph", "detail": (
+                f"more than {MAX_SUMMARY_ANTICHAIN} incomparable minimal path summaries lead from {overflow.origin} "
+                f"to {overflow.dest}: one time at {overflow.origin} would put that many times in the frontier "
+                f"at {overflow.dest}, and tracking it would stall the service; merge the parallel summaries "
+                "(connections with several summaries, or paths with different ones) into fewer")})
+        if overflow is not None and compiled:
+            measured = compiled_cost(graph)
+            if measured is not None and measured[0] <= BATCH_SECONDS and measured[1] <= MAX_SUMMARY_ANTICHAIN:
+                overflow = None
+            elif measured is not None and measured[1] > MAX_SUMMARY_ANTICHAIN:
+                raise RegistrationError({"error": "invalid_graph", "detail": (
+                    f"more than {MAX_SUMMARY_ANTICHAIN} incomparable minimal path summaries ({measured[1]}) lead "
+                    "from one location to another: one time there would put that many times in a frontier; "
+                    "merge the parallel summaries (connections with several summaries, or paths with different "
+                    "ones) into fewer")})
+            else:
+                cost = "more than 5 s" if measured is None else f"{measured[0] * 1e3:.0f} ms"
+                raise RegistrationError({"error": "invalid_graph", "detail": (
+                    f"too many incomparable minimal path summaries fan out from {overflow.origin}: one time "
+                    f"there costs the compiled engine {cost} per batch (the limit is "
+                    f"{BATCH_SECONDS * 1e3:.0f} ms), stalling the service; merge the parallel summaries "
+                    "(connections with several summaries, or paths with different ones) into fewer")})
+        if overflow is not None:
+            raise RegistrationError({"error": "invalid_graph", "detail": (
+                f"too many incomparable minimal path summaries fan out from {overflow.origin} (already "
+                f"{overflow.size} to {overflow.dest}): the antichains multiply along the way, and one time at "
+                f"{overflow.origin} would cost the tracker about {overflow.cost // 2000} ms or more per batch, "
+                "stalling the service; merge the parallel summaries (connections with several summaries, or "
+                "paths with different ones) into fewer")})
+    if record.initial:
+        if new:
+            _positive_initial(record.initial)
+        try:
+            initial = graph.check_updates((Location(n, p, k), t, d) for n, p, k, t, d in record.initial)
+        except GraphError as error:
+            raise RegistrationError({"error": "invalid_graph", "detail": f"initial pointstamps: {error}"}) from None
+    else:
+        initial = graph.default_initial()
+    return graph, initial
+
+
+def _positive_initial(rows: list[InitialRow]) -> None:
+    """Refuse an initial pointstamp whose count is not positive: it must hold something (a
+    capability or a message) at start. Only new registrations: recovery keeps what was accepted."""
+    for index, (node, port, kind, time, delta) in enumerate(rows):
+        if delta <= 0:
+            raise RegistrationError({"error": "invalid_graph", "detail": (
+                f"initial pointstamps: update {index}: delta {delta} at {Location(node, port, kind)} time "
+                f"{list(time)} must be positive (an initial pointstamp is a capability or a message held at "
+                "the start)")})
+
+
+# -- nested scopes -------------------------------------------------------------------------------
+
+
+def is_nested(record: Spec) -> bool:
+    """True iff some node of the registration is a scope (then :func:`build_nested` checks it)."""
+    return any("scope" in node for node in record.nodes)
+
+
+def build_nested(record: Spec, *, new: bool = True) -> tuple[NestedGraph, list[ScopedUpdate]]:
+    """:func:`build_graph` for a dataflow with nested scopes: every scope validated bottom-up
+    (:meth:`tracker.scope.NestedGraph.build`), cycles checked per scope, summary antichains per
+    scope, sizes over all scopes together, and the initial pointstamps (absent: each output of
+    each root node with no inputs that is not a scope holds one capability at time zero).
+
+    Raises:
+        RegistrationError: with the exact 422 body; errors name the scope path.
+    """
+    try:
+        nested = NestedGraph.from_json(record.arity, {"nodes": record.nodes, "edges": record.edges})
+    except NonIncrementingCycle as cycle:
+        scope = list(cycle.path)
+        raise RegistrationError({
+            "error": "non_incrementing_cycle",
+            "detail": f"every cycle must strictly advance timestamps; in {_where(cycle.path)} these transitions lie on "
+                      "a cycle of edges and zero-summary connections (scope nodes carrying their computed "
+                      "summaries): " + ", ".join(f"{scope}{t}" for t in cycle.transitions),
+            "cycle": [{"from": scoped_json(cycle.path, t.src), "to": scoped_json(cycle.path, t.dst),
+                       "summary": list(t.summary)} for t in cycle.transitions],
+        }) from None
+    except GraphError as error:
+        raise RegistrationError({"error": "invalid_graph", "detail": str(error)}) from None
+    graphs = [(path, scope.graph) for path, scope in nested.scopes.items()]
+    ports = sum(len(g.locations()) for _, g in graphs)
+    steps = sum(len(g.transitions()) for _, g in graphs)
+    if ports > MAX_LOCATIONS or steps > MAX_TRANSITIONS:
+        raise RegistrationError({"error": "invalid_graph", "detail": (
+            f"the dataflow has {ports} ports and {steps} transitions over all its scopes; the limits are "
+            f"{MAX_LOCATIONS} and {MAX_TRANSITIONS}")})
+    if not nested.root.graph.locations():
+        raise RegistrationError({"error": "invalid_graph", "detail": "the graph has no operator ports"})
+    if new:
+        for path, graph in graphs:
+            if summary_search_pairs(graph) > SUMMARY_CHECK_BUDGET:
+                continue
+            overflow = widest_summaries(graph, MAX_SUMMARY_ANTICHAIN)
+            if overflow is not None:
+                raise RegistrationError({"error": "invalid_graph", "detail": (
+                    f"{_where(path)}: too many incomparable minimal path summaries fan out from {overflow.origin} "
+                    f"(already {overflow.size} to {overflow.dest}); tracking them would stall the service: merge "
+                    "the parallel summaries (connections with several summaries, or paths with different ones) "
+                    "into fewer")})
+    if record.initial:
+        if new:
+            _positive_initial(record.initial)
+        try:
+            scopes = record.initial_scopes or [[] for _ in record.initial]
+            initial = nested.check_updates([(ScopedLocation(tuple(scope), n, p, k), t, d)
+                                            for scope, (n, p, k, t, d) in zip(scopes, record.initial, strict=True)])
+        except GraphError as error:
+            raise RegistrationError({"error": "invalid_graph", "detail": f"initial pointstamps: {error}"}) from None
+    else:
+        root = nested.root
+        zero = (0,) * root.arity
+        initial = [(ScopedLocation((), node.id, port, "source"), zero, 1) for node in root.graph.nodes
+                   if node.inputs == 0 and node.id not in root.children for port in range(node.outputs)]
+    return nested, initial
+
+
+def _where(path: tuple[int, ...]) -> str:
+    return f"scope {list(path)}" if path else "the root scope"
+
+
+def scoped_json(path: tuple[int, ...], location: Location) -> dict[str, Any]:
+    """A location of scope ``path`` as JSON (``scope`` only when not the root)."""
+    body = location_json(location)
+    return {"scope": list(path), **body} if path else body
+

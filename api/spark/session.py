@@ -1,0 +1,309 @@
+"""The Spark side of the service: the shared session, the thread its jobs run on, and what
+Spark knows of each dataflow.
+
+Guarantees: Spark never runs on the event loop or on the request path; every Spark job runs on
+the one ``spark`` thread (:class:`SparkThread`), so a slow job delays only other Spark jobs, and
+the session's start (5-30 s) delays nothing but them. :meth:`Spark.run` bounds a job's time:
+past its limit the job's Spark job group is cancelled and the caller gets :class:`TimedOut`.
+The spark thread is a daemon and the session is stopped without waiting for it
+(:meth:`Spark.stop`), so no Spark job keeps the process from exiting; the JVM exits with the
+process however it ends (:mod:`spark_jobs.session` ties it to its parent). The service works
+without Spark and says so (:meth:`Spark.health`).
+
+>>> state = SparkState()
+>>> state.check, state.audit
+('pending', None)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol, TypeVar
+
+from api.live.state import Counts
+from api.streams.publish import Publication
+from tracker.graph import Graph, Update
+
+log = logging.getLogger("tracker.spark")
+R = TypeVar("R")
+
+
+@dataclass(eq=False)
+class SparkState:
+    """What Spark knows of one dataflow: its registration check (:mod:`api.spark.checks`), its last
+    audit (:mod:`api.spark.audit`) and, with ``--engine spark``, the batches queued for the next
+    micro-batch and the engine running them (:mod:`api.spark.microbatch`)."""
+
+    check: str = "pending"
+    """pending | running | agreed | disagreed | skipped | timed_out | error"""
+    detail: str | None = None
+    audit: dict[str, Any] | None = None
+    queue: list[tuple[int, list[Update]]] = field(default_factory=list)
+    engine: Any = None  # spark_jobs.incremental.SparkFrontierEngine, made on the spark thread
+    audited: bool = True
+    """False for a dataflow Spark does not audit: nested scopes (Spark's jobs know no scopes
+    yet), a graph over the size limit, or one whose audit ran over the time limit."""
+
+
+class Hosted(Protocol):
+    """What the Spark tasks read of a dataflow."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def graph(self) -> Graph: ...
+    @property
+    def ready(self) -> bool: ...
+    @property
+    def spark(self) -> SparkState: ...
+    @property
+    def publication(self) -> Publication: ...
+
+    def counts(self) -> Counts:
+        """Occurrence counts as of the published frontier's version."""
+        ...
+
+
+class TimedOut(Exception):
+    """A Spark job ran over its time limit and was cancelled."""
+
+
+class Cancelled(Exception):
+    """Raised on the spark thread, between rounds of an iteration, once its job was cancelled."""
+
+
+class SparkThread:
+    """One daemon thread running jobs in order; :meth:`call` awaits one from the event loop.
+
+    Unlike a ``ThreadPoolExecutor`` (whose threads the interpreter joins at exit) a job still
+    running when the service stops does not hold the process, and a result arriving after the
+    event loop closed is dropped instead of raising ``RuntimeError: Event loop is closed``.
+    """
+
+    def __init__(self, name: str = "spark") -> None:
+        self._jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            self._jobs.get()()
+
+    async def call(self, fn: Callable[..., R], *args: Any) -> R:
+        """``fn(*args)`` on the thread, after the jobs before it; its result or its exception."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[R] = loop.create_future()
+
+        def job() -> None:
+            try:
+                outcome: tuple[bool, Any] = (True, fn(*args))
+            except BaseException as error:  # handed to the awaiting coroutine
+                outcome = (False, error)
+            with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits any more
+                loop.call_soon_threadsafe(_settle, future, *outcome)
+
+        self._jobs.put(job)
+        return await future
+
+
+def _retrieved(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled():
+        task.exception()
+
+
+def _settle(future: asyncio.Future[Any], ok: bool, value: Any) -> None:
+    if future.done():
+        return
+    if ok:
+        future.set_result(value)
+    else:
+        future.set_exception(value)
+
+
+class Spark:
+    """The shared Spark session, started in the background, and the thread its jobs run on.
+
+    ``timeout`` bounds each check and audit (seconds; 0 = no limit) and ``max_locations`` is the
+    size over which a graph is not sent to Spark at all (0 = no limit).
+    """
+
+    def __init__(self, master: str | None, *, enabled: bool, timeout: float = 0.0, max_locations: int = 0) -> None:
+        self.master = master
+        self.enabled = enabled
+        self.timeout = timeout
+        self.max_locations = max_locations
+        self.thread = SparkThread()
+        self.session: Any = None  # a pyspark SparkSession once started
+        self.error: str | None = None
+        self.stopping = False
+        self.started = asyncio.Event()
+        """Set once :meth:`open` finished, whether the session started or not."""
+        self._cancelled = threading.Event()  # the running job's: set once it is being cancelled
+        self._groups = itertools.count()
+
+    async def open(self) -> None:
+        """Start the session on the spark thread (:meth:`start`), then set :attr:`started`."""
+        try:
+            await self.thread.call(self.start)
+        finally:
+            self.started.set()
+
+    def start(self) -> None:
+        """Start the session (5-30 s); runs on :attr:`thread` at start-up."""
+        if self.stopping:
+            return
+        try:
+            from spark_jobs.session import get_spark, has_graphframes_jvm
+
+            started = time.perf_counter()
+            session = get_spark(self.master)
+            if self.stopping:  # stopped while starting: nobody will stop it later
+                session.stop()
+                return
+            self.session = session
+            log.info("spark session ready", extra={"seconds": round(time.perf_counter() - started, 2)})
+            if not has_graphframes_jvm(session):
+                log.info("GraphFrames is unavailable (its JVM package is not served); the DataFrame path "
+                         "does the cycle check")
+        except Exception as error:  # the service works without Spark; say so in the status
+            self.error = f"{type(error).__name__}: {error}"
+            log.exception("spark session failed to start")
+
+    def health(self) -> str:
+        """``ready``, the start-up error, ``starting`` or ``disabled`` (for ``/healthz``)."""
+        if self.session is not None:
+            return "ready"
+        return self.error or ("starting" if self.enabled else "disabled")
+
+    def too_large(self, graph: Graph) -> str | None:
+        """Why ``graph`` is not sent to Spark (over :attr:`max_locations`), or ``None``.
+
+        >>> from tracker.graph import Graph, Node
+        >>> Spark(None, enabled=True, max_locations=1).too_large(Graph.build(1, [Node(0, 0, 1)], []))
+        >>> Spark(None, enabled=True, max_locations=1).too_large(Graph.build(1, [Node(0, 1, 1)], []))
+        'too large: 2 locations, over the limit of 1 (TRACKER_SPARK_MAX_LOCATIONS); not sent to Spark'
+        """
+        size = len(graph.locations())
+        if self.max_locations and size > self.max_locations:
+            return (f"too large: {size} locations, over the limit of {self.max_locations} "
+                    "(TRACKER_SPARK_MAX_LOCATIONS); not sent to Spark")
+        return None
+
+    def check_cancelled(self, *_: object) -> None:
+        """Raise :class:`Cancelled` if the running job is being cancelled (a ``Progress``
+        callback: iterations stop between rounds, where no Spark job is left to cancel)."""
+        if self._cancelled.is_set():
+            raise Cancelled()
+
+    async def run(self, label: str, fn: Callable[..., R], *args: Any, limit: float | None = None) -> R:
+        """``fn(*args)`` as one Spark job group on the spark thread, cancelled after ``limit``
+        seconds (default :attr:`timeout`; 0 or ``None`` with no default: unbounded).
+
+        The limit counts from the moment the job starts on the thread.
+
+        Raises:
+            TimedOut: the limit passed; the job group was cancelled and the thread is free again
+                (or, if Spark is slow to let go of it, the next job waits for it).
+        """
+        await self.started.wait()
+        if self.session is None or self.stopping:
+            raise RuntimeError(self.error or "no Spark session")
+        limit = self.timeout if limit is None else limit
+        group = f"tracker-{next(self._groups)}"
+        cancelled, finished = threading.Event(), threading.Event()
+
+        loop = asyncio.get_running_loop()
+        began = loop.create_future()
+
+        def job() -> R:
+            self._cancelled = cancelled
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(_settle, began, True, None)
+            if cancelled.is_set():  # given up on before it started
+                raise Cancelled()
+            context = self.session.sparkContext
+            context.setJobGroup(group, label, interruptOnCancel=True)
+            try:
+                return fn(*args)
+            finally:
+                finished.set()
+                with contextlib.suppress(Exception):  # the session may have been stopped meanwhile
+                    context.setJobGroup(f"{group}-done", "idle")
+
+        task = asyncio.ensure_future(self.thread.call(job))
+        task.add_done_callback(_retrieved)  # its outcome may arrive after the caller gave up on it
+        try:
+            # The limit counts from the job's start: one that Spark was slow to let go of
+            # (cancellation is cooperative) delays the next, but does not eat its time.
+            await began
+            return await asyncio.wait_for(asyncio.shield(task), limit or None)
+        except TimeoutError:
+            cancelled.set()
+            self._cancel(group, finished)
+            asked = time.perf_counter()
+            # Wait (briefly) for the thread to come back, so the next job really starts next.
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(asyncio.shield(task), 5.0)
+            log.info("spark job cancelled", extra={"job": label, "released": task.done(),
+                                                   "seconds": round(time.perf_counter() - asked, 2)})
+            raise TimedOut(f"{label} ran over {limit:g} s and was cancelled") from None
+        except asyncio.CancelledError:
+            cancelled.set()
+            self._cancel(group, finished)
+            raise
+
+    def _cancel(self, group: str, finished: threading.Event) -> None:
+        """Cancel ``group``'s Spark jobs until its job returns, on a thread of its own.
+
+        ``cancelJobGroup`` cancels the jobs running at that moment only; the job's driver code
+        (building frames, planning) goes on to start the next one, which the next call cancels.
+        A cancelled Spark job raises in the job's thread, which ends it.
+        """
+        def cancel() -> None:
+            while not finished.is_set() and not self.stopping:
+                try:
+                    self.session.sparkContext.cancelJobGroup(group)
+                except Exception:  # the session is stopping or gone
+                    return
+                finished.wait(0.25)
+
+        threading.Thread(target=cancel, name=f"spark-cancel-{group}", daemon=True).start()
+
+    async def stop(self, wait: float = 1.0) -> None:
+        """Cancel every Spark job and stop the session on a thread of its own, waiting at most
+        ``wait`` seconds: a job that ignores cancellation does not hold the caller (the JVM
+        then exits with the process)."""
+        self.stopping = True
+        self._cancelled.set()
+        session = self.session
+        if session is None:
+            return
+        loop = asyncio.get_running_loop()
+        done = loop.create_future()
+
+        def stopped() -> None:
+            if not done.done():
+                done.set_result(None)
+
+        def stop() -> None:
+            try:
+                session.sparkContext.cancelAllJobs()
+                session.stop()
+            except Exception:  # the JVM may be gone already
+                log.debug("spark session stop failed", exc_info=True)
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(stopped)
+
+        threading.Thread(target=stop, name="spark-stop", daemon=True).start()
+        try:
+            await asyncio.wait_for(done, wait)
+        except TimeoutError:
+            log.info("spark session still stopping; leaving it to exit with the process")

@@ -1,0 +1,11 @@
+"""The HTTP surface: the FastAPI app, the v1 routes, the WebSocket, dependencies for auth and
+lookups, admission limits, security headers, uvicorn's protocols with their limits, and the
+dashboard. The only package that imports FastAPI or Starlette.
+
+Guarantees: every route is thin (typed bodies, dependencies, one call into host); every client
+mistake is a 4xx with a JSON body ``{"error", "detail"}``.
+
+May import: api.config, api.metrics, api.schema, api.live, api.durability, api.streams,
+api.delta, api.spark, api.host, api.ops, tracker, spark_jobs, fastapi, starlette, sse_starlette, pydantic,
+uvicorn.
+"""
