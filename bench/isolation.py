@@ -21,6 +21,9 @@ baseline p99 on a quiet 2-core machine can be under 3 ms), and the service's RSS
 :data:`RSS_BOUND_MB` plus :data:`RSS_PER_LOCATION_KB` per location of the dataflows hosted
 (registered graphs live in memory) at all times.
 
+Long because: one benchmark whose abusers, probe and scenarios share their helpers; each
+scenario is a few lines of the table it prints.
+
 >>> _percentile([1.0, 2.0, 3.0, 4.0], 0.5)
 2.0
 """

@@ -30,6 +30,9 @@ Both run against a service on ``--engine native`` (the compiled engine) and then
 The subscriber must see every version in order (a gap or a reordering raises). Percentiles are
 nearest-rank, and the throughput work moves pointstamps forward so that frontiers really move:
 
+Long because: one benchmark of several phases (floors, latency per transport, ingest, the
+service as a user runs it) whose figures are printed side by side from one run.
+
 >>> _pct([4.0, 1.0, 3.0, 2.0], 0.5), _pct([4.0, 1.0, 3.0, 2.0], 0.99)
 (3.0, 4.0)
 >>> initial, work = _throughput_work(1, 2, [(1, 0, "target"), (2, 0, "target")], batch=4)

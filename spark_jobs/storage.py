@@ -15,6 +15,10 @@ standard tables:
 ``TRACKER_DRIVER_DELTA_RS=forbid`` makes a ``delta-spark`` warehouse raise on any delta-rs call
 (the cluster tests use it to show the jobs' IO is Spark's).
 
+Long because: it is the one reader and writer of the warehouse for both delta-rs and
+delta-spark; every table's reads, commits and retries in one place keeps the partitioning and
+the exactly-once commit rules in one reading.
+
 >>> import tempfile
 >>> wh = Warehouse(tempfile.mkdtemp())
 >>> wh.append("edges", [{"dataflow_id": "d", "src_node": 0, "src_port": 0, "dst_node": 1, "dst_port": 0}])

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from api.delta.columns import Places, RawBatch, changes_table, progress_table
 from api.delta.store import Store, _progress_rows
 from api.schema.parsing import parse_progress
-from api.streams.publish import changes_json
+from api.streams.encoding import changes_json
 from tests.helpers import core_graph, loop_graph
 from tracker.compiled import CompiledTracker
 from tracker.reachability import FrontierChange

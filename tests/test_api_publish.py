@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from api.live.ages import MOVES_HELD, Ages
 from api.live.state import LiveState
-from api.streams.publish import Publication, changes_json
+from api.streams.encoding import changes_json
+from api.streams.publish import Publication
 from api.streams.subscribers import (
     RESYNC,
     WRITE_BYTES,

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 
 from api.durability.records import ATTRIBUTION, Batch, Check, Register, decode, encode
-from api.durability.segments import HEADER_SIZE, frame, scan, segment_name, segment_number, segments
-from api.durability.wal import INLINE_BYTES_MAX, LogFailed, WriteAheadLog, framed, read_segment
+from api.durability.segments import HEADER_SIZE, frame, read_segment, scan, segment_name, segment_number, segments
+from api.durability.wal import INLINE_BYTES_MAX, LogFailed, WriteAheadLog, framed
 from api.schema.models import RegisterRequest
 from api.schema.registration import registration_record
 from tests.strategies import nested_bodies

@@ -434,7 +434,7 @@ def test_assets_are_shipped_with_their_licences() -> None:
 
 def test_history_keeps_the_last_versions_of_its_own_dataflow(tmp_path: Path) -> None:
     from api.delta.store import Store
-    from api.streams.publish import changes_json
+    from api.streams.encoding import changes_json
     from api.web.dashboard import _history
     from tracker.graph import Location
     from tracker.reachability import FrontierChange

@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 
 from api.durability.records import BATCH, Batch, Check, Checkpoint, Record, Register, decode, encode
 from api.durability.recovery import Evidence, gather, span
-from api.durability.segments import HEADER_SIZE, frame, scan, segment_name
-from api.durability.wal import UnreadableLog, WriteAheadLog
+from api.durability.segments import HEADER_SIZE, UnreadableLog, frame, scan, segment_name
+from api.durability.wal import WriteAheadLog
 
 REGISTER = Register(name="r", arity=1, nodes=[{"id": 0, "inputs": 0, "outputs": 1, "name": "in"}], edges=[],
                     initial=[], df="a" * 32, token="ab" * 32, created_at="2026-01-01T00:00:00+00:00")

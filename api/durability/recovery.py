@@ -24,8 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from api.durability.records import BATCH, DELETE, KIND_NAMES, REGISTER, Batch, Check, Checkpoint, Delete, Register
-from api.durability.segments import Damage, segment_name
-from api.durability.wal import LogContents
+from api.durability.segments import Damage, LogContents, segment_name
 
 
 @dataclass

@@ -1,5 +1,6 @@
 """The write-ahead log's on-disk form: record framing, the reading of a segment that tells a torn
-write from corruption, and segment file names, in one place.
+write from corruption, segment file names, and the reading of the whole log at recovery, in
+one place.
 
 Guarantees: every reader and writer of segments (the log, its sync process, recovery) names and
 frames them through this module. A segment is a file ``wal-<number, six digits>.log`` holding
@@ -37,12 +38,16 @@ a complete final record damaged, never torn.
 
 from __future__ import annotations
 
+import logging
+import os
 import struct
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from api.durability.records import ATTRIBUTION, attribution
+from api.durability.records import ATTRIBUTION, Record, attribution, decode
+
+log = logging.getLogger("tracker.wal")
 
 _FIELDS = struct.Struct(f"<II{ATTRIBUTION.size}s")
 _CHECK = struct.Struct("<I")
@@ -163,3 +168,72 @@ def segments(directory: Path) -> list[tuple[int, Path]]:
         if number is not None:
             found.append((number, path))
     return sorted(found)
+
+
+def read_segment(path: Path) -> tuple[list[Record], Scan]:
+    """Every intact record of a segment, and what :func:`~api.durability.segments.scan` found. A payload
+    that passes its CRC but is not a record (written by a newer version?) counts as damaged."""
+    found = scan(path.read_bytes())
+    records: list[Record] = []
+    for offset, payload in found.payloads:
+        try:
+            records.append(decode(payload))
+        except ValueError:
+            owner = attribution(payload[:ATTRIBUTION.size]) if len(payload) >= ATTRIBUTION.size else None
+            found.damaged.append(Damage(offset, offset + len(payload), owner, "a record that does not decode"))
+    found.damaged.sort(key=lambda d: d.start)
+    return records, found
+
+
+class UnreadableLog(RuntimeError):
+    """Bytes of a segment whose owner cannot be known: the service must not start on a log
+    that may hide acknowledged batches of any dataflow."""
+
+    def __init__(self, path: Path, damage: Damage) -> None:
+        super().__init__(
+            f"write-ahead log segment {path} is unreadable from byte {damage.start} of {damage.end} "
+            f"({damage.reason}): the records there cannot be attributed to a dataflow, so the service does not "
+            "start. The bytes are left in place; move the segment aside to start without it (recovery then checks "
+            "every dataflow against the Delta tables)")
+        self.path, self.damage = path, damage
+
+
+@dataclass(frozen=True)
+class LogContents:
+    """What :meth:`WriteAheadLog.recover` read: every intact record with its segment, oldest
+    first, and every damaged record ``(segment, damage)`` (each with an attribution)."""
+
+    records: list[tuple[int, Record]]
+    damaged: list[tuple[int, Damage]]
+
+
+def read_log(directory: Path) -> LogContents:
+    """Read every segment of ``directory``, oldest first; cut a torn tail off the newest one
+    only, so that new records follow intact ones; keep (never cut) damaged records.
+
+    Raises:
+        UnreadableLog: a segment holds bytes that cannot be attributed (left in place).
+    """
+    records: list[tuple[int, Record]] = []
+    damaged: list[tuple[int, Damage]] = []
+    found = segments(directory)
+    for index, (number, path) in enumerate(found):
+        intact, read = read_segment(path)
+        unowned = next((d for d in read.damaged if d.attribution is None), None)
+        if unowned is not None:
+            raise UnreadableLog(path, unowned)
+        if read.torn is not None and index == len(found) - 1:
+            log.warning("wal: cutting a torn tail (an incomplete final record, never acknowledged)",
+                        extra={"segment": number, "at": read.torn, "size": path.stat().st_size})
+            with open(path, "r+b") as handle:
+                handle.truncate(read.torn)
+                os.fsync(handle.fileno())
+        elif read.torn is not None:  # the records cut off are missing: recovery checks every version
+            log.error("wal: an older segment ends inside a record", extra={"segment": number, "at": read.torn})
+        for damage in read.damaged:
+            log.error("wal: damaged record kept in place", extra={
+                "segment": number, "at": damage.start, "end": damage.end, "reason": damage.reason,
+                "attribution": damage.attribution})
+            damaged.append((number, damage))
+        records.extend((number, record) for record in intact)
+    return LogContents(records, damaged)

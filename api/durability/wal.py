@@ -37,6 +37,9 @@ records are reported with their attribution and their bytes stay where they are 
 holding one is never deleted); bytes whose owner cannot be known stop the start-up
 (:class:`UnreadableLog`, naming the segment and offset).
 
+Long because: group commit is one state machine (the open group, the sync in flight, a
+scheduled inline commit, a pending rotation) whose transitions must be read together.
+
 >>> import asyncio, tempfile
 >>> from api.durability.records import Check
 >>> async def main(directory: Path) -> list[Record]:
@@ -62,8 +65,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from api.durability.records import ATTRIBUTION, Record, attribution, decode, encode
-from api.durability.segments import Damage, Scan, frame, scan, segment_name, segments
+from api.durability.records import Record, encode
+from api.durability.segments import LogContents, frame, read_log, segment_name, segments
 from api.durability.syncer import ANSWER, REQUEST
 
 log = logging.getLogger("tracker.wal")
@@ -77,43 +80,6 @@ hand-off, 1.9 ms without, the two interleaved against the same load)."""
 INLINE_BYTES_MAX = 256 * 1024
 """A group larger than this is synced by the sync process even on a quiet log (a 6 MB
 registration's ``fdatasync`` took the loop ~20 ms), and written by a worker thread."""
-
-
-def read_segment(path: Path) -> tuple[list[Record], Scan]:
-    """Every intact record of a segment, and what :func:`~api.durability.segments.scan` found. A payload
-    that passes its CRC but is not a record (written by a newer version?) counts as damaged."""
-    found = scan(path.read_bytes())
-    records: list[Record] = []
-    for offset, payload in found.payloads:
-        try:
-            records.append(decode(payload))
-        except ValueError:
-            owner = attribution(payload[:ATTRIBUTION.size]) if len(payload) >= ATTRIBUTION.size else None
-            found.damaged.append(Damage(offset, offset + len(payload), owner, "a record that does not decode"))
-    found.damaged.sort(key=lambda d: d.start)
-    return records, found
-
-
-class UnreadableLog(RuntimeError):
-    """Bytes of a segment whose owner cannot be known: the service must not start on a log
-    that may hide acknowledged batches of any dataflow."""
-
-    def __init__(self, path: Path, damage: Damage) -> None:
-        super().__init__(
-            f"write-ahead log segment {path} is unreadable from byte {damage.start} of {damage.end} "
-            f"({damage.reason}): the records there cannot be attributed to a dataflow, so the service does not "
-            "start. The bytes are left in place; move the segment aside to start without it (recovery then checks "
-            "every dataflow against the Delta tables)")
-        self.path, self.damage = path, damage
-
-
-@dataclass(frozen=True)
-class LogContents:
-    """What :meth:`WriteAheadLog.recover` read: every intact record with its segment, oldest
-    first, and every damaged record ``(segment, damage)`` (each with an attribution)."""
-
-    records: list[tuple[int, Record]]
-    damaged: list[tuple[int, Damage]]
 
 
 class LogFailed(RuntimeError):
@@ -176,36 +142,16 @@ class WriteAheadLog:
         return self.directory / segment_name(number)
 
     def recover(self) -> LogContents:
-        """Read every segment, oldest first; cut a torn tail off the newest one only, so that new
-        records follow intact ones; keep (never cut) damaged records and their segments.
+        """Read every segment, oldest first (:func:`~api.durability.segments.read_log`: a torn
+        tail is cut off the newest one only; damaged records and their segments are kept, never
+        cut, and never deleted later).
 
         Raises:
             UnreadableLog: a segment holds bytes that cannot be attributed (left in place).
         """
-        records: list[tuple[int, Record]] = []
-        damaged: list[tuple[int, Damage]] = []
-        found = self.segments()
-        for index, (number, path) in enumerate(found):
-            intact, read = read_segment(path)
-            unowned = next((d for d in read.damaged if d.attribution is None), None)
-            if unowned is not None:
-                raise UnreadableLog(path, unowned)
-            if read.torn is not None and index == len(found) - 1:
-                log.warning("wal: cutting a torn tail (an incomplete final record, never acknowledged)",
-                            extra={"segment": number, "at": read.torn, "size": path.stat().st_size})
-                with open(path, "r+b") as handle:
-                    handle.truncate(read.torn)
-                    os.fsync(handle.fileno())
-            elif read.torn is not None:  # the records cut off are missing: recovery checks every version
-                log.error("wal: an older segment ends inside a record", extra={"segment": number, "at": read.torn})
-            for damage in read.damaged:
-                log.error("wal: damaged record kept in place", extra={
-                    "segment": number, "at": damage.start, "end": damage.end, "reason": damage.reason,
-                    "attribution": damage.attribution})
-                damaged.append((number, damage))
-                self.kept.add(number)
-            records.extend((number, record) for record in intact)
-        return LogContents(records, damaged)
+        contents = read_log(self.directory)
+        self.kept |= {number for number, _ in contents.damaged}
+        return contents
 
     def open(self) -> None:
         """Open the newest segment for appending (or create the first one), start the syncer."""

@@ -25,30 +25,24 @@ from api.config import ENGINE_NAMES, Settings
 from api.delta.columns import RawBatch
 from api.delta.graphs import GraphWriter
 from api.delta.store import Store
-from api.delta.sync import DeltaLag, Syncer
+from api.delta.sync import Syncer
 from api.delta.tidy import Tidier
 from api.durability.records import Check, Checkpoint, Delete, Record, Register
 from api.durability.recovery import Damaged, Evidence, gather, missing_detail, span, unregistered
 from api.durability.wal import LogFailed, WriteAheadLog, framed
+from api.host.build import Builder
 from api.host.tenant import Tenant
 from api.host.tokens import Principal, matches, new_token, token_hash
-from api.live.ages import Ages
-from api.live.counts import CountsOnly
-from api.live.lifecycle import Rules
-from api.live.scopes import Hosting, NestedEngine
-from api.live.state import Counts, LiveState
+from api.live.scopes import Hosting
+from api.live.state import Counts
 from api.metrics import Metrics
 from api.schema.models import RegisterRequest
-from api.schema.registration import RegistrationError, Spec, build_graph, build_nested, is_nested, registration_record
+from api.schema.registration import RegistrationError, build_graph, is_nested, registration_record
 from api.spark.checks import Checker
 from api.spark.session import Hosted, Spark
 from api.spark.turns import SparkQueue
-from api.streams.publish import Publication
-from tracker.engine import FrontierEngine
-from tracker.graph import Graph, GraphError, Location, Update
-from tracker.reachability import Tracker
+from tracker.graph import GraphError, Location, Update
 from tracker.scope import ScopedLocation
-from tracker.scoped import ScopedTracker
 from tracker.structure import release
 from tracker.timestamp import Timestamp
 
@@ -82,13 +76,10 @@ class Service:
                              segment_bytes=settings.segment_bytes,
                              tidier=Tidier(store, self.delta_pool, settings.vacuum_hours))
         self.graphs = GraphWriter(store, self.delta_pool, self.metrics)
+        self.build = Builder(settings, store is not None, self.spark)
         self._unstored: list[Tenant] = []  # recovered without their graph tables: write them
         self._unchecked: list[Tenant] = []  # recovered with no Spark check result: run it
         self.stopping = False
-
-    @property
-    def _checks_in_spark(self) -> bool:
-        return self.settings.spark and self.settings.spark_check
 
     def authenticate(self, token: str) -> Principal | None:
         """The principal of a token, or ``None`` if it is nobody's."""
@@ -126,7 +117,7 @@ class Service:
         nested = await asyncio.to_thread(is_nested, spec)
         hosting = None
         if nested:
-            hosting, tracker, initial = await asyncio.to_thread(self._nested_with, spec, True)
+            hosting, tracker, initial = await asyncio.to_thread(self.build.nested, spec, True)
             graph = hosting.root
         else:
             if spec.initial_scopes:  # a scope path in a dataflow without scopes
@@ -135,13 +126,13 @@ class Service:
                                          "detail": f"initial pointstamps: update {index}: unknown scope {scope}"})
             # The antichain cost limit follows the engine: ~25 ms per batch of whichever tracks the graph.
             graph, initial = await asyncio.to_thread(build_graph, spec, compiled=self.settings.engine == "native")
-            tracker = await asyncio.to_thread(self._tracker_with, graph, initial)
+            tracker = await asyncio.to_thread(self.build.engine, graph, initial)
         token = new_token()
         record = Register(name=spec.name, arity=spec.arity, nodes=spec.nodes, edges=spec.edges,
                           initial=spec.initial, df=uuid.uuid4().hex, token=token_hash(token),
                           created_at=datetime.now(UTC).isoformat())
         # Its frontier copy and Publication are O(graph): off the loop too (nothing there awaits).
-        tenant = await asyncio.to_thread(self._new_tenant, record, graph, tracker, initial, hosting)
+        tenant = await asyncio.to_thread(self.build.tenant, record, graph, tracker, initial, hosting)
         as_framed = await asyncio.to_thread(framed, record)  # O(graph): ~35 ms for 50,000 nodes
         self.dataflows[tenant.id] = tenant  # in the registry (and log headers) before it is durable
         try:
@@ -178,54 +169,10 @@ class Service:
         log.info("deleted dataflow", extra={"dataflow": tenant.id, "dataflow_name": tenant.name})
         self.graphs.queue_deleted([tenant])
 
-    def _new_tenant(self, record: Register, graph: Graph, tracker: FrontierEngine, initial: list[Update],
-                    hosting: Hosting | None = None, *, at_registration: bool = True,
-                    created: float | None = None) -> Tenant:
-        """A tenant whose tracker holds ``initial`` (``at_registration``: version 0's state, whose
-        frontier is queued as version 0's changes for ``frontier_changes``) or a snapshot's counts.
-        ``created``: when its frontiers count as last moved if they never moved (default now)."""
-        lag = DeltaLag()
-        live = LiveState(tracker)
-        ages = Ages(time.time() if created is None else created)
-        if live.native is not None:  # the compiled engine's order: CompiledTracker.locations
-            ages.births_in_engine(live.native.index, tracker.locations, graph.arity)  # type: ignore[attr-defined]
-        # A nested dataflow is tracked natively even under `--engine spark` (its Spark check and
-        # audits are skipped: see api.live.scopes).
-        mode = "native" if hosting is not None and self.settings.engine == "spark" else self.settings.engine
-        tenant = Tenant(registration=record, graph=graph, live=live,
-                        # Without Delta nothing would ever drain what changes_published queues.
-                        publication=Publication(graph, self.settings.history,
-                                                lag.changes_published if self.store is not None else None, hosting,
-                                                native=live.native,
-                                                copy_at=None if live.native is None else live.frontier_copy_at,
-                                                moved=ages.frontier_moved),
-                        lag=lag, engine_mode=mode, hosting=hosting, ages=ages,
-                        rules=Rules(self.settings.stall_seconds, self.settings.violation_seconds))
-        ages.counts = tenant.counts
-        if live.native is not None:
-            tenant.publication.row_indices()  # O(graph), once: here, off the loop
-        tenant.publication.last_change_at = datetime.fromisoformat(record.created_at).timestamp()
-        tenant.reset_published()
-        if at_registration and mode != "spark":  # Spark's first micro-batch publishes version 0 itself
-            tenant.publication.record_initial(datetime.fromisoformat(record.created_at).timestamp())
-        lag.batch_durable(0, "_initial", 0, initial, time.time())
-        ages.batch_durable(ages.created, None, initial)
-        if not self._checks_in_spark:
-            tenant.spark.check = "skipped"
-        if hosting is not None:  # Spark's jobs know no scopes yet: tracked natively, not checked, not audited
-            tenant.spark.check, tenant.spark.audited = "skipped", False
-            tenant.spark.detail = "nested scopes: the Spark check and audits do not cover them yet"
-        elif mode != "spark" and (too_large := self.spark.too_large(graph)) is not None:
-            # Not sent to Spark at all: neither checked nor audited (the Spark engine has no choice).
-            tenant.spark.audited = False
-            if self._checks_in_spark:
-                tenant.spark.check, tenant.spark.detail = "skipped", too_large
-        return tenant
-
     def _after_registration(self, tenant: Tenant) -> None:
         """Background work that must not delay the answer: graph tables, Spark check."""
         self.graphs.queue([tenant])
-        if self._checks_in_spark:
+        if self.build.checks_in_spark:
             self._check_in_spark(tenant)
 
     def after_recovery(self) -> None:
@@ -270,7 +217,7 @@ class Service:
         is refused alone (:attr:`damaged`); the others start.
 
         Raises:
-            api.durability.wal.UnreadableLog: log bytes that cannot be attributed to a dataflow.
+            api.durability.segments.UnreadableLog: log bytes that cannot be attributed to a dataflow.
         """
         evidence, self.checks, self.deletions = gather(self.wal.recover())
         store = self.store
@@ -327,7 +274,7 @@ class Service:
         start, end, missing = span(evidence, base, in_delta)
         hosting = None
         if is_nested(record):
-            hosting, _, initial = self._nested_with(record, False, empty=True)
+            hosting, _, initial = self.build.nested(record, False, empty=True)
             graph = hosting.root
         else:
             graph, initial = build_graph(record, new=False)
@@ -339,11 +286,11 @@ class Service:
             return self._refusal(evidence, missing_detail(missing, evidence))
         snapshot = None if stored_snapshot is None else (base, _stand_ins(stored_snapshot[1], hosting))
         if snapshot is None:  # never compacted: replay everything from the initial counts
-            tracker = self._tracker_with(graph, initial, hosting)
+            tracker = self.build.engine(graph, initial, hosting)
         else:  # start from the compacted counts and replay only what follows them
-            tracker = self._tracker_with(graph, [(loc, t, c) for (loc, t), c in snapshot[1].items()], hosting)
+            tracker = self.build.engine(graph, [(loc, t, c) for (loc, t), c in snapshot[1].items()], hosting)
         # Without a snapshot every batch is replayed with its time: the ages are those before the restart.
-        tenant = self._new_tenant(record, graph, tracker, initial, hosting, at_registration=snapshot is None,
+        tenant = self.build.tenant(record, graph, tracker, initial, hosting, at_registration=snapshot is None,
                                   created=None if snapshot is not None else
                                   datetime.fromisoformat(record.created_at).timestamp())
         tenant.live.version = base
@@ -428,45 +375,6 @@ class Service:
             header.append(Checkpoint(df=d.id, v=d.live.durable_version, workers=dict(d.live.durable_workers)))
         header += [self.deletions[d] for d in self.dataflows if d in self.deletions]
         return header + [self.checks[d] for d in self.dataflows if d in self.checks]
-
-    def _tracker_with(self, graph: Graph, initial: list[Update], hosting: Hosting | None = None) -> FrontierEngine:
-        """A frontier engine of ``graph`` (which :func:`build_graph` checked for cycles) holding
-        ``initial``; for a nested dataflow (``hosting``), one over its stand-ins, with one flat
-        engine per scope of the kind the service runs."""
-        tracker: FrontierEngine
-        if hosting is not None:
-            tracker = NestedEngine(hosting, ScopedTracker(hosting.nested, flat=self._scope_engine))
-        elif self.settings.engine == "spark":
-            tracker = CountsOnly(graph)
-        else:
-            tracker = self._scope_engine(graph)
-        native = getattr(tracker, "engine", None)
-        if native is not None:  # no Python list of the changes, which nobody reads (100,000 for a big graph)
-            native.apply(initial)
-        else:
-            tracker.apply(initial, validated=True)
-        return tracker
-
-    def _scope_engine(self, graph: Graph) -> FrontierEngine:
-        """The flat engine of one graph whose cycles were checked (a flat dataflow's, or one
-        scope's of a nested dataflow): the Python reference under ``--engine reference``, else
-        the compiled engine (the settings checked that it imports)."""
-        if self.settings.engine == "reference":
-            return Tracker(graph, cycles_checked=True)
-        from tracker.compiled import CompiledTracker
-
-        return CompiledTracker(graph, cycles_checked=True)
-
-    def _nested_with(self, record: Register | Spec, new: bool, *, empty: bool = False
-                     ) -> tuple[Hosting, FrontierEngine, list[Update]]:
-        """Validate a nested registration (:func:`build_nested`, off the event loop): its
-        hosting, an engine holding its initial pointstamps (none if ``empty``) and those, on the
-        stand-ins."""
-        nested, scoped = build_nested(record, new=new)
-        hosting = Hosting(nested)
-        initial = [(hosting.flat(loc), t, d) for loc, t, d in scoped]
-        return hosting, self._tracker_with(hosting.root, [] if empty else initial, hosting), initial
-
 
 # Tests build graphs exactly as the service does through these names.
 __all__ = ["RegistrationError", "Service", "build_graph", "registration_record"]

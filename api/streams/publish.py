@@ -29,6 +29,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
+from api.streams.encoding import Encoding, Selection, changes_json, decoded, encode, engine_document
 from api.streams.fanout import FanOut
 from tracker.graph import Graph, Location
 from tracker.reachability import FrontierChange
@@ -38,70 +39,10 @@ if TYPE_CHECKING:
     from progress_engine import ChangeBatch, Engine, Frontiers
 
 Frontier = dict[Location, set[Timestamp]]
-_PREFIX: dict[Location, str] = {}  # '{"location":{...},"time":[' per location, shared by all dataflows
-_TAIL = {1: '],"diff":1}', -1: '],"diff":-1}'}
 UNFOLDED_CHANGES = 100_000
 """At most this many changes (and 1,024 versions) wait unfolded before the published frontier
 is brought up to date."""
-
-
-def changes_json(changes: list[FrontierChange]) -> str:
-    """The JSON array of a change list, built once and shared by every subscriber.
-
-    Hand-assembled from cached per-location prefixes (a frontier change's diff is always +1 or
-    -1): this runs for every published version, and ``json.dumps`` over dicts was a third of
-    the end-to-end latency.
-
-    >>> changes_json([FrontierChange(Location.target(3, 0), (7,), 1)])
-    '[{"location":{"node":3,"port":0,"kind":"target"},"time":[7],"diff":1}]'
-    """
-    prefix, tail = _PREFIX, _TAIL
-    try:
-        if changes and len(changes[0].time) == 1:  # one arity per dataflow: the common case, specialised
-            return "[" + ",".join([f"{prefix[loc]}{when[0]}{tail[diff]}" for loc, when, diff in changes]) + "]"
-        return "[" + ",".join([f"{prefix[loc]}{','.join(map(str, when))}{tail[diff]}"
-                               for loc, when, diff in changes]) + "]"
-    except KeyError:  # a location seen for the first time (or, defensively, an unusual diff)
-        for loc, _, _ in changes:
-            if loc not in prefix:
-                prefix[loc] = f'{{"location":{{"node":{loc.node},"port":{loc.port},"kind":"{loc.kind}"}},"time":['
-        return "[" + ",".join([f'{prefix[loc]}{",".join(map(str, when))}],"diff":{diff}}}'
-                               for loc, when, diff in changes]) + "]"
-
-
-class Selection:
-    """The locations a subscriber wants (:meth:`Publication.select`); subscribers naming the same
-    set share one object, and so one encoding per version."""
-
-    __slots__ = ("locations", "native", "rows")
-
-    def __init__(self, locations: frozenset[Location], native: Any) -> None:
-        self.locations = locations
-        self.native = native
-        """The compiled engine's ``Selection`` (``--engine native``), else ``None``."""
-        self.rows: list[int] | None = None
-        """Its locations' engine indices in answer order (:meth:`Publication.row_indices`), once asked."""
-
-
 _Frontier = Mapping[Location, Iterable[Timestamp]]
-
-
-def encode(changes: list[FrontierChange] | ChangeBatch, selection: Selection | None = None) -> str:
-    """The JSON array of a version's changes (at ``selection``'s locations only, if given): the
-    compiled engine's ``ChangeBatch`` encodes itself, in Rust; the reference's list goes
-    through :func:`changes_json`."""
-    if isinstance(changes, list):
-        if selection is None:
-            return changes_json(changes)
-        wanted = selection.locations
-        return changes_json([change for change in changes if change.location in wanted])
-    return changes.to_json(None if selection is None else selection.native, compact=True)
-
-
-def _decoded(encoded: str) -> list[FrontierChange]:
-    """A history entry's changes back from their JSON (the reference engine keeps only that)."""
-    return [FrontierChange(Location(c["location"]["node"], c["location"]["port"], c["location"]["kind"]),
-                           tuple(c["time"]), c["diff"]) for c in json.loads(encoded)]
 
 
 class Listener(Protocol):
@@ -117,17 +58,6 @@ class Listener(Protocol):
     def end(self) -> None:
         """The dataflow was deleted: finish once what was offered before is consumed; must never block."""
         ...
-
-
-class Encoding(Protocol):
-    """How a dataflow whose locations are stand-ins is written out (a nested dataflow's,
-    :class:`api.live.scopes.Hosting`): its locations, and their JSON (for clients and Delta alike)."""
-
-    locations: list[Location]
-
-    def changes_json(self, changes: list[FrontierChange]) -> str: ...
-    def location_json(self, location: Location) -> dict[str, Any]: ...
-    def location(self, raw: Mapping[str, Any]) -> Location: ...
 
 
 class Publication:
@@ -388,7 +318,7 @@ class Publication:
         for v, _, encoded in self.history:
             if v > version:
                 batch = self._batches.get(v)
-                text = encode(batch if batch is not None else _decoded(encoded), selection)
+                text = encode(batch if batch is not None else decoded(encoded), selection)
                 if text != "[]":
                     out.append((v, text))
         return out
@@ -410,7 +340,7 @@ class Publication:
                                "locations": self.frontier_rows(self.published, where)}, separators=(",", ":"))
         if indices is None:
             indices = self.row_indices(where)
-        return "".join(_engine_document(self.frontier_version, self._view, indices))
+        return "".join(engine_document(self.frontier_version, self._view, indices))
 
     def frontier_writer(self) -> Callable[[list[int]], list[bytes]]:
         """A writer of :meth:`frontier_json` at given :meth:`row_indices`, as chunks, from a
@@ -418,7 +348,7 @@ class Publication:
         :attr:`engine_rows`)."""
         assert self._view is not None
         version, copy = self.frontier_version, self._view.copy()
-        return lambda indices: [chunk.encode() for chunk in _engine_document(version, copy, indices)]
+        return lambda indices: [chunk.encode() for chunk in engine_document(version, copy, indices)]
 
     def frontier_of(self, location: Location) -> tuple[int, list[Timestamp]]:
         """The published frontier's version and ``location``'s sorted frontier in it."""
@@ -468,12 +398,3 @@ class Publication:
             for loc in self.graph.locations()
             if where is None or where(loc)
         ]
-
-
-def _engine_document(version: int, frontiers: Frontiers, indices: list[int]) -> list[str]:
-    """``{"version":..,"locations":[..]}`` at ``indices``, its rows written by the compiled
-    engine 4,096 at a time."""
-    chunks = [f'{{"version":{version},"locations":[']
-    for start in range(0, len(indices), 4096):
-        chunks.append(("," if start else "") + frontiers.rows_json(indices[start:start + 4096]))
-    return [*chunks, "]}"]

@@ -23,7 +23,8 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterable
 from typing import TypeVar
 
-from api.streams.publish import Publication, Selection
+from api.streams.encoding import Selection
+from api.streams.publish import Publication
 
 RESYNC = (-1, "")
 END = (-2, "")

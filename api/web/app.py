@@ -41,8 +41,9 @@ from api.schema.models import ErrorBody, ProgressRequest, RegisterRequest
 from api.spark.audit import audit_loop
 from api.spark.microbatch import microbatch_loop
 from api.web import dashboard
+from api.web.dataflows import router as dataflows_routes
+from api.web.frontiers import router as frontier_routes
 from api.web.limits import Limits, Registrations, Subscriptions
-from api.web.routes import router as rest
 from api.web.ws import router as sockets
 
 log = logging.getLogger("tracker.app")
@@ -319,7 +320,8 @@ def create_app(settings: Settings, admin_token: str) -> FastAPI:
         Content-Security-Policy (:mod:`api.web.security`) refuses."""
         return FileResponse(dashboard.STATIC / "docs.html", media_type="text/html")
 
-    app.include_router(rest)
+    app.include_router(dataflows_routes)
+    app.include_router(frontier_routes)
     app.include_router(sockets)
     app.include_router(dashboard.router)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]

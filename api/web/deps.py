@@ -18,7 +18,7 @@ from fastapi import Depends, Header, HTTPException, Path, Request
 from api.host.service import Service
 from api.host.tenant import Tenant
 from api.host.tokens import Principal
-from api.streams.publish import Selection
+from api.streams.encoding import Selection
 from api.web.auth import bearer, forbidden, unauthorized
 from api.web.limits import LimitExceeded, Limits, Slot
 from tracker.graph import Location

@@ -41,7 +41,7 @@ from api.host.ingest import Accepted, Ack, Refused, accept, gone, settle
 from api.host.service import Service
 from api.host.tenant import Tenant
 from api.streams import subscribers
-from api.streams.publish import Selection
+from api.streams.encoding import Selection
 from api.web.auth import bearer
 from api.web.deps import lookup, selection
 from api.web.limits import LimitExceeded, Limits, Slot

@@ -18,6 +18,9 @@ What a link guarantees its :class:`~tracker.worker.Worker`: every submitted batc
 exactly once, in submission order, never split; :attr:`Link.view` only ever holds a frontier the
 tracker published (possibly an old one, which is safe). Against an in-process tracker:
 
+Long because: the two links (to the service, in-process) and the frontier view they both
+feed share one contract, best read side by side.
+
 >>> import asyncio
 >>> from tracker.graph import Edge, Graph, Location, Node
 >>> graph = Graph.build(1, [Node(0, 0, 1), Node(1, 1, 0)], [Edge(Location.source(0, 0), Location.target(1, 0))])

@@ -18,6 +18,9 @@ message crossing scope boundaries is carried into the receiving input's time and
 One worker against an in-process tracker (:class:`~tracker.worker.link.LocalHub`; a
 :class:`~tracker.worker.link.ServiceLink` talks to the service instead), feeding two epochs:
 
+Long because: :class:`Worker` is one scheduler (delivery, notifications, progress batches,
+frontier updates) whose ordering rules must be read together.
+
 >>> import asyncio
 >>> from tracker.reachability import Tracker
 >>> from tracker.worker.link import LocalHub

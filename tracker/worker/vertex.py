@@ -23,6 +23,9 @@ The ``-1`` of what a callback consumed and the ``+1`` of everything it produced 
 atomic batch. Times a callback produces are checked against the stage's connection summaries
 (no sending back in time); a violation raises :class:`ProgressError` at the call.
 
+Long because: the dataflow a worker program declares (stages, channels, scopes) and the
+vertex API it hosts are one vocabulary that a user reads together.
+
 >>> class Doubler(Vertex):
 ...     def on_recv(self, edge, message, time):
 ...         self.send_by(0, 2 * message, time)
