@@ -228,34 +228,9 @@ def test_a_group_with_long_callbacks_is_synced_by_the_sync_process_even_on_a_qui
     assert [r.v for _, r in WriteAheadLog(tmp_path).recover().records] == [1, 2, 3, 4, 5]
 
 
-def test_the_next_group_is_synced_while_the_last_groups_callbacks_run(tmp_path: Path) -> None:
-    # A long callback (a big version's publication) must not delay the sync of the records
-    # accepted meanwhile: they are written and sent to the sync process before it runs.
-    heavy = Batch(df="d1", v=1, at=1.0, body=b"{}")
-    light = Batch(df="d2", v=1, at=1.0, body=b"{}")
-    written_at_callback: list[int] = []
-
-    async def main() -> int:
-        wal = WriteAheadLog(tmp_path)
-        wal.open()
-        path = wal.path(wal.segment)
-        done = wal.enqueue(heavy, lambda: written_at_callback.append(path.stat().st_size))
-        wal.prefer_sync_process()
-        await asyncio.sleep(0)  # the heavy group is with the sync process now
-        later = wal.enqueue(light)  # so this one waits for the next group
-        await asyncio.gather(done, later)
-        wal.close()
-        return path.stat().st_size
-
-    final = asyncio.run(main())
-    assert written_at_callback == [final]  # the light record was written before the callback ran
-    assert [r for _, r in WriteAheadLog(tmp_path).recover().records] == [heavy, light]
-
-
 def test_a_rotation_header_is_taken_after_the_last_groups_callbacks(tmp_path: Path) -> None:
     # The header describes what the older segments hold, so it must see what the callbacks of
-    # their last group did (durable versions, worker positions), though the next group's sync
-    # otherwise starts before those callbacks run.
+    # their last group did (durable versions, worker positions).
     ran: list[str] = []
 
     async def main() -> None:

@@ -409,13 +409,6 @@ class WriteAheadLog:
             self._sync_seconds = max(disk_seconds, 0.875 * self._sync_seconds)
         if self._on_sync is not None and records:
             self._on_sync(records, took)
-        # The next group's sync starts before these callbacks run: a long one (a big version's
-        # publication) then overlaps it, rather than delaying every record accepted meanwhile.
-        # Not a rotation: its header describes what the older segments hold, these callbacks'
-        # effects (durable versions, worker positions) included.
-        self._last_done = time.perf_counter()
-        if self._rotate_to is None:
-            self._kick()
         for entry in group:
             if entry.on_durable is not None:
                 try:
@@ -424,7 +417,8 @@ class WriteAheadLog:
                     log.exception("wal: on_durable callback failed")
             if entry.future is not None and not entry.future.done():
                 entry.future.set_result(None)
-        self._kick()  # the rotation (nothing if the next group is already in flight)
+        self._last_done = time.perf_counter()
+        self._kick()
 
     def _fail(self, error: BaseException) -> None:
         self.failed = error
