@@ -151,7 +151,7 @@ def watch(args: argparse.Namespace) -> int:
     """Run ``tracker watch``; the exit code."""
     try:
         token = _token(args)
-        with httpx.Client(base_url=service_url(args.url), headers={"Authorization": f"Bearer {token}"},
+        with httpx.Client(base_url=service_url(args.url, args.warehouse), headers={"Authorization": f"Bearer {token}"},
                           timeout=10.0) as client:
             flow = resolve(client, args.dataflow)
             frame = render(flow, *fetch(client, flow), colour=not args.once and sys.stdout.isatty())
