@@ -2,8 +2,10 @@
 
 An operator's *epoch* is the earliest first coordinate (the root's time, in every scope) of the
 frontier at any of its inputs: the oldest epoch it may still receive; ``None`` once every input
-frontier is empty (the operator is done). Its *rate* is the epochs that epoch advanced over the
-last :data:`WINDOW_SECONDS` (or since the dataflow is observed, if less), per second. Where the
+frontier is empty (the operator is done). Its *rate* is the epochs that epoch advanced per second
+over the last :data:`WINDOW_SECONDS` (or since the dataflow is observed, if less), from the
+epoch's first change in that window on: the time before an operator first moves (its program
+starting, the pipeline filling) is not its pace. Where the
 dataflow's last epoch is known, the operator is expected to be done after ``(last epoch + 1 -
 epoch) / rate`` seconds. The last epoch is known when the registration declares it
 (``last_epoch``: no input sends at a later epoch), or once every input is closed (the root's
@@ -103,10 +105,13 @@ class Steps:
         return value
 
     def rate(self, since: float, now: float) -> Rate:
-        """The rate over ``[since, now]`` (see the module docstring for when it is unknown)."""
+        """The rate over ``[since, now]``, from the epoch's first change in it on (see the module
+        docstring for when it is unknown); call :meth:`forget_before` ``since`` first."""
+        if self._steps and self._steps[0][0] > since:
+            since = self._steps[0][0]  # what came before an operator first moves is not its pace
         span = now - since
         if span < MIN_SECONDS:
-            return Rate(None, f"observed for {span:.1f} s only")
+            return Rate(None, f"moving for {span:.1f} s only")
         found = [self.at(since + span * k / 4) for k in range(5)]
         marks = [m for m in found if m is not None]
         if len(marks) < len(found):
