@@ -281,6 +281,13 @@ function renderGraph(keep) {
   if (state.cy) state.cy.destroy();
   state.cy = cytoscape({container: $("#graph"), elements, style: GRAPH_STYLE, layout: {name: "preset", fit: false},
     textureOnViewport: elements.length > 1500, hideEdgesOnViewport: elements.length > 3000});
+  // The panel as tall as the drawing needs (at the largest zoom), within bounds: a small graph
+  // leaves room for the rest, a big one pans.
+  const height = Math.min(Math.max(state.cy.elements().boundingBox().h * G.MAX_ZOOM + 80, 240), 620);
+  if (Math.abs($("#graph").clientHeight - height) > 2) {
+    $("#graph").style.height = `${height}px`;
+    state.cy.resize();
+  }
   state.graph.labels = new Map();
   if (state.frame) paintGraph(state.frame);
   if (keep) {  // an opened or closed scope, a found operator: at the zoom the user had, centred

@@ -34,11 +34,13 @@ function plotWidth() {
 function makePlot(target, title, labels, colors, data) {
   // Steps, not slopes: a value holds until the next change. Both plots span the same time (from
   // the earliest point either has to the service's now), so that epochs and throughput line up.
-  const shared = (u, min, max) => {
+  // (uPlot's own min and max are not used: it pads a single point's range by years.)
+  const shared = () => {
     const p = state.plots, now = serverNow();
-    const firsts = [p.series.x[0], p.rate.x[0]].filter((v) => v !== undefined);
-    const from = firsts.length ? Math.min(...firsts) : now - 60;
-    return [Math.min(from, now - 10), Math.max(now, max || now)];
+    const xs = [p.series.x[0], p.rate.x[0], p.series.x[p.series.x.length - 1], p.rate.x[p.rate.x.length - 1]]
+      .filter((v) => v !== undefined);
+    const from = xs.length ? Math.min(...xs) : now - 60;
+    return [Math.min(from, now - 10), Math.max(now, ...xs)];
   };
   const series = [{label: "time"}, ...labels.map((label, i) => ({label, stroke: colors[i % colors.length], width: 2,
     spanGaps: false, paths: uPlot.paths.stepped({align: 1}), points: {show: true, size: 4}}))];

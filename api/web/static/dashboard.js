@@ -240,6 +240,7 @@ async function frameLoop(flow, signal) {
     }
     // Bigger dataflows take longer to answer: never more than a third of the time in frames.
     const took = performance.now() - started;
+    state.frameMs = took;
     await nextFrame(Math.max(FRAME_MIN_MS, 3 * took), FRAME_IDLE_MS);
   }
 }
@@ -343,7 +344,9 @@ function renderHeld(frame) {
     const blockers = held.blockers.map((b) => {
       const crossing = b.summary === null ? ` via ${b.via.join(", ")}`
         : b.summary.some((x) => x > 0) ? ` via +${timeText(b.summary)}` : "";
-      const worker = b.worker ? `worker ${b.worker}` : b.age_at_least ? "worker unknown (before the restart)" : "worker —";
+      // The service knows the worker that last changed a count, not every holder of a count of 2.
+      const worker = b.worker ? (b.count > 1 ? `last reported by worker ${b.worker}` : `worker ${b.worker}`)
+        : b.age_at_least ? "worker unknown (before the restart)" : "worker —";
       const age = b.age_seconds === null || b.age_seconds === undefined ? "" : ` · ${lagText(b.age_seconds, b.age_at_least)} old`;
       return `${b.count} × ${locText(b.location)}@${timeText(b.time)}${crossing} — ${b.operator} ${b.port} · ${worker}${age}`;
     });
@@ -371,7 +374,7 @@ function renderFrontiers(frame) {
     cell(row, frontierText(r.frontier, 8), "frontier");
     paintLag(row.insertCell(), r.lag_seconds, r.lag_at_least);
     const oldest = r.oldest_pointstamp;
-    cell(row, oldest === null ? "" : `${timeText(oldest.time)} · ${oldest.worker ? "worker " + oldest.worker
+    cell(row, oldest === null ? "" : `${timeText(oldest.time)} · ${oldest.worker ? "last reported by " + oldest.worker
       : oldest.age_at_least ? "worker unknown (before the restart)" : "worker —"} · ${lagText(oldest.age_seconds, oldest.age_at_least)}`);
     row.classList.toggle("selected", key === state.selected);
     row.addEventListener("click", () => selectLocation(key));
