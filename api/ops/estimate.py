@@ -107,11 +107,12 @@ class Steps:
     def rate(self, since: float, now: float) -> Rate:
         """The rate over ``[since, now]``, from the epoch's first change in it on (see the module
         docstring for when it is unknown); call :meth:`forget_before` ``since`` first."""
-        if self._steps and self._steps[0][0] > since:
+        moving = bool(self._steps) and self._steps[0][0] > since
+        if moving:
             since = self._steps[0][0]  # what came before an operator first moves is not its pace
         span = now - since
         if span < MIN_SECONDS:
-            return Rate(None, f"moving for {span:.1f} s only")
+            return Rate(None, f"{'moving' if moving else 'observed'} for {span:.1f} s only")
         found = [self.at(since + span * k / 4) for k in range(5)]
         marks = [m for m in found if m is not None]
         if len(marks) < len(found):
