@@ -124,7 +124,8 @@ class Metrics:
 
 
 class _LagCollector(Collector):
-    """The lag gauges, computed at scrape time from :attr:`Metrics.lag_source`."""
+    """The gauges computed at scrape time from the scrape :meth:`Metrics.render` was given: lags,
+    ages, states, estimates."""
 
     def __init__(self, metrics: Metrics) -> None:
         self._metrics = metrics
