@@ -97,7 +97,7 @@ class Metrics:
         else:
             self.audit_ok = Gauge("tracker_audit_ok", "1 if, for every audited dataflow, Spark's from-scratch "
                                   "frontier equalled the live one at its last audit, 0 if not", registry=r)
-        r.register(_LagCollector(self))
+        r.register(_ScrapeCollector(self))
         self.audits = Counter("tracker_audits", "Spark audits by result", ["result"], registry=r)
         self.spark_checks = Counter("tracker_spark_registration_checks", "Spark registration checks by result",
                                     ["result"], registry=r)
@@ -123,7 +123,7 @@ class Metrics:
             return generate_latest(self.registry)
 
 
-class _LagCollector(Collector):
+class _ScrapeCollector(Collector):
     """The gauges computed at scrape time from the scrape :meth:`Metrics.render` was given: lags,
     ages, states, estimates."""
 
