@@ -20,7 +20,7 @@ from typing import Any
 
 from api.host.tenant import Tenant
 from api.ops.estimate import estimate
-from api.ops.explain import explain, explain_nested, release_searches
+from api.ops.explain import Searches, explain, explain_nested, release_searches
 from api.ops.lag import blamer, index_of, lag_report, locations_of, names_of
 from tracker.graph import Location
 from tracker.scoped_paths import Searched
@@ -71,7 +71,23 @@ def frame(tenant: Tenant, now: float, throughput_after: float | None = None, exp
     rates = [{"second": s, "batches": b, "updates": u} for s, b, u in tenant.throughput.rows(throughput_after)]
     hosting = tenant.hosting
 
-    def held(searches: dict[Location, Any]) -> list[dict[str, Any]]:
+    scoped_counts: dict[Any, int] = {}
+    routes: Searched = {}
+
+    def why(location: Location, searches: Searches) -> dict[str, Any] | None:
+        """``explain``'s answer for ``location`` at its earliest frontier time (``None``: empty),
+        the searches shared by the frame's locations."""
+        times = frontier(location)
+        if not times:
+            return None
+        if hosting is None:
+            return explain(tenant.graph, counts, times, version, location, times[0], blame, searches)
+        if not scoped_counts:
+            scoped_counts.update({(hosting.scoped(loc), t): c for (loc, t), c in counts.items()})
+        return explain_nested(hosting.steps, scoped_counts, times, version, hosting.scoped(location), times[0],
+                              lambda origin, at: blame(hosting.flat(origin), at), routes)
+
+    def held(searches: Searches) -> list[dict[str, Any]]:
         names = names_of(tenant)
         order = locations_of(tenant)  # ties (a whole pipeline waiting since one moment) in graph order, root first
         waiting = sorted((i for i, loc in enumerate(order) if frontier(loc)), key=lambda i: (moved(order[i]), i))
@@ -86,24 +102,8 @@ def frame(tenant: Tenant, now: float, throughput_after: float | None = None, exp
                          "blockers": [_slim(b) for b in answer["blockers"][:MAX_BLOCKERS]]})
         return rows
 
-    scoped_counts: dict[Any, int] = {}
-
-    def why(location: Location, searches: dict[Location, Any]) -> dict[str, Any] | None:
-        """``explain``'s answer for ``location`` at its earliest frontier time (``None``: empty)."""
-        times = frontier(location)
-        if not times:
-            return None
-        if hosting is None:
-            return explain(tenant.graph, counts, times, version, location, times[0], blame, searches)
-        if not scoped_counts:
-            scoped_counts.update({(hosting.scoped(loc), t): c for (loc, t), c in counts.items()})
-        return explain_nested(hosting.steps, scoped_counts, times, version, hosting.scoped(location), times[0],
-                              lambda origin, at: blame(hosting.flat(origin), at), routes)
-
-    routes: Searched = {}
-
     def build() -> list[bytes]:
-        searches: dict[Location, Any] = {}
+        searches: Searches = {}
         try:
             rows, answer = held(searches), None if explained is None else why(explained, searches)
         finally:
