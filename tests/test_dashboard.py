@@ -257,12 +257,14 @@ def test_a_nested_dataflow_is_drawn_with_its_scopes(service: ServiceProcess, bro
     page.wait_for_timeout(1600)
     page.screenshot(path=str(OUTPUT / "dashboard-scopes.png"), full_page=True)
     # Closing the inner scope leaves its inside out and keeps its own ports; opening it draws it again.
-    page.evaluate("() => window.dashboard.cy.getElementById('op-1-2').emit('tap')")
+    # The function returns nothing: Playwright would serialise the Cytoscape collection emit()
+    # returns, the whole graph with it, for tens of seconds.
+    page.evaluate("() => { window.dashboard.cy.getElementById('op-1-2').emit('tap'); }")
     closed = page.evaluate("() => [window.dashboard.cy.getElementById('op-1_2-1').empty(), "
                            "window.dashboard.cy.getElementById('t-2-0-in-1').visible()]")
     assert closed == [True, True]
     page.screenshot(path=str(OUTPUT / "dashboard-scopes-collapsed.png"), full_page=True)
-    page.evaluate("() => window.dashboard.cy.getElementById('op-1-2').emit('tap')")
+    page.evaluate("() => { window.dashboard.cy.getElementById('op-1-2').emit('tap'); }")
     assert page.evaluate("() => window.dashboard.cy.getElementById('op-1_2-1').visible()")
     assert errors == [], errors
     page.close()
