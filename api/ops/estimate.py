@@ -175,10 +175,6 @@ class Estimator:
         self.open_ended = advances_epochs(_graphs(tenant))
         self.lock = threading.Lock()
 
-    def _location(self) -> Callable[[dict[str, Any]], Location]:
-        encoding = self.tenant.publication.encoding
-        return ((lambda w: Location(w["node"], w["port"], w["kind"])) if encoding is None else encoding.location)
-
     def _epoch(self, index: int) -> int | None:
         values = [min(c) for c in (self.epochs[loc] for loc in self.operators[index][1]) if c]
         return min(values) if values else None
@@ -186,7 +182,7 @@ class Estimator:
     def _fold(self, entry: Entry, sign: int, at: float | None) -> None:
         """Apply (``sign`` 1) or undo (-1) one version at the operators' inputs; with ``at``,
         record the operators whose epoch changed."""
-        location_of = self._location()
+        location_of = self.tenant.publication.location
         touched = set()
         for change in json.loads(entry[2]):
             where = change["location"]

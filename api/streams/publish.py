@@ -305,14 +305,19 @@ class Publication:
             if changed_version <= version:
                 break
             for change in json.loads(encoded):
-                where = change["location"]
-                location = (Location(where["node"], where["port"], where["kind"]) if self.encoding is None
-                            else self.encoding.location(where))
+                location = self.location(change["location"])
                 if change["diff"] > 0:
                     view.setdefault(location, set()).discard(tuple(change["time"]))
                 else:
                     view.setdefault(location, set()).add(tuple(change["time"]))
         return version, view
+
+    def location(self, raw: Mapping[str, Any]) -> Location:
+        """The location of a JSON location as this publication's changes write it (a nested
+        dataflow's stand-in)."""
+        if self.encoding is None:
+            return Location(raw["node"], raw["port"], raw["kind"])
+        return self.encoding.location(raw)
 
     def changes_since(self, version: int, selection: Selection | None = None) -> list[tuple[int, str]] | None:
         """Encoded changes after ``version`` up to the published version (at ``selection``'s

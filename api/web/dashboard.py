@@ -251,15 +251,12 @@ def _join(dataflow: Tenant, delta: dict[str, Any], wanted: Selection | None, lim
     if memory is None:  # no Delta rows, or the memory no longer reaches back to them: memory alone
         rows = []
         memory = publication.stamped_changes_since(publication.history_floor, wanted) or []
-    locations = (sorted(wanted.locations) if wanted is not None else
+    where = None if wanted is None else wanted.locations.__contains__
+    locations = (wanted.locations if wanted is not None else
                  dataflow.hosting.locations if dataflow.hosting is not None else dataflow.graph.locations())
     ring = dataflow.throughput
     rates = ([r for r in delta["throughput"] if r["second"] < ring.since]
              + [{"second": s, "batches": b, "updates": u} for s, b, u in ring.rows()])
-    encoding = publication.encoding
-    location_of = (lambda w: Location(w["node"], w["port"], w["kind"])) if encoding is None else encoding.location
-    location_json = ((lambda loc: {"node": loc.node, "port": loc.port, "kind": loc.kind}) if encoding is None
-                     else encoding.location_json)
     now = time.time()
 
     def build() -> dict[str, Any]:
@@ -269,14 +266,13 @@ def _join(dataflow: Tenant, delta: dict[str, Any], wanted: Selection | None, lim
             return {"version": version, "at": now, "frontier_changes": [], "base": None, "throughput": rates}
         view: dict[Location, set[Timestamp]] = {loc: set(frontier(loc)) for loc in locations}
         for change in reversed(changes):  # undone newest first: the frontier before the first of them
-            times = view.setdefault(location_of(change["location"]), set())
+            times = view.setdefault(publication.location(change["location"]), set())
             if change["diff"] > 0:
                 times.discard(tuple(change["time"]))
             else:
                 times.add(tuple(change["time"]))
         base = {"version": changes[0]["version"] - 1 if changes else version,
-                "locations": [{"location": location_json(loc), "frontier": [list(t) for t in sorted(times)]}
-                              for loc, times in view.items()]}
+                "locations": publication.frontier_rows(view, where)}
         return {"version": version, "at": now, "frontier_changes": changes, "base": base, "throughput": rates}
 
     return build

@@ -358,7 +358,6 @@ function paintGraph(frame) {
     const times = row ? row.frontier : [];
     const text = shortFrontier(times);
     el.data("label", `${el.data("side")} ${text}`);
-    el.data("frontier", row ? frontierText(row.frontier) : "");
     el.toggleClass("live", times.length > 0);
     el.toggleClass("violation", negative.has(key));
     el.removeClass("lag-warn lag-bad");

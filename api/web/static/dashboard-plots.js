@@ -96,7 +96,7 @@ async function loadHistory(flow, signal) {
   const operators = plottedOperators(flow);
   const inputs = operators.map((n) => Array.from({length: n.inputs}, (_, p) => locKey({node: n.id, port: p, kind: "target"})));
   const wanted = [...new Set(inputs.flat())];
-  state.plots = {keys: operators.map((n) => `${n.id}`), wanted, series: {keys: operators.map((n) => `${n.id}`), inputs,
+  state.plots = {wanted, series: {keys: operators.map((n) => `${n.id}`), inputs,
     x: [], ys: operators.map(() => [])}, frontier: new Map(), version: -1, pending: [], rate: {x: [], batches: []},
     lastSecond: null, frontierPlot: null, throughputPlot: null};
   const p = state.plots;

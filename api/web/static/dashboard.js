@@ -240,7 +240,6 @@ async function frameLoop(flow, signal) {
     }
     // Bigger dataflows take longer to answer: never more than a third of the time in frames.
     const took = performance.now() - started;
-    state.frameMs = took;
     await nextFrame(Math.max(FRAME_MIN_MS, 3 * took), FRAME_IDLE_MS);
   }
 }
