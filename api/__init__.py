@@ -11,14 +11,15 @@ package    owns
 schema     the v1 bodies: pydantic models, the hot path's progress parser, registration bodies and
            the graph checks
 live       one dataflow's state in memory: its frontier engine, versions, workers' positions,
-           ages, nested scopes, and its lifecycle state
+           ages, batches per second, nested scopes, and its lifecycle state
 durability the write-ahead log: typed records, segments, group commit, the fsync process, what
            recovery must find
 streams    publication: the published frontier, its history, subscribers, fan-out, rewinds
 delta      the Delta tables: flush, compaction, log retirement, graph tables, tidying
 spark      Spark tasks: the session and its thread, registration checks, audits, micro-batches
 host       the hosted dataflows: the tenant, the ingest use case, registration, recovery, tokens
-ops        operating the service: lag and blame, explain, ``tracker watch``
+ops        operating the service: lag and blame, explain, progress estimates, the dashboard's
+           frames, the metrics' scrape, ``tracker watch``
 web        the HTTP surface (the only FastAPI importer): the app, routes, WebSocket, bearer
            auth, limits, protocols, the dashboard
 run        processes: ``tracker serve``, the commands, the service in a subprocess

@@ -7,21 +7,26 @@ series names a dataflow (nor, so, reveals its id): per-dataflow gauges are aggre
 (``--metrics-per-dataflow``) the labelled series are exported too.
 
 >>> metrics = Metrics(per_dataflow=False)
->>> metrics.lag_source = lambda: [("d1", "op #1", "in 0", 3.5), ("d2", "op #1", "in 0", 7.0)]
+>>> lags = lambda: [("d1", "op #1", "in 0", 3.5), ("d2", "op #1", "in 0", 7.0)]
 >>> metrics.audit_result("d1", True); metrics.audit_result("d2", False)
->>> text = metrics.render().decode()
+>>> text = metrics.render(Scrape(lags, states={"violation": 1})).decode()
 >>> "tracker_frontier_lag_max_seconds 7.0" in text, "tracker_audit_ok 0.0" in text, "d1" in text
 (True, True, False)
+>>> 'tracker_dataflows_in_state{state="violation"} 1.0' in text
+True
 >>> metrics = Metrics(per_dataflow=True)
->>> metrics.lag_source = lambda: [("d1", "op #1", "in 0", 3.5)]
->>> 'tracker_frontier_lag_seconds{dataflow="d1",operator="op #1",port="in 0"} 3.5' in metrics.render().decode()
+>>> text = metrics.render(Scrape(lambda: [("d1", "op #1", "in 0", 3.5)], estimates=lambda: [("d1", "op #1", 2.0, 5.0)]))
+>>> 'tracker_frontier_lag_seconds{dataflow="d1",operator="op #1",port="in 0"} 3.5' in text.decode()
+True
+>>> 'tracker_operator_eta_seconds{dataflow="d1",operator="op #1"} 5.0' in text.decode()
 True
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -29,6 +34,22 @@ from prometheus_client.registry import Collector
 
 LagRow = tuple[str, str, str, float]
 """``(dataflow id, operator, port, lag seconds)`` of one operator input with a non-empty frontier."""
+EstimateRow = tuple[str, str, float | None, float | None]
+"""``(dataflow id, operator, epochs per second, expected seconds to done or None)`` of an operator
+whose rate is known (:mod:`api.ops.estimate`)."""
+STATES = ("running", "complete", "stalled", "violation", "deleted")
+"""The lifecycle states ``tracker_dataflows_in_state`` counts (:mod:`api.live.lifecycle`)."""
+
+
+@dataclass(frozen=True)
+class Scrape:
+    """What one scrape reports beyond the counters, read from the dataflows by the caller."""
+
+    lag_rows: Callable[[], Iterable[LagRow]] = lambda: ()
+    oldest_age: float = 0.0
+    states: Mapping[str, int] = field(default_factory=dict)
+    """How many dataflows are in each lifecycle state."""
+    estimates: Callable[[], Iterable[EstimateRow]] = lambda: ()
 
 _LATENCY_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 
@@ -39,13 +60,12 @@ class Metrics:
     def __init__(self, engine: str = "native (compiled)", *, per_dataflow: bool = False) -> None:
         self.registry = CollectorRegistry()
         self.per_dataflow = per_dataflow
-        self.lag_source: Callable[[], Iterable[LagRow]] = lambda: ()
-        """Read at every scrape (set by the service: every hosted dataflow's input lags)."""
-        self.age_source: Callable[[], float] = lambda: 0.0
-        """Read at every scrape: the age of the oldest live pointstamp of any dataflow."""
+        self.scrape_source: Callable[[], Scrape] = Scrape
+        """Read at every scrape that is not given one (set by the service: the dataflows' lags,
+        ages, states and estimates)."""
         self._audits: dict[str, bool] = {}
         self._scrape_lock = threading.Lock()
-        self._scrape: tuple[Callable[[], Iterable[LagRow]], float] = (self.lag_source, 0.0)
+        self._scrape = Scrape()
         r = self.registry
         # tracker_engine_info{engine="native (compiled)"} 1.0: which engine keeps the frontiers.
         Info("tracker_engine", "The frontier engine on the hot path", registry=r).info({"engine": engine})
@@ -77,7 +97,7 @@ class Metrics:
         else:
             self.audit_ok = Gauge("tracker_audit_ok", "1 if, for every audited dataflow, Spark's from-scratch "
                                   "frontier equalled the live one at its last audit, 0 if not", registry=r)
-        r.register(_LagCollector(self))
+        r.register(_ScrapeCollector(self))
         self.audits = Counter("tracker_audits", "Spark audits by result", ["result"], registry=r)
         self.spark_checks = Counter("tracker_spark_registration_checks", "Spark registration checks by result",
                                     ["result"], registry=r)
@@ -95,25 +115,26 @@ class Metrics:
         self.wal_sync.observe(seconds)
         self.wal_group.observe(records)
 
-    def render(self, lag_rows: Callable[[], Iterable[LagRow]] | None = None, age: float | None = None) -> bytes:
-        """The Prometheus text exposition; ``lag_rows`` and ``age``, if given, instead of
-        :attr:`lag_source` and :attr:`age_source` (a caller that read the state on the event loop
-        renders in a worker thread)."""
+    def render(self, scrape: Scrape | None = None) -> bytes:
+        """The Prometheus text exposition; ``scrape``, if given, instead of :attr:`scrape_source`'s
+        (a caller that read the state on the event loop renders in a worker thread)."""
         with self._scrape_lock:
-            self._scrape = (lag_rows or self.lag_source, self.age_source() if age is None else age)
+            self._scrape = self.scrape_source() if scrape is None else scrape
             return generate_latest(self.registry)
 
 
-class _LagCollector(Collector):
-    """The lag gauges, computed at scrape time from :attr:`Metrics.lag_source`."""
+class _ScrapeCollector(Collector):
+    """The gauges computed at scrape time from the scrape :meth:`Metrics.render` was given: lags,
+    ages, states, estimates."""
 
     def __init__(self, metrics: Metrics) -> None:
         self._metrics = metrics
 
     def collect(self) -> Iterator[Metric]:
         metrics = self._metrics
-        lag_rows, age = metrics._scrape  # set by render, under its lock
-        rows = list(lag_rows())
+        scrape = metrics._scrape  # set by render, under its lock
+        rows = list(scrape.lag_rows())
+        age = scrape.oldest_age
         yield GaugeMetricFamily("tracker_frontier_lag_max_seconds",
                                 "The largest wall-clock time any operator input's non-empty frontier has gone "
                                 "without changing, over all dataflows (0 if none waits)",
@@ -128,6 +149,29 @@ class _LagCollector(Collector):
             for dataflow_id, operator, port, seconds in rows:
                 labelled.add_metric([dataflow_id, operator, port], seconds)
             yield labelled
+        states = GaugeMetricFamily("tracker_dataflows_in_state", "Dataflows in each lifecycle state (running, "
+                                   "complete, stalled, violation, deleted)", labels=["state"])
+        for state in STATES:
+            states.add_metric([state], scrape.states.get(state, 0))
+        yield states
+        estimates = list(scrape.estimates())
+        yield GaugeMetricFamily("tracker_progress_eta_max_seconds",
+                                "The longest expected time until an operator is done, over every operator whose "
+                                "rate and last epoch are known (0 if none)",
+                                value=max((row[3] for row in estimates if row[3] is not None), default=0.0))
+        if metrics.per_dataflow:
+            rate = GaugeMetricFamily("tracker_operator_epochs_per_second", "Epochs an operator's inputs cleared per "
+                                     "second over the last 10 s (operators with a known rate)",
+                                     labels=["dataflow", "operator"])
+            eta = GaugeMetricFamily("tracker_operator_eta_seconds", "Expected seconds until an operator's input "
+                                    "frontiers are empty (known rate and last epoch)", labels=["dataflow", "operator"])
+            for dataflow_id, operator, per_second, expected in estimates:
+                if per_second is not None:
+                    rate.add_metric([dataflow_id, operator], per_second)
+                if expected is not None:
+                    eta.add_metric([dataflow_id, operator], expected)
+            yield rate
+            yield eta
 
     def describe(self) -> Iterator[Metric]:
         return iter(())

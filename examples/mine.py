@@ -51,7 +51,7 @@ class Total(Vertex):
         print(f"epoch {time[0]}: {len(squares)} numbers, sum of squares {sum(squares)}", flush=True)
 
 
-flow = Dataflow("mine")
+flow = Dataflow("mine", last_epoch=EPOCHS - 1)  # declared: the service then estimates when each stage is done
 source = flow.input("numbers")
 square = flow.stage("square", lambda index, peers: Square(), inputs=1, outputs=1)
 total = flow.stage("total", lambda index, peers: Total(), inputs=1, outputs=0)

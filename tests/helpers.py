@@ -13,6 +13,7 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,7 @@ __all__ = [
     "free_port",
     "frontier_map",
     "loop_graph",
+    "nested_pipeline",
     "register",
     "stop_writers",
     "update",
@@ -202,3 +204,46 @@ def assert_oversized_progress_refused(client: httpx.Client, dataflow_id: str, bo
                            headers={"Content-Type": "application/json"})
     assert streamed.status_code == 413
     return answer
+
+
+_SHAPE = ((40, 4), (25, 3), (20, 2), (10, 1), (8, 1), (8, 0))
+"""Per level of :func:`nested_pipeline` (the root first): its plain operators and its scopes."""
+
+
+def _pipeline_scope(level: int, prefix: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    plain, scopes = _SHAPE[level]
+    nodes: list[dict[str, Any]] = []
+    chain: list[int] = []
+    if level == 0:
+        nodes.append({"id": 0, "name": "source", "inputs": 0, "outputs": 1})
+        chain.append(0)
+    every = max(1, plain // (scopes + 1))
+    for i in range(plain):
+        chain.append(len(nodes) + (level > 0))
+        nodes.append({"id": chain[-1], "name": f"{prefix}map{i}", "inputs": 1, "outputs": 1})
+        made = sum(1 for n in nodes if "scope" in n)
+        if made < scopes and (i + 1) % every == 0:
+            kind = "iterative" if (level + made) % 2 == 0 else "region"
+            inner_nodes, inner_edges = _pipeline_scope(level + 1, f"{prefix}s{made + 1}.")
+            chain.append(len(nodes) + (level > 0))
+            nodes.append({"id": chain[-1], "name": f"{prefix}scope{made + 1}", "inputs": 1, "outputs": 1,
+                          "scope": {"kind": kind, "nodes": inner_nodes, "edges": inner_edges}})
+    if level == 0:
+        chain.append(len(nodes))
+        nodes.append({"id": chain[-1], "name": "sink", "inputs": 1, "outputs": 0})
+    path = ([0] if level > 0 else []) + chain + ([0] if level > 0 else [])  # node 0 inside: the boundary
+    edges = [{"source": {"node": a, "port": 0}, "target": {"node": b, "port": 0}} for a, b in pairwise(path)]
+    return nodes, edges
+
+
+def nested_pipeline(name: str = "pipeline") -> dict[str, Any]:
+    """A registration body of 1,094 operators in a pipeline with scopes nested five deep (iterative
+    and region ones alternating), the shape a real timely program registers: the root's 42
+    operators and 4 scopes, each scope a chain of operators around scopes of its own.
+
+    >>> def count(nodes): return sum(1 + count(n["scope"]["nodes"]) if "scope" in n else 1 for n in nodes)
+    >>> count(nested_pipeline()["nodes"])
+    1094
+    """
+    nodes, edges = _pipeline_scope(0, "")
+    return {"name": name, "nodes": nodes, "edges": edges}

@@ -1,13 +1,15 @@
 """The client commands (``tracker run``, ``example``, ``dataflows``, ``delete``, ``report``) against
 the real service: one line and exit code 2 when the service is down or refuses the token, the
 admin token read from the warehouse's file, names resolved to ids (an ambiguous one refused with
-the ids listed), and a worker that never closes its input saying which capability it holds."""
+the ids listed), a worker that never closes its input saying which capability it holds, and a
+service on another port found through the URL ``tracker serve`` writes to the warehouse."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -111,3 +113,28 @@ def test_a_worker_that_never_closes_its_input_says_so(service: ServiceProcess, t
     assert first.startswith("dataflow forgetful registered: id ")
     dataflow_id = first.rsplit(" ", 1)[1]
     assert last == f"dataflow forgetful ({dataflow_id}): running; worker(s) 0 failed"
+
+
+def test_a_service_on_another_port_is_found_through_its_warehouse(tmp_path: Path) -> None:
+    """``tracker serve`` says where it is in one plain line once it serves, and writes its URL
+    next to the admin token; the client commands find it there without --url or TRACKER_URL,
+    and the file is gone once the service stops."""
+    warehouse = tmp_path / "warehouse"
+    service = ServiceProcess(warehouse, env={"TRACKER_DELTA": "0"}).start()
+    try:
+        register(service, {"name": "elsewhere", **PAIR})
+        url_file = warehouse / "service-url"
+        deadline = time.monotonic() + 10
+        while not url_file.exists():  # written once uvicorn serves: /healthz may answer a moment before
+            assert time.monotonic() < deadline, "no service-url file"
+            time.sleep(0.05)
+        assert url_file.read_text() == service.url + "\n"
+        assert f"[tracker] ready at {service.url}; dashboard at {service.url}/dashboard" in service.log_tail(200)
+        env = {k: v for k, v in os.environ.items() if k not in ("TRACKER_URL", "TRACKER_ADMIN_TOKEN")}
+        listed = subprocess.run([sys.executable, "-m", "tracker.cli", "dataflows", "--warehouse", str(warehouse),
+                                 "--token", ADMIN_TOKEN], cwd=tmp_path, env=env, capture_output=True, text=True,
+                                timeout=60)
+        assert listed.returncode == 0 and "elsewhere" in listed.stdout, listed.stderr
+    finally:
+        service.stop()
+    assert not (warehouse / "service-url").exists()

@@ -104,8 +104,8 @@ def test_protocol_violations_are_refused_before_counting() -> None:
     with pytest.raises(ProgressError):
         worker.vertices[1].notify_at((0, 0))  # outside any callback
     worker.deliver(1, 0, (2, 0), "late")
-    with pytest.raises(ProgressError, match="cannot send at"):
-        worker._recv_one()  # sends at (1, 0) while holding (2, 0)
+    with pytest.raises(ProgressError, match=r"^stage 'fan' holds \(2, 0\) \(recv\) and cannot send at"):
+        worker._recv_one()  # sends at (1, 0) while holding (2, 0); the stage named as declared
     assert link.batches == []
     worker.deliver(2, 0, (0, 3), "x")  # the feedback stage adds one iteration
     worker._recv_one()

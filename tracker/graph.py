@@ -13,7 +13,7 @@ any of it is used. Cycles are checked separately (:func:`tracker.structure.find_
 >>> g = Graph.build(1, nodes=[Node(0, inputs=0, outputs=1), Node(1, inputs=1, outputs=0)],
 ...                 edges=[Edge(Location.source(0, 0), Location.target(1, 0))])
 >>> [str(t) for t in g.transitions()]
-['(0,0,source) -> (1,0,target) +(0,)']
+['(0,0,source) -> (1,0,target) +[0]']
 >>> g.default_initial()
 [(Location(node=0, port=0, kind='source'), (0,), 1)]
 """
@@ -68,7 +68,7 @@ class Transition(NamedTuple):
     summary: PathSummary
 
     def __str__(self) -> str:
-        return f"{self.src} -> {self.dst} +{tuple(self.summary)}"
+        return f"{self.src} -> {self.dst} +{list(self.summary)}"  # times and summaries as the service's JSON
 
 
 @dataclass(frozen=True)

@@ -102,12 +102,23 @@ def search(steps: Mapping[ScopedLocation, list[Step]], origin: ScopedLocation, t
     return dict(seen), parent
 
 
+Searched = dict[tuple[ScopedLocation, Timestamp], tuple[dict[ScopedLocation, list[Timestamp]], Parents]]
+""":func:`search` results by ``(origin, time)``, kept by a caller routing to several locations."""
+
+
 def route(steps: Mapping[ScopedLocation, list[Step]], origin: ScopedLocation, time: Timestamp,
-          location: ScopedLocation, bound: Timestamp) -> tuple[Timestamp, list[tuple[Step, Timestamp]]] | None:
+          location: ScopedLocation, bound: Timestamp, searched: Searched | None = None
+          ) -> tuple[Timestamp, list[tuple[Step, Timestamp]]] | None:
     """The earliest time (in ``location``'s scope) at which ``(origin, time)`` can reach
     ``location`` that is ``<= bound``, and the steps of one such path with the time after each;
-    ``None`` if it cannot reach ``location`` at a time ``<= bound``."""
-    seen, parent = search(steps, origin, time)
+    ``None`` if it cannot reach ``location`` at a time ``<= bound``. ``searched``: earlier
+    calls' searches, reused (and this one's kept there)."""
+    found = None if searched is None else searched.get((origin, time))
+    if found is None:
+        found = search(steps, origin, time)
+        if searched is not None:
+            searched[(origin, time)] = found
+    seen, parent = found
     candidates = sorted(t for t in seen.get(location, ()) if less_equal(t, bound))
     if not candidates:
         return None

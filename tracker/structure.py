@@ -12,7 +12,7 @@ minimal summaries (the same as the brute-force :mod:`tracker.oracle`).
 >>> from tracker.graph import Connection, Edge, Node
 >>> ring = [Edge(Location.source(0, 0), Location.target(1, 0)), Edge(Location.source(1, 0), Location.target(0, 0))]
 >>> [str(t) for t in find_cycles(Graph.build(1, [Node(0, 1, 1), Node(1, 1, 1)], ring))][:1]
-['(0,0,source) -> (1,0,target) +(0,)']
+['(0,0,source) -> (1,0,target) +[0]']
 >>> plus_one = (Connection(0, 0, (PathSummary((1,)),)),)
 >>> loop = Graph.build(1, [Node(0, 1, 1), Node(1, 1, 1, connections=plus_one)], ring)
 >>> find_cycles(loop), path_summaries(loop)[(Location.target(1, 0), Location.target(1, 0))]
@@ -46,7 +46,7 @@ def find_cycles(graph: Graph) -> list[Transition]:
     >>> from tracker.graph import Edge, Node
     >>> g = Graph.build(1, [Node(0, 1, 1)], [Edge(Location.source(0, 0), Location.target(0, 0))])
     >>> [str(t) for t in find_cycles(g)]
-    ['(0,0,source) -> (0,0,target) +(0,)', '(0,0,target) -> (0,0,source) +(0,)']
+    ['(0,0,source) -> (0,0,target) +[0]', '(0,0,target) -> (0,0,source) +[0]']
     """
     zero = [t for t in graph.transitions() if t.summary.is_zero()]
     component = _strong_components(graph.locations(), zero)

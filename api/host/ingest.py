@@ -220,6 +220,7 @@ def made_durable(tenant: Tenant, pending: Pending, changes: list[FrontierChange]
         rows = RawBatch(raw, len(updates)) if updates else []
     tenant.lag.batch_durable(pending.version, pending.worker, pending.seq, rows, pending.received)
     tenant.ages.batch_durable(pending.received, pending.worker, updates)
+    tenant.throughput.add(pending.received, len(updates))
     if tenant.engine_mode == "spark":
         tenant.spark.queue.append((pending.version, list(updates)))
         return

@@ -129,8 +129,8 @@ class Service:
             tracker = await asyncio.to_thread(self.build.engine, graph, initial)
         token = new_token()
         record = Register(name=spec.name, arity=spec.arity, nodes=spec.nodes, edges=spec.edges,
-                          initial=spec.initial, df=uuid.uuid4().hex, token=token_hash(token),
-                          created_at=datetime.now(UTC).isoformat())
+                          initial=spec.initial, last_epoch=spec.last_epoch, df=uuid.uuid4().hex,
+                          token=token_hash(token), created_at=datetime.now(UTC).isoformat())
         # Its frontier copy and Publication are O(graph): off the loop too (nothing there awaits).
         tenant = await asyncio.to_thread(self.build.tenant, record, graph, tracker, initial, hosting)
         as_framed = await asyncio.to_thread(framed, record)  # O(graph): ~35 ms for 50,000 nodes

@@ -20,6 +20,7 @@ from api.delta.sync import DeltaLag
 from api.durability.records import Register
 from api.live.ages import Ages
 from api.live.lifecycle import Rules, assess
+from api.live.rate import Throughput
 from api.live.scopes import Hosting
 from api.live.state import Counts, LiveState
 from api.schema.models import location_json
@@ -48,6 +49,8 @@ class Tenant:
     (:mod:`api.live.scopes`); ``None`` for a flat dataflow."""
     ages: Ages = field(default_factory=lambda: Ages(time.time()))
     """When its frontiers last moved and its live pointstamps appeared (lag and blame)."""
+    throughput: Throughput = field(default_factory=lambda: Throughput(time.time()))
+    """Its durable batches per second since this process hosts it (the dashboard's plot)."""
     rules: Rules = field(default_factory=Rules)
     """When its state turns ``stalled`` or ``violation`` (:mod:`api.live.lifecycle`)."""
     deleted_at: float | None = None

@@ -109,7 +109,7 @@ class Ages:
     """When things happened to one dataflow's locations and pointstamps (see the module doc)."""
 
     __slots__ = ("_births", "_born", "_moved", "_moves", "_moves_changes", "_queue", "_queued", "_stamps", "counts",
-                 "created")
+                 "created", "unknown_before")
 
     def __init__(self, created: float, counts: Callable[[], Mapping[Key, int]] = dict) -> None:
         self.created = created
@@ -128,6 +128,19 @@ class Ages:
         """``(location, time) -> (born at, last worker)`` of every live pointstamp, as of the last fold."""
         self._births: _EngineBirths | None = None
         """With :meth:`births_in_engine`: every pointstamp's birth, kept by the compiled engine."""
+        self.unknown_before: float | None = None
+        """Set by :meth:`seed` (a restart from a compacted snapshot): what happened before it is
+        not known, so a birth or a last move dated at or before it is a lower bound of the age."""
+
+    def at_least(self, at: float) -> bool:
+        """Whether an age counted from ``at`` (a birth, a frontier's last move) is only a lower
+        bound: ``at`` is the restart that :meth:`seed` dates unknown pasts to.
+
+        >>> ages = Ages(created=50.0)
+        >>> ages.at_least(50.0), ages.seed({}, 50.0), ages.at_least(50.0), ages.at_least(51.0)
+        (False, None, True, False)
+        """
+        return self.unknown_before is not None and at <= self.unknown_before
 
     def births_in_engine(self, index: Callable[[Location], int], order: Sequence[Location], arity: int) -> None:
         """Keep the births of a flat dataflow on the compiled engine in a ``progress_engine.Births``
@@ -173,7 +186,8 @@ class Ages:
 
     def seed(self, counts: Mapping[Key, int], at: float) -> None:
         """Replace every pointstamp with ``counts`` (recovered from a compacted snapshot, whose
-        births are unknown): born ``at``."""
+        births are unknown): born ``at``, which :meth:`at_least` then reports as a lower bound."""
+        self.unknown_before = at
         if self._births is not None:
             self._births.births.clear()
             self._births.add(at, None, [(location, time_, n) for (location, time_), n in counts.items() if n])

@@ -1,5 +1,6 @@
 """Operating the service: lag and blame per location, ``frontier/explain`` (which pointstamps
-hold a frontier back, along which path), and ``tracker watch``, the terminal view.
+hold a frontier back, along which path), progress estimates, the dashboard's frames (every
+panel at one version), what a ``/metrics`` scrape reads, and ``tracker watch``, the terminal view.
 
 Guarantees: each answer reads one published version of one dataflow; the heavy part of an
 answer is built from copies, off the event loop.

@@ -16,7 +16,7 @@ from api.schema.models import location_json
 from tracker.antichain import Antichain
 from tracker.graph import Graph, Location, Transition
 from tracker.scope import ScopedLocation
-from tracker.scoped_paths import Step, route
+from tracker.scoped_paths import Searched, Step, route
 from tracker.structure import release
 from tracker.timestamp import PathSummary, Timestamp, less_equal
 
@@ -98,11 +98,26 @@ def _blamed(blocker: dict[str, Any], blame: Blame | None, origin: Any, when: Tim
     return {**blocker, **extra, "text": f"{blocker['text']} [{said}]"}
 
 
+Searches = dict[Location, Any]
+"""Each origin's search (:func:`_search`), kept by a caller explaining several locations of one
+graph, which then releases them (:func:`release_searches`)."""
+
+
+def release_searches(searches: Searches) -> None:
+    """Let the searches go (a search holds ~3 objects per location: released in one pass)."""
+    for reached, parent in searches.values():
+        release(reached, parent)
+    searches.clear()
+
+
 def explain(graph: Graph, counts: dict[tuple[Location, Timestamp], int], frontier: list[Timestamp],
-            version: int, location: Location, time: Timestamp, blame: Blame | None = None) -> dict[str, Any]:
+            version: int, location: Location, time: Timestamp, blame: Blame | None = None,
+            searches: Searches | None = None) -> dict[str, Any]:
     """The ``ExplainResponse`` body for ``(location, time)`` given the active counts; with
-    ``blame``, each blocker also names its operator, the worker that last reported it and its age."""
-    searches: dict[Location, Any] = {}
+    ``blame``, each blocker also names its operator, the worker that last reported it and its age;
+    with ``searches``, the origins' searches are taken from and kept there (else released)."""
+    owned = searches is None
+    searches = {} if searches is None else searches
 
     def find(origin: Location, when: Timestamp) -> tuple[Timestamp, PathSummary] | None:
         if origin not in searches:
@@ -130,19 +145,21 @@ def explain(graph: Graph, counts: dict[tuple[Location, Timestamp], int], frontie
         }
 
     total, blockers = _collect(counts, lambda key: (key[1], key[0]), find, describe, blame)
-    for reached, parent in searches.values():
-        release(reached, parent)
+    if owned:
+        release_searches(searches)
     return _response(version, location_json(location), location, time, frontier, total, blockers, "")
 
 
 def explain_nested(steps: Mapping[ScopedLocation, list[Step]],
                    counts: Mapping[tuple[ScopedLocation, Timestamp], int], frontier: list[Timestamp], version: int,
-                   location: ScopedLocation, time: Timestamp, blame: Blame | None = None) -> dict[str, Any]:
+                   location: ScopedLocation, time: Timestamp, blame: Blame | None = None,
+                   searched: Searched | None = None) -> dict[str, Any]:
     """:func:`explain` for a dataflow with nested scopes: each blocker's path runs over the
     flattened graph (:mod:`tracker.scoped_paths`) and may cross scope boundaries, each step
     saying what it is (``via``: edge, operator, ingress, egress) and the time after it, in its
     scope's arity. ``summary`` is the blocker's path summary when it stays in one scope, else
-    ``None`` (ingress and egress change a time's arity: no one summary maps it)."""
+    ``None`` (ingress and egress change a time's arity: no one summary maps it). ``searched``:
+    the searches of earlier calls for other locations, reused (see :func:`tracker.scoped_paths.route`)."""
 
     def describe(origin: ScopedLocation, when: Timestamp, count: int,
                  found: tuple[Timestamp, list[tuple[Step, Timestamp]]]) -> dict[str, Any]:
@@ -162,8 +179,10 @@ def explain_nested(steps: Mapping[ScopedLocation, list[Step]],
                     + "".join(text),
         }
 
-    total, blockers = _collect(counts, lambda key: (len(key[1]), key[1], key[0]),
-                               lambda origin, when: route(steps, origin, when, location, time), describe, blame)
+    def find(origin: ScopedLocation, when: Timestamp) -> tuple[Timestamp, list[tuple[Step, Timestamp]]] | None:
+        return route(steps, origin, when, location, time, searched)
+
+    total, blockers = _collect(counts, lambda key: (len(key[1]), key[1], key[0]), find, describe, blame)
     return _response(version, _scoped_json(location), location, time, frontier, total, blockers,
                      ", along paths that may cross scope boundaries (ingress appends a loop counter 0, egress "
                      "drops it)")
@@ -207,7 +226,8 @@ def _response(version: int, location_body: dict[str, Any], location: Location | 
         f"{shown}{paths}. The frontier there is {[list(t) for t in frontier]}. Each blocker must be retired (its "
         f"count brought to zero) or advanced before {list(time)} can be notified.")
     return {"version": version, "location": location_body, "time": list(time), "safe_to_notify": safe,
-            "frontier": [list(t) for t in frontier], "blockers": blockers, "explanation": explanation}
+            "frontier": [list(t) for t in frontier], "blocker_count": total, "blockers": blockers,
+            "explanation": explanation}
 
 
 def _scoped_json(location: ScopedLocation) -> dict[str, Any]:

@@ -90,11 +90,12 @@ def names_of(tenant: Tenant) -> Names:
     return names
 
 
-def _locations(tenant: Tenant) -> list[Location]:
+def locations_of(tenant: Tenant) -> list[Location]:
+    """Every location of the dataflow (a nested one's stand-ins), in answer order."""
     return tenant.hosting.locations if tenant.hosting is not None else tenant.graph.locations()
 
 
-def _index_of(tenant: Tenant) -> Callable[[Location], int] | None:
+def index_of(tenant: Tenant) -> Callable[[Location], int] | None:
     """The compiled engine's index of a location (it reports changed locations by index)."""
     native = tenant.live.native
     return None if native is None else native.index
@@ -111,7 +112,8 @@ def blamer(tenant: Tenant, now: float) -> Callable[[Location, Timestamp], dict[s
         born = births.get((location, time))
         return {"operator": names.operator(location), "port": names.port(location),
                 "worker": None if born is None else born[1],
-                "age_seconds": None if born is None else round(max(now - born[0], 0.0), 3)}
+                "age_seconds": None if born is None else round(max(now - born[0], 0.0), 3),
+                "age_at_least": born is not None and ages.at_least(born[0])}
 
     return blame
 
@@ -123,14 +125,15 @@ def lag_report(tenant: Tenant, now: float) -> Callable[[], list[bytes]]:
     the other: call it in a worker thread (for 100,000 locations it took the event loop over 2 s)."""
     version, frontier = tenant.publication.frontier_reader()
     ages = tenant.ages
-    moved = ages.moved_all(_index_of(tenant))
+    moved = ages.moved_all(index_of(tenant))
     oldest = ages.oldest_by_location()
 
     def build() -> list[bytes]:
         names = names_of(tenant)
         worst: float | None = None
+        worst_at_least = False
         parts: list[bytes] = []
-        locations = _locations(tenant)
+        locations = locations_of(tenant)
         # A slice of rows at a time, each encoded and let go at once (~2 ms of the GIL): 100,000 rows alive
         # together cost a collector pass and a release of ~50 ms each, holding the GIL.
         for start in range(0, len(locations), 256):
@@ -139,18 +142,21 @@ def lag_report(tenant: Tenant, now: float) -> Callable[[], list[bytes]]:
                 times = frontier(location)
                 at = moved(location)
                 lag = round(max(now - at, 0.0), 3) if times else None
+                at_least = ages.at_least(at)
                 if lag is not None and (worst is None or lag > worst):
-                    worst = lag
+                    worst, worst_at_least = lag, at_least
                 first = oldest.get(location)
                 rows.append({
                     "location": names.json(location), "operator": names.operator(location),
                     "port": names.port(location), "frontier": [list(t) for t in times], "lag_seconds": lag,
-                    "changed_at": round(at, 3), "oldest_pointstamp": None if first is None else {
+                    "changed_at": round(at, 3), "lag_at_least": lag is not None and at_least,
+                    "oldest_pointstamp": None if first is None else {
                         "time": list(first[0]), "worker": first[2],
-                        "age_seconds": round(max(now - first[1], 0.0), 3)},
+                        "age_seconds": round(max(now - first[1], 0.0), 3), "age_at_least": ages.at_least(first[1])},
                 })
             parts.append((b"," if parts else b"") + _dumps(rows)[1:-1].encode())
-        head = _dumps({"version": version, "at": round(now, 3), "max_lag_seconds": worst, "locations": []})
+        head = _dumps({"version": version, "at": round(now, 3), "max_lag_seconds": worst,
+                       "max_lag_at_least": worst_at_least, "locations": []})
         return [head[:-2].encode(), *parts, b"]}"]  # "locations" is the last key
 
     return build
@@ -167,12 +173,12 @@ def input_lags(tenant: Tenant, now: float) -> Callable[[], list[tuple[str, str, 
     now (copies, on the event loop); listed by what is returned, which may run in a worker thread
     (a Python pass per location: ~0.1 s for 100,000)."""
     _, frontier = tenant.publication.frontier_reader()
-    moved = tenant.ages.moved_all(_index_of(tenant))
+    moved = tenant.ages.moved_all(index_of(tenant))
 
     def rows() -> list[tuple[str, str, float]]:
         names = names_of(tenant)
         return [(names.qualified(location), names.port(location), max(now - moved(location), 0.0))
-                for location in _locations(tenant) if location.kind == "target" and frontier(location)]
+                for location in locations_of(tenant) if location.kind == "target" and frontier(location)]
 
     return rows
 

@@ -90,8 +90,13 @@ def _times(times: list[list[int]]) -> str:
     return "{" + ", ".join("(" + ", ".join(map(str, t)) + ")" for t in times) + "}"
 
 
-def _seconds(value: float | None) -> str:
-    return "-" if value is None else f"{value:.1f} s"
+def _seconds(value: float | None, at_least: bool = False) -> str:
+    """``4.0 s``; ``≥ 4.0 s`` when it counts from a restart (the service cannot know more)."""
+    return "-" if value is None else f"{'≥ ' if at_least else ''}{value:.1f} s"
+
+
+def _worker(name: str | None, at_least: bool) -> str:
+    return name or ("unknown (before the restart)" if at_least else "-")
 
 
 def _paint(text: str, lag: float | None, colour: bool) -> str:
@@ -124,7 +129,7 @@ def render(flow: dict[str, Any], report: dict[str, Any], held: dict[str, list[di
     lag, what holds it back)."""
     stamp = datetime.fromtimestamp(report["at"]).strftime("%H:%M:%S") if report["at"] else ""
     lines = [f"{flow['name']}  {flow['id']}  version {report['version']}  max lag "
-             f"{_seconds(report['max_lag_seconds'])}  {stamp}".rstrip(),
+             f"{_seconds(report['max_lag_seconds'], report.get('max_lag_at_least', False))}  {stamp}".rstrip(),
              f"{'OPERATOR':<21} {'PORT':<9} {'FRONTIER':<14} {'LAG':<8} HELD BACK BY"]
     for row in report["locations"]:
         where = row["location"]
@@ -134,15 +139,18 @@ def render(flow: dict[str, Any], report: dict[str, Any], held: dict[str, list[di
         if blockers is None:
             first = row["oldest_pointstamp"]
             blame = "" if first is None else (
-                f"holds ({', '.join(map(str, first['time']))}) · worker {first['worker'] or '-'} · "
-                f"{_seconds(first['age_seconds'])}")
+                f"holds ({', '.join(map(str, first['time']))}) · worker "
+                f"{_worker(first['worker'], first.get('age_at_least', False))}"
+                f" · {_seconds(first['age_seconds'], first.get('age_at_least', False))}")
         else:
             blame = "; ".join(
                 f"{b['count']} × {b['operator']} {b['port']} {_where(b['location'])}@({', '.join(map(str, b['time']))})"
-                f" · worker {b['worker'] or '-'} · {_seconds(b['age_seconds'])}" for b in blockers[:3]) or "nothing"
+                f" · worker {_worker(b['worker'], b.get('age_at_least', False))} · "
+                f"{_seconds(b['age_seconds'], b.get('age_at_least', False))}"
+                for b in blockers[:3]) or "nothing"
             if len(blockers) > 3:
                 blame += f"; +{len(blockers) - 3} more"
-        lag = _paint(f"{_seconds(row['lag_seconds']):<8}", row["lag_seconds"], colour)
+        lag = _paint(f"{_seconds(row['lag_seconds'], row.get('lag_at_least', False)):<8}", row["lag_seconds"], colour)
         lines.append(f"{operator:<21} {row['port']:<9} {_times(row['frontier']):<14} {lag} {blame}".rstrip())
     return "\n".join(lines)
 
@@ -151,7 +159,7 @@ def watch(args: argparse.Namespace) -> int:
     """Run ``tracker watch``; the exit code."""
     try:
         token = _token(args)
-        with httpx.Client(base_url=service_url(args.url), headers={"Authorization": f"Bearer {token}"},
+        with httpx.Client(base_url=service_url(args.url, args.warehouse), headers={"Authorization": f"Bearer {token}"},
                           timeout=10.0) as client:
             flow = resolve(client, args.dataflow)
             frame = render(flow, *fetch(client, flow), colour=not args.once and sys.stdout.isatty())

@@ -16,6 +16,7 @@ import logging
 import socket
 import sys
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import uvicorn
@@ -136,6 +137,42 @@ def listen(host: str, port: int, send_buffer: int = 0) -> socket.socket:
     return sock
 
 
+def reachable_url(host: str, port: int) -> str:
+    """The URL a client on this machine reaches a service listening on ``host:port`` at (a
+    wildcard address is reached on loopback).
+
+    >>> reachable_url("0.0.0.0", 8000), reachable_url("::", 9000), reachable_url("10.0.0.7", 80)
+    ('http://127.0.0.1:8000', 'http://[::1]:9000', 'http://10.0.0.7:80')
+    """
+    host = {"0.0.0.0": "127.0.0.1", "": "127.0.0.1", "::": "::1"}.get(host, host)
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+class _Announcing(uvicorn.Server):
+    """uvicorn's server, which says where the service is once it serves (recovery done): one
+    plain line on stderr, and the URL in ``<warehouse>/service-url`` for the client commands
+    (removed again when it shuts down; a killed service leaves it, and clients then say the
+    service cannot be reached at that URL)."""
+
+    def __init__(self, config: uvicorn.Config, url: str, url_file: Path) -> None:
+        super().__init__(config)
+        self.url, self.url_file = url, url_file
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if self.started:
+            try:
+                self.url_file.write_text(self.url + "\n")
+            except OSError as error:  # the warehouse is writable (the lock is in it): only say so
+                print(f"[tracker] could not write {self.url_file}: {error.strerror}", file=sys.stderr)
+            print(f"[tracker] ready at {self.url}; dashboard at {self.url}/dashboard", file=sys.stderr, flush=True)
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        # Here rather than after run(): uvicorn re-raises a SIGTERM it stopped for once it returns.
+        self.url_file.unlink(missing_ok=True)
+        await super().shutdown(sockets)
+
+
 def app_from_env() -> Any:
     """Factory for ``uvicorn --factory api.run.server:app_from_env`` (settings from the environment).
     The head limits are uvicorn's protocol, not the app's: add ``--http api.web.protocol:GuardedHttp``
@@ -169,7 +206,8 @@ def serve(args: argparse.Namespace) -> int:
                             lifespan="on", timeout_graceful_shutdown=5, headers=HEADERS,
                             http=guarded_http(settings.max_header_bytes, settings.header_timeout),
                             ws="websockets-sansio")
-    server = uvicorn.Server(config)
+    server = _Announcing(config, reachable_url(settings.host, listener.getsockname()[1]),
+                         settings.warehouse / "service-url")
     try:
         server.run(sockets=[listener])
     except KeyboardInterrupt:  # uvicorn raises the SIGINT it stopped for again, once stopped

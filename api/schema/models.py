@@ -121,6 +121,9 @@ class RegisterRequest(_Model):
     nodes: list[NodeModel] = Field(max_length=100_000)
     edges: list[EdgeModel] = Field(default_factory=list, max_length=1_000_000)
     initial: list[UpdateModel] | None = None
+    last_epoch: StrictInt | None = Field(default=None, ge=0, le=MAX_TIME, description=(
+        "the last epoch (first time coordinate) any input will send at, if known: progress estimates then "
+        "say when each operator should be done"))
 
 
 class RegisterResponse(BaseModel):
@@ -232,6 +235,7 @@ class DataflowDetail(DataflowSummary):
 
     nodes: list[NodeModel]
     edges: list[EdgeModel]
+    last_epoch: int | None = Field(default=None, description="the inputs' last epoch, as registered")
     status: DataflowStatus
 
 
@@ -265,6 +269,8 @@ class Blocker(BaseModel):
     worker: str | None = Field(description="the worker whose batch last changed its count (null: an initial "
                                            "pointstamp, or one recovered from a compacted snapshot)")
     age_seconds: float | None = Field(description="wall-clock seconds since its count left zero")
+    age_at_least: bool = Field(default=False, description="the age counts from a restart from a compacted "
+                               "snapshot (it was live before it): it is at least that")
 
 
 class ExplainResponse(BaseModel):
@@ -275,6 +281,8 @@ class ExplainResponse(BaseModel):
     time: list[int]
     safe_to_notify: bool
     frontier: list[list[int]]
+    blocker_count: int = Field(default=0, description="how many active pointstamps hold it back (the first 50 "
+                               "are listed)")
     blockers: list[Blocker]
     explanation: str
 
@@ -286,6 +294,8 @@ class OldestPointstamp(BaseModel):
     worker: str | None = Field(description="the worker whose batch last changed its count (null: an initial "
                                            "pointstamp, or one recovered from a compacted snapshot)")
     age_seconds: float = Field(description="wall-clock seconds since its count left zero")
+    age_at_least: bool = Field(default=False, description="the age counts from a restart from a compacted "
+                               "snapshot (it was live before it): it is at least that")
 
 
 class LagRow(BaseModel):
@@ -299,6 +309,8 @@ class LagRow(BaseModel):
                                                   "it is empty (nothing more can arrive: nothing is awaited)")
     changed_at: float = Field(description="when it last changed (epoch seconds; the registration, or the last "
                                           "restart from a compacted snapshot, if it has not since)")
+    lag_at_least: bool = Field(default=False, description="the frontier has not changed since a restart from a "
+                               "compacted snapshot: the lag counts from the restart and is at least that")
     oldest_pointstamp: OldestPointstamp | None
 
 
@@ -308,7 +320,36 @@ class LagResponse(BaseModel):
     version: int
     at: float = Field(description="when this was computed (epoch seconds)")
     max_lag_seconds: float | None = Field(description="the largest lag_seconds (null when every frontier is empty)")
+    max_lag_at_least: bool = Field(default=False, description="the largest lag is a lower bound (lag_at_least)")
     locations: list[LagRow]
+
+
+class OperatorEstimate(BaseModel):
+    """How fast one operator's epoch advances and when it should be done (``api.ops.estimate``)."""
+
+    scope: list[int] | None = Field(default=None, description="its scope path (absent at the root)")
+    node: int
+    operator: str
+    epoch: int | None = Field(description="the earliest epoch still open at its inputs (null: done)")
+    state: Literal["done", "estimated", "unknown"] = Field(
+        description="done: every input frontier is empty; estimated: the rate is known and not 0; unknown: see reason")
+    epochs_per_second: float | None = Field(description="epochs cleared per second over the window (null: unknown, "
+                                                        "0: not advancing)")
+    eta_seconds: float | None = Field(description="expected seconds until every input frontier is empty (needs "
+                                                  "the last epoch and a known rate)")
+    reason: str | None = Field(description="why the rate or the expected time is unknown")
+
+
+class ProgressEstimate(BaseModel):
+    """Every operator's rate and expected time to done, as of one published version."""
+
+    version: int
+    at: float = Field(description="when this was computed (epoch seconds)")
+    window_seconds: float = Field(description="the window the rates are measured over")
+    last_epoch: int | None = Field(description="the inputs' last epoch, if known")
+    last_epoch_source: Literal["declared", "inputs closed"] | None = Field(
+        description="declared at registration, or the latest live epoch once every input is closed")
+    operators: list[OperatorEstimate]
 
 
 class ScopeSummaryRow(BaseModel):

@@ -222,13 +222,26 @@ def _wrong_arity(index: int, time: tuple[int, ...], arity: int) -> NoReturn:
                      f"the dataflow's arity is {arity}")
 
 
+_ALLOWED = {"kind": ("source", "target")}
+"""The values of each enumerated field, named in the message when another one is sent."""
+
+
 def _invalid(message: str) -> InvalidRequest:
-    """msgspec's ``"Expected `int`, got `str` - at `$.updates[0].delta`"`` as a located error."""
+    """msgspec's ``"Expected `int`, got `str` - at `$.updates[0].delta`"`` as a located error; a
+    bad enumerated value names the allowed ones, as pydantic's messages do.
+
+    >>> _invalid("Invalid enum value 'src' - at `$.updates[0].location.kind`").msg
+    "Input should be 'source' or 'target', got 'src'"
+    """
     match = _PATH.match(message)
     if match is None:
         return InvalidRequest("body", message)
     path = re.sub(r"\[(\d+)\]", r".\1", match.group(2))
-    return InvalidRequest("body" + path, match.group(1))
+    text = match.group(1)
+    allowed = _ALLOWED.get(path.rpartition(".")[2])
+    if allowed is not None and text.startswith("Invalid enum value "):
+        text = "Input should be " + " or ".join(f"'{value}'" for value in allowed) + ", got " + text[19:]
+    return InvalidRequest("body" + path, text)
 
 
 def _unknown(index: int, loc: _Location) -> NoReturn:

@@ -81,6 +81,8 @@ class Spec(msgspec.Struct, frozen=True, kw_only=True):
     edges: list[dict[str, Any]]
     initial: list[InitialRow] | None
     initial_scopes: list[list[int]] | None = None
+    last_epoch: int | None = None
+    """The inputs' last epoch, if the registration declared it (progress estimates)."""
 
 
 def registration_record(req: RegisterRequest) -> Spec:
@@ -95,6 +97,7 @@ def registration_record(req: RegisterRequest) -> Spec:
         ],
         initial_scopes=[list(u.location.scope or ()) for u in req.initial]
         if req.initial and any(u.location.scope for u in req.initial) else None,
+        last_epoch=req.last_epoch,
     )
 
 

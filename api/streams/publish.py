@@ -7,6 +7,10 @@ frontier as of any retained version and the changes after it. A version's change
 encoded to JSON once (:func:`changes_json`) and that one string is shared by every subscriber,
 the history and the Delta ``frontier_changes`` table (through ``on_published``).
 
+Long because: the published frontier (the engine's copy or Python sets), its history (three
+deques and a dict kept in step) and the encodings all change together in :meth:`Publication.publish`; split,
+their invariants would span modules.
+
 >>> from tracker.graph import Edge, Graph, Node
 >>> graph = Graph.build(1, [Node(0, 0, 1), Node(1, 1, 0)], [Edge(Location.source(0, 0), Location.target(1, 0))])
 >>> here = Location.target(1, 0)
@@ -104,6 +108,8 @@ class Publication:
         self.history_totals: deque[int] = deque()
         """:attr:`published_changes` right after each :attr:`history` entry (kept in step with it):
         how many changes a rewind undoes is a subtraction, not a pass over the history."""
+        self.history_at: deque[float] = deque()
+        """When each :attr:`history` entry's batch was applied (kept in step with it)."""
         self._published: Frontier = {}
         self._unfolded: list[list[FrontierChange] | ChangeBatch] = []
         self._unfolded_changes = 0
@@ -213,6 +219,7 @@ class Publication:
         history.append((version, len(changes), encoded))
         self.published_changes += len(changes)
         self.history_totals.append(self.published_changes)
+        self.history_at.append(stamp)
         if not isinstance(changes, list):
             self._batches[version] = changes
         while len(history) > 1 and (
@@ -220,6 +227,7 @@ class Publication:
         ):
             old_version, _, _ = history.popleft()
             self.history_totals.popleft()
+            self.history_at.popleft()
             self._batches.pop(old_version, None)
             self.history_floor = old_version
         if self._on_published is not None:
@@ -297,30 +305,42 @@ class Publication:
             if changed_version <= version:
                 break
             for change in json.loads(encoded):
-                where = change["location"]
-                location = (Location(where["node"], where["port"], where["kind"]) if self.encoding is None
-                            else self.encoding.location(where))
+                location = self.location(change["location"])
                 if change["diff"] > 0:
                     view.setdefault(location, set()).discard(tuple(change["time"]))
                 else:
                     view.setdefault(location, set()).add(tuple(change["time"]))
         return version, view
 
+    def location(self, raw: Mapping[str, Any]) -> Location:
+        """The location of a JSON location as this publication's changes write it (a nested
+        dataflow's stand-in)."""
+        if self.encoding is None:
+            return Location(raw["node"], raw["port"], raw["kind"])
+        return self.encoding.location(raw)
+
     def changes_since(self, version: int, selection: Selection | None = None) -> list[tuple[int, str]] | None:
         """Encoded changes after ``version`` up to the published version (at ``selection``'s
         locations, skipping versions without any), or ``None`` if the history no longer reaches
         back that far (or ``version`` is in the future)."""
+        found = self.stamped_changes_since(version, selection)
+        return None if found is None else [(v, text) for v, _, text in found]
+
+    def stamped_changes_since(self, version: int, selection: Selection | None = None
+                              ) -> list[tuple[int, float, str]] | None:
+        """:meth:`changes_since` with when each version was applied: ``(version, at, encoded)``."""
         if version < self.history_floor or version > self.frontier_version:
             return None
-        if selection is None:
-            return [(v, encoded) for v, _, encoded in self.history if v > version]
         out = []
-        for v, _, encoded in self.history:
-            if v > version:
+        for (v, _, encoded), at in zip(self.history, self.history_at, strict=True):
+            if v <= version:
+                continue
+            if selection is not None:
                 batch = self._batches.get(v)
-                text = encode(batch if batch is not None else decoded(encoded), selection)
-                if text != "[]":
-                    out.append((v, text))
+                encoded = encode(batch if batch is not None else decoded(encoded), selection)
+                if encoded == "[]":
+                    continue
+            out.append((v, at, encoded))
         return out
 
     def snapshot_json(self, selection: Selection | None = None) -> tuple[int, str]:

@@ -36,7 +36,7 @@ from api.delta.store import Store
 from api.durability.wal import LogFailed
 from api.host.ingest import Refused
 from api.host.service import RegistrationError, Service
-from api.ops.lag import service_lag_rows, service_oldest_age
+from api.ops.scrape import service_scrape
 from api.schema.models import ErrorBody, ProgressRequest, RegisterRequest
 from api.spark.audit import audit_loop
 from api.spark.microbatch import microbatch_loop
@@ -186,8 +186,7 @@ def create_app(settings: Settings, admin_token: str) -> FastAPI:
         except Exception:
             log.exception("Delta storage unavailable; running on the write-ahead log alone")
     service = Service(settings, admin_token, store)
-    service.metrics.lag_source = lambda: service_lag_rows(service.dataflows.values())()
-    service.metrics.age_source = lambda: service_oldest_age(service.dataflows.values())
+    service.metrics.scrape_source = lambda: service_scrape(service.dataflows.values())
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -309,8 +308,7 @@ def create_app(settings: Settings, admin_token: str) -> FastAPI:
     async def metrics() -> Response:
         """Prometheus text exposition (open, like ``/healthz``)."""
         # The dataflows' state is read here, on the loop (copies); the rows and text are made off it.
-        body = await asyncio.to_thread(service.metrics.render, service_lag_rows(service.dataflows.values()),
-                                      service_oldest_age(service.dataflows.values()))
+        body = await asyncio.to_thread(service.metrics.render, service_scrape(service.dataflows.values()))
         return Response(body, media_type="text/plain; version=0.0.4; charset=utf-8")
 
     @app.get("/docs", include_in_schema=False)

@@ -131,7 +131,7 @@ async def get_dataflow(dataflow: DataflowDep) -> Response:
     """The graph, arity, version and status (Spark check, last audit, Delta lag, workers)."""
     registration = dataflow.registration
     detail = {**dataflow.summary(), "nodes": registration.nodes, "edges": registration.edges,
-              "status": dataflow.status()}
+              "last_epoch": registration.last_epoch, "status": dataflow.status()}
     return chunked(await asyncio.to_thread(detail_json, detail))
 
 

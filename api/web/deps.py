@@ -147,7 +147,7 @@ def selection(dataflow: Tenant, text: str | None) -> Selection | None:
     except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
         raise HTTPException(422, {"error": "invalid_request", "detail": (
             "locations must be node:port:kind items separated by commas (1:0:target,2:0:target) or a JSON list "
-            f'of {{"node", "port", "kind"}} objects, got {text[:200]!r}')}) from None
+            f'of {{"node", "port", "kind"}} objects, kind being "source" or "target", got {text[:200]!r}')}) from None
     if not wanted:
         raise HTTPException(422, {"error": "invalid_request", "detail": "locations names no location"})
     for location in wanted:

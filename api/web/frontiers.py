@@ -18,6 +18,7 @@ from sse_starlette import EventSourceResponse
 from api.host.ingest import gone
 from api.host.tenant import Tenant
 from api.live.scopes import Hosting
+from api.ops.estimate import estimate
 from api.ops.explain import explain, explain_nested
 from api.ops.lag import blamer, lag_report
 from api.schema.bodies import collector_paused
@@ -26,6 +27,7 @@ from api.schema.models import (
     ExplainResponse,
     FrontierResponse,
     LagResponse,
+    ProgressEstimate,
 )
 from api.streams import subscribers
 from api.streams.rewind import TooFarBack, frontier_as_of
@@ -120,6 +122,16 @@ async def lag(dataflow: DataflowDep) -> Response:
     seconds since that frontier last changed (``null`` once empty), and its oldest live
     pointstamp with the worker that last reported it and its age."""
     return chunked(await asyncio.to_thread(lag_report(dataflow, time_now())))
+
+
+@router.get("/dataflows/{id}/progress-estimate", response_model=ProgressEstimate, responses=ERRORS,
+            summary="How fast each operator advances, and when it should be done")
+async def progress_estimate(dataflow: DataflowDep) -> JSONResponse:
+    """Per operator with inputs: its earliest open epoch, the epochs per second it cleared over
+    the last 10 s (null when too short or unsteady to say, with the reason), and, where the last
+    epoch is known (declared ``last_epoch``, or every input closed), the expected seconds until
+    it is done."""
+    return JSONResponse(await asyncio.to_thread(estimate(dataflow, time_now())))
 
 
 class _Held(EventSourceResponse):

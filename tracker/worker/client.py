@@ -1,9 +1,11 @@
 """The service as the ``tracker`` client commands see it: where it is, the admin token, and the
 few admin calls they make (register, list, delete), each failing with one readable line.
 
-Where the service is: ``--url``, else ``TRACKER_URL``, else ``http://127.0.0.1:8000``. The admin
-token: ``--token``, else ``TRACKER_ADMIN_TOKEN``, else the file the service generated,
-``<warehouse>/admin-token`` (``--warehouse``, else ``TRACKER_WAREHOUSE``, else ``./warehouse``).
+Where the service is: ``--url``, else ``TRACKER_URL``, else the URL a running ``tracker serve``
+wrote to ``<warehouse>/service-url``, else ``http://127.0.0.1:8000``. The admin token:
+``--token``, else ``TRACKER_ADMIN_TOKEN``, else the file the service generated,
+``<warehouse>/admin-token``. The warehouse: ``--warehouse``, else ``TRACKER_WAREHOUSE``, else
+``./warehouse``.
 
 Guarantee: every failure is a :class:`ClientError` whose message is one line saying what went
 wrong and what to do (the commands print it and exit with code 2); nothing here prints.
@@ -14,6 +16,8 @@ Traceback (most recent call last):
 tracker.worker.client.ClientError: no admin token: ... (--warehouse; /nonexistent/admin-token does not exist)
 >>> service_url(None, env={"TRACKER_URL": "http://10.0.0.7:9000/"})
 'http://10.0.0.7:9000'
+>>> service_url(None, "/nonexistent", env={})
+'http://127.0.0.1:8000'
 """
 
 from __future__ import annotations
@@ -33,9 +37,21 @@ class ClientError(RuntimeError):
     """A one-line reason why a client command cannot go on (exit code 2)."""
 
 
-def service_url(explicit: str | None, env: Mapping[str, str] = os.environ) -> str:
-    """``explicit``, else ``TRACKER_URL``, else :data:`DEFAULT_URL` (no trailing slash)."""
-    return (explicit or env.get("TRACKER_URL") or DEFAULT_URL).rstrip("/")
+def service_url(explicit: str | None, warehouse: str | Path | None = None, env: Mapping[str, str] = os.environ
+                ) -> str:
+    """``explicit``, else ``TRACKER_URL``, else the first line of ``<warehouse>/service-url`` (what
+    ``tracker serve`` writes once it serves), else :data:`DEFAULT_URL` (no trailing slash)."""
+    found = explicit or env.get("TRACKER_URL")
+    if not found:
+        try:
+            found = (_warehouse(warehouse, env) / "service-url").read_text().strip()
+        except OSError:
+            found = None
+    return (found or DEFAULT_URL).rstrip("/")
+
+
+def _warehouse(warehouse: str | Path | None, env: Mapping[str, str]) -> Path:
+    return Path(warehouse or env.get("TRACKER_WAREHOUSE") or "./warehouse")
 
 
 def admin_token(explicit: str | None, warehouse: str | Path | None, env: Mapping[str, str] = os.environ) -> str:
@@ -47,7 +63,7 @@ def admin_token(explicit: str | None, warehouse: str | Path | None, env: Mapping
     token = explicit or env.get("TRACKER_ADMIN_TOKEN")
     if token:
         return token
-    path = Path(warehouse or env.get("TRACKER_WAREHOUSE") or "./warehouse") / "admin-token"
+    path = _warehouse(warehouse, env) / "admin-token"
     try:
         token = path.read_text().strip()
     except OSError as error:
@@ -146,13 +162,13 @@ def register(url: str, token: str, body: dict[str, Any]) -> tuple[str, str]:
 
 
 def connect(url: str | None, token: str | None, warehouse: str | None) -> Admin:
-    """The service (``--url``/``TRACKER_URL``) with the admin token (``--token``,
+    """The service (``--url``/``TRACKER_URL``/``<warehouse>/service-url``) with the admin token (``--token``,
     ``TRACKER_ADMIN_TOKEN`` or ``<warehouse>/admin-token``), checked to answer and accept it.
 
     Raises:
         ClientError: no token, the service cannot be reached, or it refuses the token.
     """
-    admin = Admin(service_url(url), admin_token(token, warehouse))
+    admin = Admin(service_url(url, warehouse), admin_token(token, warehouse))
     admin.check()
     return admin
 

@@ -93,7 +93,9 @@ def launch(name: str, config: dict[str, Any], url: str, admin_token: str, worker
     """
     example = load_example(name)
     config = {**example.DEFAULTS, **config}
-    dataflow_id, token = register(url, admin_token, example.build(config).registration(workers))
+    flow = example.build(config)
+    flow.last_epoch = config["epochs"] - 1  # every example's input sends epochs 0 .. epochs - 1
+    dataflow_id, token = register(url, admin_token, flow.registration(workers))
     if on_registered is not None:
         on_registered(dataflow_id)
     addresses = ",".join(f"127.0.0.1:{p}" for p in free_ports(workers))

@@ -3,8 +3,8 @@
 (list), ``tracker delete``, and the worker processes they start (``tracker worker``,
 ``tracker run-worker``).
 
-The client commands find the service from ``--url`` / ``TRACKER_URL`` and the admin token from
-``--token`` / ``TRACKER_ADMIN_TOKEN`` / ``<--warehouse>/admin-token``
+The client commands find the service from ``--url`` / ``TRACKER_URL`` / ``<--warehouse>/service-url``
+and the admin token from ``--token`` / ``TRACKER_ADMIN_TOKEN`` / ``<--warehouse>/admin-token``
 (:mod:`tracker.worker.client`), and fail with one line and exit code 2 when there is none, the
 service is unreachable or it refuses the token. Only :mod:`argparse` here; the runtime is
 imported when a command runs.
@@ -85,11 +85,12 @@ def _delete(args: argparse.Namespace, admin: Admin) -> int:
 
 
 def _service_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--url", help="the service (default: env TRACKER_URL, else http://127.0.0.1:8000)")
+    parser.add_argument("--url", help="the service (default: env TRACKER_URL, else the URL a running tracker serve "
+                        "wrote to <warehouse>/service-url, else http://127.0.0.1:8000)")
     parser.add_argument("--token", help="the admin token (default: env TRACKER_ADMIN_TOKEN, else "
                         "<warehouse>/admin-token)")
-    parser.add_argument("--warehouse", help="the service's warehouse, for its admin-token file (default: env "
-                        "TRACKER_WAREHOUSE, else ./warehouse)")
+    parser.add_argument("--warehouse", help="the service's warehouse, for its service-url and admin-token files "
+                        "(default: env TRACKER_WAREHOUSE, else ./warehouse)")
 
 
 def _worker(args: argparse.Namespace) -> int:

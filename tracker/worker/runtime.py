@@ -127,7 +127,7 @@ class InputHandle:
                 worker has no transport.
         """
         if self.closed:
-            raise ProgressError(f"input {self.stage} is closed")
+            raise ProgressError(f"input '{self._name()}' is closed")
         updates: list[Update] = []
         try:
             for record in records:
@@ -145,7 +145,7 @@ class InputHandle:
             ProgressError: the input is closed, or ``epoch`` is not later than the current one.
         """
         if self.closed or epoch <= self.epoch:
-            raise ProgressError(f"input {self.stage}: cannot advance from {self.epoch} to {epoch}")
+            raise ProgressError(f"input '{self._name()}': cannot advance from epoch {self.epoch} to {epoch}")
         old = self.time()
         self.epoch = epoch
         self.worker._submit([u for p in range(self._outputs())
@@ -156,6 +156,9 @@ class InputHandle:
         if not self.closed:
             self.closed = True
             self.worker._submit([(self._source(p), self.time(), -1) for p in range(self._outputs())])
+
+    def _name(self) -> str:
+        return self.worker.dataflow.stages[self.stage].name
 
     def _outputs(self) -> int:
         return self.worker.dataflow.stages[self.stage].outputs
@@ -234,13 +237,15 @@ class Worker:
         """Route ``message`` and count it; see :meth:`Vertex.send_by`."""
         stage, kind, held_port, held = self._holding(vertex)
         if not 0 <= port < self.dataflow.stages[stage].outputs:
-            raise ProgressError(f"stage {stage} has no output {port}")
+            raise ProgressError(f"{self._named(stage)} has no output {port}")
         if len(time) != self._arity[stage]:
-            raise ProgressError(f"time {time} does not have the arity {self._arity[stage]} of stage {stage}'s scope")
+            raise ProgressError(f"time {time} does not have the arity {self._arity[stage]} of the scope of "
+                                f"{self._named(stage)}")
         ok = less_equal(held, time) if kind == "notify" else reachable(
             self.dataflow.summaries(stage, held_port, port), held, time)
         if not ok:
-            raise ProgressError(f"stage {stage} holds {held} ({kind}) and cannot send at {time} on output {port}")
+            raise ProgressError(f"{self._named(stage)} holds {held} ({kind}) and cannot send at {time} on output "
+                                f"{port}")
         self._route(stage, port, message, time, self._updates)
 
     def notify_at(self, vertex: Vertex, time: Timestamp) -> None:
@@ -248,17 +253,22 @@ class Worker:
         stage, kind, held_port, held = self._holding(vertex)
         outputs = self.dataflow.stages[stage].outputs
         if len(time) != self._arity[stage]:
-            raise ProgressError(f"time {time} does not have the arity {self._arity[stage]} of stage {stage}'s scope")
+            raise ProgressError(f"time {time} does not have the arity {self._arity[stage]} of the scope of "
+                                f"{self._named(stage)}")
         if kind == "notify" or outputs == 0:
             ok = less_equal(held, time)
         else:
             ok = all(reachable(self.dataflow.summaries(stage, held_port, o), held, time) for o in range(outputs))
         if not ok:
-            raise ProgressError(f"stage {stage} holds {held} ({kind}) and cannot be notified at {time}")
+            raise ProgressError(f"{self._named(stage)} holds {held} ({kind}) and cannot be notified at {time}")
         if time in self.requested[stage] or time in self._requests:
             return  # coalesced with the pending request: one capability, one on_notify
         self._requests.append(time)
         self._updates.extend((source, time, 1) for source in self._sources[stage])
+
+    def _named(self, stage: int) -> str:
+        """How errors name a stage: by its declared name (its id is an implementation detail)."""
+        return f"stage '{self.dataflow.stages[stage].name}'"
 
     def _holding(self, vertex: Vertex) -> tuple[int, str, int, Timestamp]:
         if self._active is None or self._active[0] != vertex.stage:
@@ -373,7 +383,11 @@ class Worker:
         view = self.link.view if self.link is not None else None
         if view is None or not view.known:
             return "no frontier received from the service yet"
-        waiting = sorted(f"{location}@{min(times)}" for location, times in view.times.items() if times)
+        ports = {location: f"'{stage.name}' {side} {port}" for stage in self.dataflow.stages
+                 for side, locations in (("in", self._targets[stage.id]), ("out", self._sources[stage.id]))
+                 for port, location in enumerate(locations)}
+        waiting = sorted(f"{ports.get(location, location)}@{min(times)}" for location, times in view.times.items()
+                         if times)
         if not waiting:
             return "batches not acknowledged by the service yet" if self.link is not None and not self.link.idle() \
                 else "nothing held here"

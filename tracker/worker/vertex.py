@@ -245,6 +245,9 @@ class Dataflow:
     arity: int = 1
     stages: list[Stage] = field(default_factory=list)
     channels: list[Channel] = field(default_factory=list)
+    last_epoch: int | None = None
+    """The last epoch the inputs send at, if known: registered, so the service's progress
+    estimates say when each operator should be done."""
     _scopes: dict[ScopePath, _ScopeState] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -407,8 +410,9 @@ class Dataflow:
         scopes as ``"scope": {"kind", "nodes", "edges"}`` in their scope node)."""
         body = self._body(())
         initial = [location_update(loc, t, d) for loc, t, d in self.initial(workers)]
+        extra = {} if self.last_epoch is None else {"last_epoch": self.last_epoch}
         return {"name": self.name, "timestamp_arity": self.arity, "nodes": body["nodes"], "edges": body["edges"],
-                "initial": initial}
+                "initial": initial, **extra}
 
     def _body(self, path: ScopePath) -> dict[str, Any]:
         scope = self._scopes[path]
