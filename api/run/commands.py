@@ -19,7 +19,7 @@ import os
 
 def _serve(args: argparse.Namespace) -> int:
     try:
-        from api.run.server import serve
+        from api.run.supervisor import supervise as serve
     except ImportError as error:
         from tracker.cli import needs_extra
 
