@@ -239,8 +239,7 @@ def test_the_sync_process_dies_with_the_service_and_its_loss_stops_acknowledgeme
     second = {"worker": "w", "seq": 1, "updates": [update(1, 0, "target", [6], 1)]}
     with service.client(token) as client:
         assert client.post(url, json=first).status_code == 200
-        assert service.process is not None
-        (syncer,) = _children(service.process.pid)
+        (syncer,) = _children(service.pid_of("hot"))  # under tracker serve's hot-path process
         os.kill(syncer, signal.SIGKILL)
         # The loss is noticed when the sync process's pipe closes; until then a quiet log may
         # still commit on the event loop (its own fdatasync: durable, so acknowledged).
@@ -263,8 +262,7 @@ def test_the_sync_process_dies_with_the_service_and_its_loss_stops_acknowledgeme
         counts = {(r["location"]["node"], tuple(r["time"])): r["count"]
                   for r in client.get(f"/v1/dataflows/{dataflow_id}/pointstamps").json()}
         assert counts[(1, (5,))] == 1 and counts[(1, (6,))] == 1
-    assert service.process is not None
-    (syncer,) = _children(service.process.pid)
+    (syncer,) = _children(service.pid_of("hot"))
     service.kill9()
     assert _gone(syncer), "the sync process outlived the service"
 

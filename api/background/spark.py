@@ -113,6 +113,7 @@ class SparkLink:
         self._resets: set[str] = set()  # --engine spark dataflows whose next micro-batch is a reset
         self._retry_at: dict[str, float] = {}
         self._tasks: list[asyncio.Task[None]] = []
+        self.stopping = False
 
     # -- life -------------------------------------------------------------------------------
 
@@ -130,6 +131,7 @@ class SparkLink:
 
     def stop(self) -> None:
         """Stop sending (at shutdown); what is pending is sent again after a restart."""
+        self.stopping = True
         for task in self._tasks:
             task.cancel()
 
@@ -198,7 +200,7 @@ class SparkLink:
         self._audits.clear()
         self._batches.clear()
         self._told.clear()
-        if self._tasks and not self._tasks[0].cancelled():
+        if not self.stopping:
             log.warning("the Spark process is unavailable; its work waits", extra=self.pending())
 
     def _land(self, message: ToHot) -> None:
@@ -221,7 +223,10 @@ class SparkLink:
     # -- checks --------------------------------------------------------------------------------
 
     def check(self, dataflow: Hosted) -> None:
-        """Ask for ``dataflow``'s registration check (sent now or on the next connect)."""
+        """Ask for ``dataflow``'s registration check (sent now or on the next connect), unless
+        it is ``skipped`` (nested, or too large to send to Spark)."""
+        if dataflow.spark.check == "skipped":
+            return
         dataflow.spark.check = "pending"
         self._checks[dataflow.id] = dataflow
         self._offer(dataflow, Check(df=dataflow.id))

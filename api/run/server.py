@@ -153,6 +153,9 @@ def serve_hot(settings: Settings, listener: socket.socket, supervised: Supervise
         server.run(sockets=[listener])
     except KeyboardInterrupt:  # uvicorn raises the SIGINT it stopped for again, once stopped
         return 130
+    except SystemExit:  # uvicorn's own exit when the app's start-up (recovery) failed
+        if server.started:
+            raise
     if not server.started:
         supervised.fatal(last_error.reason or "the hot-path process failed to start (see the log above)")
         return CANNOT_BOOT
@@ -161,7 +164,14 @@ def serve_hot(settings: Settings, listener: socket.socket, supervised: Supervise
 
 class _LastError(logging.Handler):
     """Remembers the last exception logged (uvicorn logs a failed start-up's), for the one line
-    the supervisor prints."""
+    the supervisor prints.
+
+    >>> handler = _LastError()
+    >>> handler.emit(logging.LogRecord("uvicorn.error", 40, "", 0, "Traceback (most recent call last):\n"
+    ...                                "  ...\napi.durability.segments.UnreadableLog: damaged", None, None))
+    >>> handler.reason
+    'UnreadableLog: damaged'
+    """
 
     def __init__(self) -> None:
         super().__init__(logging.ERROR)
@@ -170,3 +180,6 @@ class _LastError(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         if record.exc_info and record.exc_info[1] is not None:
             self.reason = f"{type(record.exc_info[1]).__name__}: {record.exc_info[1]}"
+        elif (text := record.getMessage()).startswith("Traceback"):  # uvicorn logs a failed lifespan's as text
+            name, _, detail = text.strip().splitlines()[-1].partition(": ")
+            self.reason = f"{name.rpartition('.')[2]}: {detail}" if detail else name

@@ -115,7 +115,12 @@ class SparkProcess:
         peer.send(self.status())
         try:
             async for message in peer.messages(decode_to_spark):
-                self._handle(peer, known, message)
+                try:
+                    self._handle(peer, known, message)
+                except Exception:  # a message out of order (work before its graph): the peer replays
+                    log.exception("a message could not be handled; closing the connection",
+                                  extra={"kind": type(message).__name__})
+                    return
         finally:
             self.peers.discard(peer)
             for dataflow in known.values():
