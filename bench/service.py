@@ -376,19 +376,19 @@ WebSocket subscriber in another process."""
 
 class _Audits(threading.Thread):
     """Keeps Spark busy: asks for an audit of the dataflow every second (409 while one is in
-    flight); counts those queued."""
+    flight); counts the answers by status code."""
 
     def __init__(self, service: ServiceProcess, dataflow_id: str) -> None:
         super().__init__(daemon=True)
         self.service, self.dataflow_id = service, dataflow_id
         self.stop = threading.Event()
-        self.queued = 0
+        self.answers: dict[int, int] = {}
 
     def run(self) -> None:
         with httpx.Client(base_url=self.service.url, headers=self.service.admin_headers, timeout=10) as client:
             while not self.stop.wait(1.0):
-                if client.post(f"/v1/dataflows/{self.dataflow_id}/audit").status_code == 202:
-                    self.queued += 1
+                code = client.post(f"/v1/dataflows/{self.dataflow_id}/audit").status_code
+                self.answers[code] = self.answers.get(code, 0) + 1
 
 
 def _status(service: ServiceProcess, dataflow_id: str) -> dict[str, Any]:
@@ -417,6 +417,7 @@ def _as_user(root: Path, shape_floor: Endpoint, n: int, rounds: int) -> dict[str
     service and of the same-shape floor, in alternating rounds, and what ran meanwhile."""
     results: dict[str, Any] = {}
     per_round = max(1, n // rounds)
+    spark_share = 0.0
     for mode in MODES:
         env = {"TRACKER_LOG_LEVEL": "warning", **({"TRACKER_DELTA": "0"} if mode == "delta_off" else {})}
         service = ServiceProcess(root / f"warehouse-{mode}", spark=mode == "spark_busy", env=env)
@@ -438,6 +439,9 @@ def _as_user(root: Path, shape_floor: Endpoint, n: int, rounds: int) -> dict[str
             if mode == "spark_busy":
                 audits = _Audits(service, dataflow_id)
                 audits.start()
+                spark_pid = service.pid_of("spark")
+                spark_cpu = _cpu_seconds(spark_pid)
+                began = time.monotonic()
             step = 1
             for _ in range(rounds):
                 for sender, subscriber in COMBOS:
@@ -448,14 +452,16 @@ def _as_user(root: Path, shape_floor: Endpoint, n: int, rounds: int) -> dict[str
                     pair["floor"] += asyncio.run(_latency(shape_floor, "x", "-", sender, per_round, 0, 0,
                                                           subscriber=subscriber, worker="floor"))
             audited = _status(service, dataflow_id)["audit"]
+            if mode == "spark_busy":  # the Spark process's and its JVM's CPU time while measured
+                spark_share = (_cpu_seconds(spark_pid) - spark_cpu) / (time.monotonic() - began)
         finally:
             if audits is not None:
                 audits.stop.set()
                 audits.join(15)
             service.stop()
-        results[mode] = {"samples": samples, "template_bytes": len(template),
-                         "audits_queued": audits.queued if audits is not None else 0,
-                         "last_audit": audited}
+        results[mode] = {"samples": samples, "template_bytes": len(template), "last_audit": audited,
+                         "audit_answers": audits.answers if audits is not None else {},
+                         "spark_cpu_share": spark_share if mode == "spark_busy" else 0.0}
     return results
 
 
@@ -463,7 +469,8 @@ def _print_as_user(as_user: dict[str, Any], rtts: dict[str, list[float]], figure
                    targets: dict[str, Any]) -> None:
     busy = as_user["spark_busy"]
     print(f"as a user runs it (bin/serve's defaults; spark_busy: Spark on, local[{max(1, (os.cpu_count() or 1) - 1)}] "
-          f"at nice 10, {busy['audits_queued']} audits of the ring asked during the run): each batch sent alone, "
+          f"at nice 10, audits of the ring asked every second, answered {busy['audit_answers']}; the Spark process "
+          f"and its JVM used {busy['spark_cpu_share']:.2f} cores meanwhile): each batch sent alone, "
           f"timed to its changes event ({busy['template_bytes']:,} bytes) at a subscriber in another process; "
           "shape floor = the same batch, transport and event bytes through a trivial FastAPI app "
           "(bench/shape_floor.py) that appends and fdatasyncs one record, measured in alternating rounds")
@@ -488,7 +495,8 @@ def _print_as_user(as_user: dict[str, Any], rtts: dict[str, list[float]], figure
                                 f"{name}_p99_over_spark_off_p99": {"max": 1.2}})
             print(f"{mode:11} {sender:6} {subscriber:6} {p50 * 1e3:7.2f}ms {p99 * 1e3:7.2f}ms {f50 * 1e3:9.2f}ms "
                   f"{f99 * 1e3:9.2f}ms {p50 / f50:9.2f}x {p99 / f99:9.2f}x {p50 / bare:8.2f}x {p99 / off99:7.2f}x")
-    figures["user_last_audit"] = busy["last_audit"]
+    figures.update({"user_last_audit": busy["last_audit"], "user_spark_cpu_share": busy["spark_cpu_share"],
+                    "user_audit_answers": busy["audit_answers"]})
     delta = [_pct(as_user["spark_off"]["samples"][k]["service"], 0.99) /
              _pct(as_user["delta_off"]["samples"][k]["service"], 0.99) for k in as_user["spark_off"]["samples"]]
     figures["user_delta_on_over_off_p99"] = delta

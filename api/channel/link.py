@@ -55,7 +55,7 @@ def frame(message: ToSpark | ToHot) -> bytes:
 
     >>> from api.channel.messages import Forget
     >>> frame(Forget(df="x"))[:4]
-    b'\\x00\\x00\\x00\\x0e'
+    b'\\x00\\x00\\x00\\x0f'
     """
     payload = encode(message)
     return HEADER.pack(len(payload)) + payload

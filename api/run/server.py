@@ -163,7 +163,7 @@ def serve_hot(settings: Settings, listener: socket.socket, supervised: Supervise
 
 
 class _LastError(logging.Handler):
-    """Remembers the last exception logged (uvicorn logs a failed start-up's), for the one line
+    r"""Remembers the last exception logged (uvicorn logs a failed start-up's), for the one line
     the supervisor prints.
 
     >>> handler = _LastError()
