@@ -68,8 +68,10 @@ def free_port() -> int:
 class ServiceProcess:
     """One service process; ``restart`` reuses port and warehouse (as after a crash).
 
-    ``env`` is added to the child's environment last, so it may override ``TRACKER_ADMIN_TOKEN``
-    and ``TRACKER_SPARK``. The child's output goes to :attr:`log_path`, next to the warehouse.
+    ``env`` is added to the child's environment last, so it may override ``TRACKER_ADMIN_TOKEN``,
+    ``TRACKER_SPARK`` and ``TRACKER_SPARK_NICE`` (``0`` here: the Spark process at the service's
+    priority, unlike ``tracker serve``'s default of 10). The child's output goes to
+    :attr:`log_path`, next to the warehouse.
     """
 
     def __init__(self, warehouse: Path, *, spark: bool = False, env: dict[str, str] | None = None,
@@ -92,8 +94,10 @@ class ServiceProcess:
 
     def start(self, timeout: float = 60.0) -> ServiceProcess:
         """Start and wait until ``/healthz`` answers."""
+        # The Spark process at the service's own priority unless asked otherwise: tests check
+        # what Spark does, and two test processes' services on 2 cores starve a niced one.
         env = {**os.environ, "TRACKER_ADMIN_TOKEN": ADMIN_TOKEN, "TRACKER_SPARK": "1" if self.spark else "0",
-               "PYTHONUNBUFFERED": "1", **self.extra_env}
+               "TRACKER_SPARK_NICE": "0", "PYTHONUNBUFFERED": "1", **self.extra_env}
         self.starts += 1
         log = open(self.log_path, "ab")  # noqa: SIM115 - the child keeps writing to it
         self.process = subprocess.Popen(
