@@ -28,7 +28,8 @@ Both run against a service on ``--engine native`` (the compiled engine) and then
   the same bytes as the service's ``changes`` event to the same subscriber client), service and
   floor in alternating rounds. Three ways (:data:`MODES`): Spark off; Spark and Delta off (what
   Delta flushing costs the tail); Spark on and busy (an audit of the ring asked every second
-  through ``POST .../audit``, so a Spark job runs against the same warehouse during the run).
+  through ``POST .../audit``, the periodic ones off, so that a Spark job runs against the same
+  warehouse during the run).
   Targets: p50 <= 1.5x and p99 <= 2x the same-shape floor's with Spark busy, and p99 with Spark
   busy <= 1.2x p99 with Spark off; the bare floor's ratios are printed beside.
 
@@ -62,6 +63,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import httpx
 from websockets.asyncio.client import connect
 
+from api.config import Settings
 from api.run.process import ADMIN_TOKEN, ServiceProcess, free_port
 from bench.workloads import core_graph, loop_graph, register, update
 
@@ -367,8 +369,9 @@ def _measure(engine: str, root: Path, floor_port: int, n: int, workers: int, per
 MODES = ("spark_off", "delta_off", "spark_busy")
 """The service as a user runs it (``bin/serve``'s defaults), three ways: Spark off; Spark off
 and Delta off (``TRACKER_DELTA=0``: what Delta flushing costs the tail, beside ``spark_off``);
-Spark on and busy (a Spark audit of the ring requested every second through
-``POST .../audit``, as when audits, checks or ``tracker jobs`` run)."""
+Spark on and busy (at ``tracker serve``'s default niceness; an audit of the ring asked every
+second through ``POST .../audit``, the periodic ones off so that these run back to back, as
+when audits, checks or ``tracker jobs`` run)."""
 COMBOS = (("ws", "sse"), ("ws", "ws"), ("post", "sse"), ("post", "ws"))
 """(sender, subscriber): a WebSocket (``?subscribe=false``) or POST sender; an SSE or
 WebSocket subscriber in another process."""
@@ -420,6 +423,8 @@ def _as_user(root: Path, shape_floor: Endpoint, n: int, rounds: int) -> dict[str
     spark_share = 0.0
     for mode in MODES:
         env = {"TRACKER_LOG_LEVEL": "warning", **({"TRACKER_DELTA": "0"} if mode == "delta_off" else {})}
+        if mode == "spark_busy":  # tracker serve's own priority for Spark; audits on demand only, back to back
+            env.update({"TRACKER_SPARK_NICE": str(Settings().spark_nice), "TRACKER_AUDIT_SECONDS": "0"})
         service = ServiceProcess(root / f"warehouse-{mode}", spark=mode == "spark_busy", env=env)
         audits = None
         samples: dict[str, dict[str, list[float]]] = {f"{s}_{b}": {"service": [], "floor": []} for s, b in COMBOS}
