@@ -161,7 +161,7 @@ class SparkLink:
             return None
         s = self.status
         return {"role": "spark", "pid": s.pid, "state": s.state, "pyspark": s.pyspark, "jvm": s.jvm,
-                "master": s.cores, "nice": s.nice, "connects": self.client.connects if self.client else 0}
+                "master": s.master, "nice": s.nice, "connects": self.client.connects if self.client else 0}
 
     # -- the channel ---------------------------------------------------------------------------
 

@@ -86,7 +86,7 @@ class Status(msgspec.Struct, frozen=True, tag="status", tag_field="t"):
     state: str
     jvm: int | None = None
     pyspark: bool = True
-    cores: str = ""
+    master: str = ""
     nice: int = 0
 
 

@@ -87,7 +87,7 @@ class SparkProcess:
 
             jvm = SparkContext._gateway.proc.pid  # type: ignore[union-attr]
         return Status(pid=os.getpid(), state=self.spark.health(), jvm=jvm, pyspark="pyspark" in sys.modules,
-                      cores=self.master, nice=os.nice(0))
+                      master=self.master, nice=os.nice(0))
 
     async def open(self) -> None:
         """Start the session; tell every connection when it is ready (or failed)."""
