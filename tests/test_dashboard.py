@@ -422,7 +422,7 @@ def test_api_docs_work_offline_and_authorize_with_a_token(service: ServiceProces
 
 
 def test_assets_are_shipped_with_their_licences() -> None:
-    vendor = Path(__file__).resolve().parent.parent / "api" / "static" / "vendor"
+    vendor = Path(__file__).resolve().parent.parent / "api" / "web" / "static" / "vendor"
     for asset, licence in (("cytoscape.min.js", "cytoscape.LICENSE"), ("uPlot.iife.min.js", "uPlot.LICENSE")):
         assert (vendor / asset).stat().st_size > 10_000
         assert "Permission is hereby granted" in (vendor / licence).read_text()
