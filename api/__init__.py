@@ -16,16 +16,22 @@ durability the write-ahead log: typed records, segments, group commit, the fsync
            recovery must find
 streams    publication: the published frontier, its history, subscribers, fan-out, rewinds
 delta      the Delta tables: flush, compaction, log retirement, graph tables, tidying
-spark      Spark tasks: the session and its thread, registration checks, audits, micro-batches
+channel    the channel between processes: typed messages, frames, a reconnecting client, what
+           a supervised child does (ready, heartbeat, dies with its parent)
+background the hot path's side of Spark's work: checks, audits, micro-batches asked over the
+           channel, their answers landing in each dataflow's state
+spark      the Spark process: its session and thread, registration checks, audits, micro-batches
 host       the hosted dataflows: the tenant, the ingest use case, registration, recovery, tokens
 ops        operating the service: lag and blame, explain, progress estimates, the dashboard's
            frames, the metrics' scrape, ``tracker watch``
 web        the HTTP surface (the only FastAPI importer): the app, routes, WebSocket, bearer
            auth, limits, protocols, the dashboard
-run        processes: ``tracker serve``, the commands, the service in a subprocess
+run        processes: ``tracker serve`` (the supervisor), the hot-path process, the commands, the
+           service in a subprocess
 ========== ==========================================================================================
 
-Shared by every package: :mod:`api.config` (settings) and :mod:`api.metrics` (Prometheus).
+Shared by every package: :mod:`api.config` (settings), :mod:`api.metrics` (Prometheus) and
+:mod:`api.logs` (JSON log lines).
 A progress batch flows up: parsed (schema), ordered and applied (live), logged (durability),
 published (streams), flushed (delta); requests come in at web and are served by host.
 """

@@ -9,9 +9,10 @@ Guarantees: a bad environment value is refused at start-up with a message naming
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 ENGINES = ("native", "reference", "spark")
@@ -81,6 +82,9 @@ class Settings:
     spark_check: bool = True  # TRACKER_SPARK_CHECK=0 skips the Spark registration check
     spark_timeout: float = 300.0  # TRACKER_SPARK_TIMEOUT: seconds one Spark check or audit may run (0: no limit)
     spark_max_locations: int = 2000  # TRACKER_SPARK_MAX_LOCATIONS: larger graphs are not sent to Spark (0: no limit)
+    spark_cores: int = 0  # TRACKER_SPARK_CORES: local[N] of the Spark process (0: the machine's cores less one, >= 1)
+    spark_nice: int = 10  # TRACKER_SPARK_NICE: the Spark process's niceness increment (0: the service's priority)
+    spark_address: str | None = None  # the Spark process's Unix socket (set by the supervisor, not by users)
     delta: bool = True  # TRACKER_DELTA=0 keeps everything in the write-ahead log only
     flush_seconds: float = 1.0  # TRACKER_FLUSH_SECONDS: WAL -> Delta progress
     compact_seconds: float = 5.0  # TRACKER_COMPACT_SECONDS: pointstamps/frontiers/frontier_changes
@@ -122,6 +126,8 @@ class Settings:
             spark_check=env.get("TRACKER_SPARK_CHECK", "1").lower() not in ("0", "false", "no", "off"),
             spark_timeout=_env_float("TRACKER_SPARK_TIMEOUT", 300.0),
             spark_max_locations=_env_int("TRACKER_SPARK_MAX_LOCATIONS", 2000),
+            spark_cores=_env_int("TRACKER_SPARK_CORES", 0),
+            spark_nice=_env_int("TRACKER_SPARK_NICE", 10),
             delta=env.get("TRACKER_DELTA", "1").lower() not in ("0", "false", "no", "off"),
             flush_seconds=_env_float("TRACKER_FLUSH_SECONDS", 1.0),
             compact_seconds=_env_float("TRACKER_COMPACT_SECONDS", 5.0),
@@ -157,6 +163,9 @@ class Settings:
                 settings.spark_timeout = args.spark_timeout
             if getattr(args, "spark_max_locations", None) is not None:
                 settings.spark_max_locations = args.spark_max_locations
+            for name in ("spark_cores", "spark_nice"):
+                if getattr(args, name, None) is not None:
+                    setattr(settings, name, getattr(args, name))
             settings.metrics_per_dataflow |= bool(getattr(args, "metrics_per_dataflow", False))
             for name in LIMITS:  # `tracker serve` options; a namespace built elsewhere may lack them
                 if getattr(args, name, None) is not None:
@@ -174,6 +183,31 @@ class Settings:
             raise ValueError(f"--engine must be native, reference or spark, got {settings.engine!r}")
         if settings.engine == "native" and (problem := native_problem()) is not None:
             raise ValueError(problem)
+        if settings.spark_nice > 19:
+            raise ValueError("--spark-nice / TRACKER_SPARK_NICE must be from 0 to 19")
         if settings.engine == "spark":
             settings.spark = True
         return settings
+
+    def spark_cores_used(self) -> int:
+        """The Spark process's ``local[N]``: :attr:`spark_cores`, or the machine's cores less one
+        (at least one), so the hot path keeps a core.
+
+        >>> Settings(spark_cores=3).spark_cores_used()
+        3
+        """
+        return self.spark_cores or max(1, (os.cpu_count() or 1) - 1)
+
+    def to_json(self) -> str:
+        """These settings as JSON, for a child process (:meth:`from_json` reads them back).
+
+        >>> Settings.from_json(Settings(port=8001).to_json()) == Settings(port=8001)
+        True
+        """
+        return json.dumps({**asdict(self), "warehouse": str(self.warehouse)})
+
+    @classmethod
+    def from_json(cls, text: str) -> Settings:
+        """Settings as :meth:`to_json` wrote them (already validated by the supervisor)."""
+        values = json.loads(text)
+        return cls(**{**values, "warehouse": Path(values["warehouse"])})

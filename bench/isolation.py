@@ -221,8 +221,7 @@ Abuse = Callable[[asyncio.Event, asyncio.Event, list[int]], Coroutine[Any, Any, 
 async def _scenario(service: ServiceProcess, probe: _Tenant, seconds: float, abuse: Abuse) -> dict[str, Any]:
     """Run ``abuse`` (set up until it sets ``ready``, then until told to stop) while the probe
     runs; the probe's figures and RSS."""
-    assert service.process is not None
-    pid = service.process.pid
+    pid = service.pid_of("hot")  # the process serving requests, under tracker serve
     stop, ready, counter = asyncio.Event(), asyncio.Event(), [0]
     rss: list[float] = [_rss_mb(pid)]
 

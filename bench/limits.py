@@ -125,8 +125,7 @@ def _send_quietly(sock: socket.socket, data: bytes) -> None:
 
 
 def _huge_headers(service: ServiceProcess, count: int, size: int) -> dict[str, Any]:
-    assert service.process is not None
-    pid = service.process.pid
+    pid = service.pid_of("hot")  # the process serving requests, under tracker serve
     before = _peak_reset(pid)
     results: list[dict[str, Any]] = [{} for _ in range(count)]
     threads = [threading.Thread(target=_flood, args=(service, size, results[i])) for i in range(count)]

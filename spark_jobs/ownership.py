@@ -67,6 +67,11 @@ class WarehouseLock:
         os.pwrite(fd, json.dumps({"what": what, "pid": os.getpid(), "since": time.time()}).encode(), 0)
         return cls(fd)
 
+    def fileno(self) -> int | None:
+        """The descriptor holding the lock (``None`` for a remote warehouse): a child process
+        that inherits it holds the lock as long as it lives, even past this process."""
+        return self._fd
+
     def release(self) -> None:
         """Give the warehouse back (idempotent)."""
         if self._fd is not None:

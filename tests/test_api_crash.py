@@ -239,8 +239,7 @@ def test_the_sync_process_dies_with_the_service_and_its_loss_stops_acknowledgeme
     second = {"worker": "w", "seq": 1, "updates": [update(1, 0, "target", [6], 1)]}
     with service.client(token) as client:
         assert client.post(url, json=first).status_code == 200
-        assert service.process is not None
-        (syncer,) = _children(service.process.pid)
+        (syncer,) = _children(service.pid_of("hot"))  # under tracker serve's hot-path process
         os.kill(syncer, signal.SIGKILL)
         # The loss is noticed when the sync process's pipe closes; until then a quiet log may
         # still commit on the event loop (its own fdatasync: durable, so acknowledged).
@@ -263,8 +262,7 @@ def test_the_sync_process_dies_with_the_service_and_its_loss_stops_acknowledgeme
         counts = {(r["location"]["node"], tuple(r["time"])): r["count"]
                   for r in client.get(f"/v1/dataflows/{dataflow_id}/pointstamps").json()}
         assert counts[(1, (5,))] == 1 and counts[(1, (6,))] == 1
-    assert service.process is not None
-    (syncer,) = _children(service.process.pid)
+    (syncer,) = _children(service.pid_of("hot"))
     service.kill9()
     assert _gone(syncer), "the sync process outlived the service"
 
@@ -324,3 +322,80 @@ def test_a_restart_finishes_what_a_crash_interrupted_and_one_writer_holds_the_wa
     for version, at in changes.select("version", "at").iter_rows():
         assert at.timestamp() < restarted_at
         assert at == (row[0]["created_at"] if version == 0 else arrived[version])
+
+
+@pytest.mark.spark
+def test_kill_9_of_the_spark_or_the_hot_path_process_under_load(start_service: ServiceStarter) -> None:
+    """The supervisor restarts a killed process in its slot (itself untouched); the hot path
+    acknowledges progress while the Spark process is down, loses nothing when it is killed
+    itself, and a registration check interrupted by the Spark process's death runs again."""
+    service = start_service(spark=True, SPARK_MASTER="local[1]", TRACKER_AUDIT_SECONDS="1",
+                            TRACKER_FLUSH_SECONDS="0.2", TRACKER_COMPACT_SECONDS="0.5")
+    body = loop_graph(operators=3, arity=2)
+    dataflow_id, token = register(service, body)
+    graph, initial = core_graph(body)
+    workers = [Worker(f"w{i}", service.url, token, dataflow_id, graph.locations()) for i in range(2)]
+
+    def health() -> dict[str, Any]:
+        return dict(httpx.get(service.url + "/healthz", timeout=10).json())
+
+    def wait(what: str, ok: Any, timeout: float = 300.0) -> Any:
+        deadline = time.monotonic() + timeout
+        while not (found := ok()):
+            assert time.monotonic() < deadline, f"{what}:\n{service.log_tail()}"
+            time.sleep(0.1)
+        return found
+
+    assert service.process is not None
+    supervisor = service.process.pid
+    try:
+        for worker in workers:
+            worker.start()
+        wait("the Spark session", lambda: health()["spark"] == "ready")
+        first_spark = service.pid_of("spark")
+        checked, checked_token = register(service, loop_graph(operators=2, name="checked-after-a-crash"))
+        os.kill(first_spark, signal.SIGKILL)
+        wait("the hot path to see the Spark process gone", lambda: health()["spark"] != "ready", 30)
+        with service.client() as admin:
+            refused = admin.post(f"/v1/dataflows/{dataflow_id}/audit")
+        assert refused.status_code in (503, 409), refused.text  # 409: an audit was in flight
+        acked_while_down = sum(len(w.acked) for w in workers)
+        time.sleep(1.0)
+        assert sum(len(w.acked) for w in workers) > acked_while_down, "progress waited for Spark"
+
+        first_hot = service.pid_of("hot")
+        os.kill(first_hot, signal.SIGKILL)
+        wait("a new hot-path process", lambda: _pid_or_none(service, "hot") not in (None, first_hot), 60)
+        wait("the restarted Spark process", lambda: health()["spark"] == "ready")
+        assert service.pid_of("spark") != first_spark
+        with service.client(checked_token) as client:
+            status = wait("the interrupted check", lambda: (s := client.get(f"/v1/dataflows/{checked}").json()[
+                "status"])["spark_check"] not in ("pending", "running") and s)
+        assert status["spark_check"] == "agreed", status
+        time.sleep(0.5)
+        errors = stop_writers(workers)
+        assert errors == []
+        acked = {w.name: w.acked for w in workers}
+        total = sum(len(b) for b in acked.values())
+        counts = oracle.accumulate([initial, *(as_updates(b) for bs in acked.values() for b in bs)])
+        with service.client(token) as client:
+            detail = client.get(f"/v1/dataflows/{dataflow_id}").json()
+            assert detail["version"] == total
+            assert counts_map(client.get(f"/v1/dataflows/{dataflow_id}/pointstamps").json()) == counts
+            frontier = client.get(f"/v1/dataflows/{dataflow_id}/frontier").json()
+            assert frontier["version"] == total and frontier_map(frontier) == oracle.frontiers(graph, counts)
+            audit = wait("an audit of the last version", lambda: (a := client.get(f"/v1/dataflows/{dataflow_id}")
+                                                                  .json()["status"]["audit"]) and
+                         a.get("version") == total and a)
+        assert audit["ok"] is True, audit
+        assert service.process.poll() is None and service.process.pid == supervisor
+    finally:
+        for worker in workers:
+            worker.stop.set()
+
+
+def _pid_or_none(service: Any, role: str) -> int | None:
+    try:
+        return int(service.pid_of(role))
+    except (httpx.HTTPError, StopIteration):
+        return None

@@ -238,8 +238,7 @@ def test_with_the_log_down_registration_is_503_and_an_unacknowledged_seq_is_not_
     url = f"/v1/dataflows/{dataflow_id}/progress"
     with service.client(token) as client:
         assert client.post(url, json={"worker": "w", "seq": 0, "updates": []}).status_code == 200
-        assert service.process is not None
-        [syncer] = [int(c) for task in Path(f"/proc/{service.process.pid}/task").iterdir()
+        [syncer] = [int(c) for task in Path(f"/proc/{service.pid_of('hot')}/task").iterdir()
                     for c in (task / "children").read_text().split()]
         os.kill(syncer, signal.SIGKILL)
         # The loss is noticed when the sync process's pipe closes; until then a quiet log may

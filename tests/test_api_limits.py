@@ -167,8 +167,7 @@ def test_oversized_heads_get_431_without_buffering_them(service: ServiceProcess)
                                                                   for i in range(400)) + b"\r\n")
     assert _status(many) == 431  # many headers add up
     # 16 MiB of one header, sent while the server answers: the peak memory stays flat.
-    assert service.process is not None
-    pid = service.process.pid
+    pid = service.pid_of("hot")  # the process serving requests, under tracker serve
     before = _peak_reset(pid)
     with socket.create_connection(("127.0.0.1", service.port)) as sock:
         sock.settimeout(10)

@@ -441,3 +441,14 @@ def test_registering_a_large_graph_does_not_block_progress(service: ServiceProce
     print(f"registration took {done[0]:.2f} s; progress latencies max {max(latencies) * 1e3:.1f} ms")
     assert in_flight or done[0] > sum(latencies) / 2, "registration was too quick to overlap with the progress"
     assert max(latencies) < max(0.5, done[0] / 2), "a progress batch waited for the registration"
+
+
+def test_an_audit_asked_with_spark_off_is_409_and_the_processes_are_listed(service: ServiceProcess) -> None:
+    dataflow_id, _ = register(service, loop_graph(operators=2, name="no-spark"))
+    with service.client() as admin:
+        answer = admin.post(f"/v1/dataflows/{dataflow_id}/audit")
+        assert answer.status_code == 409 and answer.json()["error"] == "spark_off", answer.text
+        assert admin.post("/v1/dataflows/nope/audit").status_code == 404
+        roles = [p["role"] for p in admin.get("/v1/processes").json()]
+        health = admin.get("/healthz").json()
+    assert roles == ["supervisor", "hot"] and health["spark"] == "disabled"

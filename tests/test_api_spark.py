@@ -1,4 +1,5 @@
-"""The service with Spark on: background registration check, audits, Delta compaction.
+"""The service with Spark on: background registration check, audits (periodic and on demand),
+Delta compaction, and the processes by role (the hot path holds no Spark).
 
 One service (with its own ``local[1]`` Spark session, started in the background) for the module.
 """
@@ -12,10 +13,12 @@ import httpx
 import polars as pl
 import pytest
 
+from api.run.process import descendants
 from tests.helpers import ServiceProcess, loop_graph, register, update, wait_for
 
 pytestmark = [pytest.mark.service(spark=True, SPARK_MASTER="local[1]", TRACKER_AUDIT_SECONDS="1",
-                                  TRACKER_COMPACT_SECONDS="0.5", TRACKER_FLUSH_SECONDS="0.2"),
+                                  TRACKER_SPARK_NICE="3", TRACKER_COMPACT_SECONDS="0.5",
+                                  TRACKER_FLUSH_SECONDS="0.2"),
               pytest.mark.spark]
 
 
@@ -112,3 +115,48 @@ def test_registrations_waiting_together_share_one_spark_check(service: ServicePr
         details.append(status["spark_detail"])
     shared = [int(d.split("one Spark job for ")[1].split(" ")[0]) for d in details]
     assert max(shared) >= 2, details  # the first may go alone; the others wait for it and go together
+
+
+def _nice(pid: int) -> int:
+    return int((Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[16])
+
+
+def test_processes_by_role_the_hot_path_holds_no_spark(service: ServiceProcess) -> None:
+    """``GET /v1/processes`` reads the hot-path process's own ``sys.modules``: no pyspark, no
+    py4j, no JVM under it; the Spark process holds the JVM and runs ``TRACKER_SPARK_NICE`` nicer."""
+    wait_for("the Spark session", lambda: httpx.get(service.url + "/healthz").json()["spark"] == "ready", 600)
+    processes = {p["role"]: p for p in service.processes()}
+    assert set(processes) == {"supervisor", "hot", "spark"}
+    assert service.process is not None and processes["supervisor"]["pid"] == service.process.pid
+    hot, spark = processes["hot"], processes["spark"]
+    assert hot["pyspark"] is False and hot["py4j"] is False and hot["jvm"] is None
+    assert not [p for p in descendants(hot["pid"]) if b"java" in Path(f"/proc/{p}/cmdline").read_bytes()]
+    assert spark["pyspark"] is True and spark["jvm"] in descendants(spark["pid"])
+    assert spark["master"] == "local[1]"
+    assert _nice(spark["pid"]) == min(19, _nice(hot["pid"]) + 3) == spark["nice"]
+    with httpx.Client(base_url=service.url) as client:
+        assert client.get("/v1/processes").status_code == 401
+
+
+def test_an_audit_on_demand(service: ServiceProcess) -> None:
+    dataflow_id, token = register(service, loop_graph(operators=2, name="on-demand"))
+    with service.client(token) as client:
+        client.post(f"/v1/dataflows/{dataflow_id}/progress", json={"worker": "w", "seq": 0, "updates": [
+            update(0, 0, "source", [0], -1), update(0, 0, "source", [7], 1)]})
+        refused = client.post(f"/v1/dataflows/{dataflow_id}/audit")
+        assert refused.status_code == 403, refused.text
+    wait_for("the Spark session", lambda: httpx.get(service.url + "/healthz").json()["spark"] == "ready", 600)
+    with service.client() as admin:
+        def queue() -> httpx.Response | None:  # the periodic audits (every second here) may be in flight
+            answer = admin.post(f"/v1/dataflows/{dataflow_id}/audit")
+            assert answer.status_code in (202, 409), answer.text
+            if answer.status_code == 409:
+                assert answer.json()["error"] == "audit_in_flight", answer.text
+                return None
+            return answer
+
+        queued = wait_for("an audit queued on demand", queue, 600)
+        assert queued.json() == {"queued": "audit", "dataflow": dataflow_id, "version": 1}
+        audit = wait_for("the audit", lambda: (a := admin.get(f"/v1/dataflows/{dataflow_id}").json()["status"][
+            "audit"]) and a.get("version") == 1 and a)
+        assert audit["ok"] is True, audit

@@ -10,6 +10,7 @@ took on the same service (at least 10 s; the machine's load scales both).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -22,41 +23,30 @@ from typing import Any
 import httpx
 import pytest
 
+from api.run.process import alive, descendants
 from tests.helpers import ROOT, ServiceProcess, ServiceStarter, loop_graph, register, update, wait_for
 
 pytestmark = [pytest.mark.service, pytest.mark.spark]
 
 
-def _children(pid: int) -> list[tuple[int, int, bytes]]:
-    """``(pid, process group, command line)`` of every child of ``pid``."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            cmdline = (entry / "cmdline").read_bytes()
-        except OSError:
-            continue
-        if entry.name.isdigit() and int(fields[1]) == pid:
-            found.append((int(entry.name), int(fields[2]), cmdline))
-    return found
+def _cmdline(pid: int) -> bytes:
+    try:
+        return (Path("/proc") / str(pid) / "cmdline").read_bytes()
+    except OSError:
+        return b""
 
 
-def _java_children(pid: int) -> list[int]:
-    return [child for child, _, cmdline in _children(pid) if b"java" in cmdline]
+def _java_descendants(pid: int) -> list[int]:
+    return [child for child in descendants(pid) if b"java" in _cmdline(child)]
 
 
 def _ctrl_c(pid: int) -> None:
-    """SIGINT to ``pid`` and its children in its process group, as a terminal's Ctrl-C does."""
+    """SIGINT to ``pid`` and every process under it in its process group, as a terminal's Ctrl-C does."""
     group = os.getpgid(pid)
-    for child in [pid] + [c for c, g, _ in _children(pid) if g == group]:
-        os.kill(child, signal.SIGINT)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        return (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
+    for child in [pid, *descendants(pid)]:
+        with contextlib.suppress(ProcessLookupError):
+            if os.getpgid(child) == group:
+                os.kill(child, signal.SIGINT)
 
 
 def _status(service: ServiceProcess, dataflow_id: str) -> dict[str, Any]:
@@ -103,8 +93,10 @@ def test_sigint_during_a_slow_check_then_the_time_limit(start_service: ServiceSt
             600.0, interval=0.1, service=service)
     time.sleep(1.0)  # well inside Spark's job
     assert service.process is not None
-    jvms = _java_children(service.process.pid)
+    jvms = _java_descendants(service.process.pid)
     assert jvms, "no Spark JVM under the service"
+    spark_pid = service.pid_of("spark")
+    assert set(jvms) <= set(descendants(spark_pid)), "the JVM is not the Spark process's"
     logged = service.log_path.stat().st_size
     _ctrl_c(service.process.pid)  # the log's sync process gets it too
     sent = time.monotonic()
@@ -112,7 +104,7 @@ def test_sigint_during_a_slow_check_then_the_time_limit(start_service: ServiceSt
     stopped = time.monotonic() - sent
     assert stopped < 2.0, f"SIGINT took {stopped:.2f} s:\n{service.log_tail()}"
     assert service.process.returncode == 130
-    wait_for("the JVM to exit", lambda: not any(_alive(p) for p in jvms), 5.0, interval=0.1,
+    wait_for("the JVM to exit", lambda: not any(alive(p) for p in jvms), 5.0, interval=0.1,
             service=service)
     stop_log = service.log_path.read_bytes()[logged:].decode(errors="replace")
     assert "Shutting down" in stop_log
@@ -139,11 +131,11 @@ def test_sigint_during_a_slow_check_then_the_time_limit(start_service: ServiceSt
     assert 'tracker_spark_registration_checks_total{result="timed_out"} 1.0' in metrics
 
     # kill -9: the JVM goes too; after the restart the timeout is reported, not run again.
-    jvms = _java_children(service.process.pid)
+    jvms = _java_descendants(service.process.pid)
     assert jvms
     service.kill9()
     killed = time.monotonic()
-    wait_for("the JVM to exit after kill -9", lambda: not any(_alive(p) for p in jvms), 5.0, interval=0.1,
+    wait_for("the JVM to exit after kill -9", lambda: not any(alive(p) for p in jvms), 5.0, interval=0.1,
             service=service)
     assert time.monotonic() - killed < 5.0
     service.restart()

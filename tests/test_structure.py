@@ -264,6 +264,15 @@ def test_the_service_packages_form_layers_and_the_top_docstring_names_each() -> 
     assert {p.name for p in _service_packages()} <= listed
 
 
+def test_only_the_spark_process_may_import_spark() -> None:
+    """The hot path holds no JVM gateway: no package but ``api.spark`` (the Spark process's) may
+    import pyspark or ``api.spark`` (the running hot-path process's ``sys.modules`` is checked in
+    ``tests/test_api_spark.py``)."""
+    allowed = {p.name: _may_import(p) for p in _service_packages()}
+    assert "pyspark" in allowed["spark"]
+    assert [name for name, may in allowed.items() if name != "spark" and {"pyspark", "api.spark"} & may] == []
+
+
 def test_no_module_is_long_without_saying_why() -> None:
     long = [f"{name} ({n} lines)" for name, path in sorted(_modules().items())
             if not name.startswith("tests") and (n := len(path.read_text().splitlines())) > LONG

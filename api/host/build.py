@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from datetime import datetime
 
+from api.background.state import too_large
 from api.config import Settings
 from api.delta.sync import DeltaLag
 from api.durability.records import Register
@@ -21,7 +22,6 @@ from api.live.lifecycle import Rules
 from api.live.scopes import Hosting, NestedEngine
 from api.live.state import LiveState
 from api.schema.registration import Spec, build_nested
-from api.spark.session import Spark
 from api.streams.publish import Publication
 from tracker.engine import FrontierEngine
 from tracker.graph import Graph, Update
@@ -33,10 +33,9 @@ class Builder:
     """Makes the engines and tenants of one service (its settings; ``delta``: whether Delta
     tables are kept, so that published changes are queued for them)."""
 
-    def __init__(self, settings: Settings, delta: bool, spark: Spark) -> None:
+    def __init__(self, settings: Settings, delta: bool) -> None:
         self.settings = settings
         self.delta = delta
-        self.spark = spark
 
     @property
     def checks_in_spark(self) -> bool:
@@ -80,11 +79,11 @@ class Builder:
         if hosting is not None:  # Spark's jobs know no scopes yet: tracked natively, not checked, not audited
             tenant.spark.check, tenant.spark.audited = "skipped", False
             tenant.spark.detail = "nested scopes: the Spark check and audits do not cover them yet"
-        elif mode != "spark" and (too_large := self.spark.too_large(graph)) is not None:
+        elif mode != "spark" and (too_large_by := too_large(graph, self.settings.spark_max_locations)) is not None:
             # Not sent to Spark at all: neither checked nor audited (the Spark engine has no choice).
             tenant.spark.audited = False
             if self.checks_in_spark:
-                tenant.spark.check, tenant.spark.detail = "skipped", too_large
+                tenant.spark.check, tenant.spark.detail = "skipped", too_large_by
         return tenant
 
     def engine(self, graph: Graph, initial: list[Update], hosting: Hosting | None = None) -> FrontierEngine:

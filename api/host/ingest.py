@@ -2,7 +2,7 @@
 
 The path of a batch: parse (:mod:`api.schema.parsing`) -> order and apply (:mod:`api.live.state`) -> log
 (:mod:`api.durability.wal`) -> once durable, publish (:mod:`api.streams.publish`) and queue for Delta
-(:mod:`api.delta.sync`) or for Spark (:mod:`api.spark.microbatch`).
+(:mod:`api.delta.sync`) or for Spark (:mod:`api.background.spark`).
 
 Guarantees: a batch is answered only once it is durable, and only a durable batch is
 published; ordering, logging and applying happen with no ``await`` in between, so on the

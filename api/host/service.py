@@ -21,6 +21,8 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 
+from api.background.spark import SparkLink
+from api.background.state import Hosted
 from api.config import ENGINE_NAMES, Settings
 from api.delta.columns import RawBatch
 from api.delta.graphs import GraphWriter
@@ -38,9 +40,6 @@ from api.live.state import Counts
 from api.metrics import Metrics
 from api.schema.models import RegisterRequest
 from api.schema.registration import RegistrationError, build_graph, is_nested, registration_record
-from api.spark.checks import Checker
-from api.spark.session import Hosted, Spark
-from api.spark.turns import SparkQueue
 from tracker.graph import GraphError, Location, Update
 from tracker.scope import ScopedLocation
 from tracker.structure import release
@@ -63,10 +62,7 @@ class Service:
         self.wal = WriteAheadLog(settings.warehouse / "_wal", on_sync=self.metrics.on_sync)
         self.store = store
         self.delta_pool = ThreadPoolExecutor(1, thread_name_prefix="delta")
-        self.spark = Spark(settings.master, enabled=settings.spark, timeout=settings.spark_timeout,
-                           max_locations=settings.spark_max_locations)
-        self.spark_turns = SparkQueue()
-        self.checker = Checker(self.spark, self.spark_turns, store, self.metrics, self._remember_check)
+        self.background = SparkLink(settings, self.metrics, self.dataflows, self._remember_check)
         self.started = time.time()
         self.loop: asyncio.AbstractEventLoop | None = None  # the event loop serving requests
         self.checks: dict[str, Check] = {}  # dataflow id -> its logged Spark check result
@@ -76,7 +72,7 @@ class Service:
                              segment_bytes=settings.segment_bytes,
                              tidier=Tidier(store, self.delta_pool, settings.vacuum_hours))
         self.graphs = GraphWriter(store, self.delta_pool, self.metrics)
-        self.build = Builder(settings, store is not None, self.spark)
+        self.build = Builder(settings, store is not None)
         self._unstored: list[Tenant] = []  # recovered without their graph tables: write them
         self._unchecked: list[Tenant] = []  # recovered with no Spark check result: run it
         self.stopping = False
@@ -165,6 +161,7 @@ class Service:
         tenant.deleted_at = record.at  # refuses batches at once: none is admitted after this line
         self.deletions[tenant.id] = record
         tenant.publication.end()
+        self.background.forget(tenant)
         await self.wal.enqueue(record)
         log.info("deleted dataflow", extra={"dataflow": tenant.id, "dataflow_name": tenant.name})
         self.graphs.queue_deleted([tenant])
@@ -172,6 +169,7 @@ class Service:
     def _after_registration(self, tenant: Tenant) -> None:
         """Background work that must not delay the answer: graph tables, Spark check."""
         self.graphs.queue([tenant])
+        self.background.registered(tenant)
         if self.build.checks_in_spark:
             self._check_in_spark(tenant)
 
@@ -186,7 +184,7 @@ class Service:
         self._unstored, self._unchecked = [], []
 
     def _check_in_spark(self, tenant: Tenant) -> None:
-        self.checker.request(tenant)
+        self.background.check(tenant)
 
     def _remember_check(self, dataflow: Hosted) -> None:
         """Log a concluded Spark check (on the event loop), so a restart reports it again

@@ -4,10 +4,11 @@ that own each part of its state.
 Guarantees: each part has one owner that changes it: :class:`~api.live.state.LiveState` (tracker,
 versions, workers) is changed by the ingest path and recovery, :class:`~api.streams.publish.Publication`
 (published frontier, history, subscribers) by the publish step, :class:`~api.delta.sync.DeltaLag`
-by the Delta sync, :class:`~api.spark.session.SparkState` by the Spark tasks, :class:`~api.live.ages.Ages`
-by the publish step (frontier moves) and the ingest path (durable batches). A tenant satisfies the
-small protocols the lower layers read it through (:class:`api.delta.sync.Synced`,
-:class:`api.spark.session.Hosted`, :class:`api.delta.graphs.Described`).
+by the Delta sync, :class:`~api.background.state.SparkState` by the Spark link
+(:mod:`api.background`), :class:`~api.live.ages.Ages` by the publish step (frontier moves) and
+the ingest path (durable batches). A tenant satisfies the small protocols the lower layers read
+it through (:class:`api.delta.sync.Synced`, :class:`api.background.state.Hosted`,
+:class:`api.delta.graphs.Described`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from api.background.state import SparkState
 from api.delta.sync import DeltaLag
 from api.durability.records import Register
 from api.live.ages import Ages
@@ -25,7 +27,6 @@ from api.live.scopes import Hosting
 from api.live.state import Counts, LiveState
 from api.schema.models import location_json
 from api.schema.parsing import parse_progress
-from api.spark.session import SparkState
 from api.streams.publish import Publication
 from tracker.graph import Graph, Update
 
@@ -41,7 +42,7 @@ class Tenant:
     lag: DeltaLag = field(default_factory=DeltaLag)
     spark: SparkState = field(default_factory=SparkState)
     engine_mode: str = "native"
-    """``spark``: frontiers come from Spark micro-batches (:mod:`api.spark.microbatch`)."""
+    """``spark``: frontiers come from Spark micro-batches (:mod:`api.background.spark`)."""
     ready: bool = False
     """Registered durably (or recovered): visible to requests."""
     hosting: Hosting | None = None

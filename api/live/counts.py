@@ -1,6 +1,6 @@
 """The frontier engine of ``--engine spark`` on the request path: occurrence counts only.
 
-With the Spark engine, frontiers come from Spark micro-batches (:mod:`api.spark.microbatch`); the
+With the Spark engine, frontiers come from Spark micro-batches (:mod:`api.background.spark`); the
 request path still keeps every occurrence count in Python, so that pointstamps, ``explain`` and
 the compacted snapshot are exact at the durable version. :class:`CountsOnly` satisfies
 :class:`tracker.engine.FrontierEngine` with no frontier of its own.

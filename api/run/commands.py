@@ -19,7 +19,7 @@ import os
 
 def _serve(args: argparse.Namespace) -> int:
     try:
-        from api.run.server import serve
+        from api.run.supervisor import supervise as serve
     except ImportError as error:
         from tracker.cli import needs_extra
 
@@ -106,7 +106,8 @@ _LIMIT_OPTIONS: list[tuple[str, object, str]] = [
 
 def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``serve`` and ``watch`` to the ``tracker`` command's sub-parsers."""
-    serve = commands.add_parser("serve", help="run the service (FastAPI + uvicorn)")
+    serve = commands.add_parser("serve", help="run the service: a supervisor of its hot-path process (FastAPI + "
+                                "uvicorn) and its Spark process")
     serve.add_argument("--host", default=os.environ.get("TRACKER_HOST", "127.0.0.1"),
                        help="interface to listen on (env TRACKER_HOST; default 127.0.0.1)")
     serve.add_argument("--port", type=port, default=os.environ.get("TRACKER_PORT", "8000"),
@@ -126,6 +127,12 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     serve.add_argument("--spark-max-locations", type=count, default=None, metavar="N",
                        help="do not send graphs with more locations than this to Spark (status: skipped, too "
                             "large) (env TRACKER_SPARK_MAX_LOCATIONS; default 2000; 0 = no limit)")
+    serve.add_argument("--spark-cores", type=count, default=None, metavar="N",
+                       help="cores of the Spark process's local[N] session when --master is not given (env "
+                            "TRACKER_SPARK_CORES; default the machine's cores less one, at least 1)")
+    serve.add_argument("--spark-nice", type=count, default=None, metavar="N",
+                       help="niceness added to the Spark process and its JVM, 0-19, so that they yield the CPU "
+                            "to the hot path (env TRACKER_SPARK_NICE; default 10)")
     serve.add_argument("--metrics-per-dataflow", action="store_true",
                        help="also export /metrics series labelled with dataflow ids (lag per operator input, "
                             "audit results); off by default because /metrics needs no token "

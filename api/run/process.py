@@ -4,7 +4,9 @@ Used by the tests (through the ``start_service`` fixture of ``tests/conftest.py`
 benchmarks. :class:`ServiceProcess` starts ``python -m tracker.cli serve`` with a warehouse of
 the caller's choosing and the admin token :data:`ADMIN_TOKEN`, waits until ``/healthz``
 answers, and stops it gracefully (SIGTERM) or kills it (``kill -9``); ``restart`` starts it
-again on the same port and warehouse, as after a crash. Spark is off unless asked for
+again on the same port and warehouse, as after a crash. ``tracker serve`` is a supervisor
+(:mod:`api.run.supervisor`): :meth:`ServiceProcess.pid_of` finds its hot-path or Spark process,
+for a test that kills one of them alone. Spark is off unless asked for
 (``spark=True``), so a caller never waits for a JVM it does not exercise.
 
 This module imports only the standard library and httpx: it runs the service as a user would,
@@ -31,6 +33,31 @@ ADMIN_TOKEN = "test-admin-token"
 """The admin token every :class:`ServiceProcess` is started with (unless its ``env`` says otherwise)."""
 
 
+def descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (children, their children...), from ``/proc`` (Linux)."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+    found, frontier = [], [pid]
+    while frontier:
+        children = [child for child, parent in parents.items() if parent in frontier]
+        found += children
+        frontier = children
+    return found
+
+
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (exists and is no zombie)."""
+    try:
+        return (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
 def free_port() -> int:
     """A TCP port nobody listens on right now."""
     with socket.socket() as sock:
@@ -41,8 +68,10 @@ def free_port() -> int:
 class ServiceProcess:
     """One service process; ``restart`` reuses port and warehouse (as after a crash).
 
-    ``env`` is added to the child's environment last, so it may override ``TRACKER_ADMIN_TOKEN``
-    and ``TRACKER_SPARK``. The child's output goes to :attr:`log_path`, next to the warehouse.
+    ``env`` is added to the child's environment last, so it may override ``TRACKER_ADMIN_TOKEN``,
+    ``TRACKER_SPARK`` and ``TRACKER_SPARK_NICE`` (``0`` here: the Spark process at the service's
+    priority, unlike ``tracker serve``'s default of 10). The child's output goes to
+    :attr:`log_path`, next to the warehouse.
     """
 
     def __init__(self, warehouse: Path, *, spark: bool = False, env: dict[str, str] | None = None,
@@ -65,8 +94,10 @@ class ServiceProcess:
 
     def start(self, timeout: float = 60.0) -> ServiceProcess:
         """Start and wait until ``/healthz`` answers."""
+        # The Spark process at the service's own priority unless asked otherwise: tests check
+        # what Spark does, and two test processes' services on 2 cores starve a niced one.
         env = {**os.environ, "TRACKER_ADMIN_TOKEN": ADMIN_TOKEN, "TRACKER_SPARK": "1" if self.spark else "0",
-               "PYTHONUNBUFFERED": "1", **self.extra_env}
+               "TRACKER_SPARK_NICE": "0", "PYTHONUNBUFFERED": "1", **self.extra_env}
         self.starts += 1
         log = open(self.log_path, "ab")  # noqa: SIM115 - the child keeps writing to it
         self.process = subprocess.Popen(
@@ -88,10 +119,27 @@ class ServiceProcess:
         raise RuntimeError(f"service did not start within {timeout}s:\n{self.log_tail()}")
 
     def kill9(self) -> None:
-        """``kill -9``: no shutdown code runs."""
+        """``kill -9`` of ``tracker serve`` (the supervisor): no shutdown code runs; its children die
+        with it (``PR_SET_PDEATHSIG``), and this returns once they are gone too, so that a
+        restart finds the port and the warehouse free."""
         if self.process is not None and self.process.poll() is None:
+            family = descendants(self.process.pid)
             os.kill(self.process.pid, signal.SIGKILL)
             self.process.wait(10)
+            deadline = time.monotonic() + 10
+            while any(alive(pid) for pid in family) and time.monotonic() < deadline:
+                time.sleep(0.02)
+
+    def processes(self) -> list[dict[str, Any]]:
+        """``GET /v1/processes``: each process's role and pid (supervisor, hot, spark)."""
+        answer = httpx.get(self.url + "/v1/processes", headers=self.admin_headers, timeout=10.0)
+        answer.raise_for_status()
+        found: list[dict[str, Any]] = answer.json()
+        return found
+
+    def pid_of(self, role: str) -> int:
+        """The pid of the (first) process of ``role`` (``hot`` or ``spark``)."""
+        return next(int(p["pid"]) for p in self.processes() if p["role"] == role)
 
     def stop(self) -> None:
         """Graceful stop (SIGTERM), then SIGKILL if it lingers."""

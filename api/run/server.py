@@ -1,53 +1,40 @@
-"""``tracker serve``: structured logging, the admin token, and uvicorn running the app.
+"""``tracker serve``'s parts: structured logging, the warehouse and the admin token
+(:func:`prepare`, in the supervisor), the listening socket (:func:`listen`, in the supervisor),
+and uvicorn running the app in a hot-path process (:func:`serve_hot`).
 
-Guarantees: one process at a time serves a warehouse (a lock held for the app's lifetime); a
-warehouse that cannot be used, or a port another process listens on, stops the start with one
-line and exit code 2, not a traceback (the port is taken before anything else starts: no
-recovery, no Spark). SIGINT and SIGTERM stop the service within a couple of seconds whatever
-Spark is doing (:mod:`api.web.app`); an interrupted service exits with 130, like a shell would report.
+Guarantees: one process at a time serves a warehouse (a lock held by the supervisor and
+inherited by its hot-path processes); a warehouse that cannot be used, or a port another
+process listens on, stops the start with one line and exit code 2, not a traceback (the port is
+taken before anything else starts: no recovery, no Spark).
 """
 
 from __future__ import annotations
 
-import argparse
 import errno
-import json
 import logging
 import socket
 import sys
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import uvicorn
 
-from api.config import ENGINE_NAMES, Settings
+from api.channel.supervised import CANNOT_BOOT, Supervised
+from api.config import Settings
 from api.host.tokens import load_admin_token
+from api.logs import JsonFormatter as BaseFormatter
+from api.logs import configure_logging as json_lines
 from api.web.app import create_app
 from api.web.protocol import guarded_http
 from api.web.security import HEADERS, redact
 
-_STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime", "taskName"}
 
+class JsonFormatter(BaseFormatter):
+    """:class:`api.logs.JsonFormatter` with token values redacted (:func:`api.web.security.redact`:
+    uvicorn logs each WebSocket handshake with its query string, which holds a browser's ``?token=``)."""
 
-class JsonFormatter(logging.Formatter):
-    """One JSON object per line: time, level, logger, message, and every ``extra`` field, with
-    token values redacted (:func:`api.web.security.redact`: uvicorn logs each WebSocket handshake
-    with its query string, which holds a browser's ``?token=``)."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        entry: dict[str, Any] = {
-            "ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
-            "level": record.levelname.lower(),
-            "logger": record.name,
-            "msg": record.getMessage(),
-        }
-        for key, value in vars(record).items():
-            if key not in _STANDARD and not key.startswith("_"):
-                entry[key] = value
-        if record.exc_info:
-            entry["exc"] = self.formatException(record.exc_info)
-        return redact(json.dumps(entry, default=str))
+    def __init__(self) -> None:
+        super().__init__(redact)
 
 
 def _not_a_denied_handshake(record: logging.LogRecord) -> bool:
@@ -59,27 +46,21 @@ def _not_a_denied_handshake(record: logging.LogRecord) -> bool:
 
 def configure_logging(level: str) -> None:
     """JSON lines on stderr for the service's and uvicorn's loggers."""
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonFormatter())
-    handler.addFilter(_not_a_denied_handshake)
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(level.upper())
+    json_lines(level, JsonFormatter(), _not_a_denied_handshake)
     for name in ("uvicorn", "uvicorn.error"):
         logging.getLogger(name).handlers[:] = []
         logging.getLogger(name).propagate = True
     logging.getLogger("uvicorn.access").disabled = True  # one line per request would dominate the hot path
-    for noisy in ("py4j", "pyspark"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
 class StartupError(Exception):
     """The service cannot start for a reason the user can fix; the message says which."""
 
 
-def build(settings: Settings) -> Any:
-    """The app for ``settings``, after logging, the warehouse's lock and the admin token are set
-    up. Raises :class:`StartupError` (a clear message) if the warehouse cannot be used."""
+def prepare(settings: Settings) -> tuple[Any, str]:
+    """Logging set up, the warehouse made and taken (its lock: held by whoever keeps the returned
+    object, and by the processes that inherit its descriptor) and its layout checked; the lock and
+    the admin token. Raises :class:`StartupError` (a clear message) if the warehouse cannot be used."""
     from spark_jobs.ownership import WarehouseBusy, WarehouseLock
 
     configure_logging(settings.log_level)
@@ -100,7 +81,13 @@ def build(settings: Settings) -> Any:
             Warehouse(settings.warehouse).check_layout()
         except LegacyWarehouseError as error:
             raise StartupError(str(error)) from None
-    token = load_admin_token(settings.warehouse, settings.admin_token)
+    return lock, load_admin_token(settings.warehouse, settings.admin_token)
+
+
+def build(settings: Settings) -> Any:
+    """The app for ``settings`` in this one process (no supervisor, no Spark process: Spark's
+    work waits), after :func:`prepare`."""
+    lock, token = prepare(settings)
     app = create_app(settings, token)
     app.state.warehouse_lock = lock  # held for the app's lifetime; the kernel drops it at exit
     return app
@@ -181,27 +168,18 @@ def app_from_env() -> Any:
     return build(Settings.from_env())
 
 
-def serve(args: argparse.Namespace) -> int:
-    """Run the service until interrupted; the exit code."""
-    try:
-        settings = Settings.from_env(args)
-    except ValueError as error:  # a bad environment value: say which, no traceback
-        print(f"tracker serve: error: {error}", file=sys.stderr)
-        return 2
-    try:
-        listener = listen(settings.host, settings.port, settings.send_buffer)
-        app = build(settings)
-    except StartupError as error:
-        print(f"tracker serve: error: {error}", file=sys.stderr)
-        return 2
-    logging.getLogger("tracker.server").info(
-        "starting", extra={"host": settings.host, "port": settings.port, "warehouse": str(settings.warehouse),
-                           "engine": ENGINE_NAMES[settings.engine], "spark": settings.spark})
+def serve_hot(settings: Settings, listener: socket.socket, supervised: Supervised) -> int:
+    """Run one hot-path process on ``listener`` until stopped (by its supervisor, or SIGINT);
+    the exit code (:data:`~api.channel.supervised.CANNOT_BOOT` if it never served)."""
+    last_error = _LastError()
+    logging.getLogger().addHandler(last_error)
+    token = load_admin_token(settings.warehouse, settings.admin_token)
+    app = create_app(settings, token, supervised.beat)
     # A much shorter GIL switch interval than CPython's 5 ms: when a Delta thread holds the GIL
     # (building a commit), the event loop gets it back within 0.1 ms. Measured on the service
     # benchmark: p99 about 1.4 ms against up to 3.7 ms at 5 ms, p50 and throughput unchanged.
     sys.setswitchinterval(0.0001)
-    config = uvicorn.Config(app, host=settings.host, port=settings.port, log_config=None, access_log=False,
+    config = uvicorn.Config(app, log_config=None, access_log=False,
                             ws_max_size=settings.max_body, ws_per_message_deflate=settings.ws_deflate,
                             lifespan="on", timeout_graceful_shutdown=5, headers=HEADERS,
                             http=guarded_http(settings.max_header_bytes, settings.header_timeout),
@@ -212,4 +190,33 @@ def serve(args: argparse.Namespace) -> int:
         server.run(sockets=[listener])
     except KeyboardInterrupt:  # uvicorn raises the SIGINT it stopped for again, once stopped
         return 130
-    return 0 if server.started else 1
+    except SystemExit:  # uvicorn's own exit when the app's start-up (recovery) failed
+        if server.started:
+            raise
+    if not server.started:
+        supervised.fatal(last_error.reason or "the hot-path process failed to start (see the log above)")
+        return CANNOT_BOOT
+    return 0
+
+
+class _LastError(logging.Handler):
+    r"""Remembers the last exception logged (uvicorn logs a failed start-up's), for the one line
+    the supervisor prints.
+
+    >>> handler = _LastError()
+    >>> handler.emit(logging.LogRecord("uvicorn.error", 40, "", 0, "Traceback (most recent call last):\n"
+    ...                                "  ...\napi.durability.segments.UnreadableLog: damaged", None, None))
+    >>> handler.reason
+    'UnreadableLog: damaged'
+    """
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.reason: str | None = None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.exc_info and record.exc_info[1] is not None:
+            self.reason = f"{type(record.exc_info[1]).__name__}: {record.exc_info[1]}"
+        elif (text := record.getMessage()).startswith("Traceback"):  # uvicorn logs a failed lifespan's as text
+            name, _, detail = text.strip().splitlines()[-1].partition(": ")
+            self.reason = f"{name.rpartition('.')[2]}: {detail}" if detail else name

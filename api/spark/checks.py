@@ -6,9 +6,10 @@ waiting for their check are checked together, in one :func:`spark_jobs.registrat
 call (one cycle job and one summaries job for the lot), when the first of them gets its turn at
 Spark (:mod:`api.spark.turns`); a batch holds at most ``Spark.max_locations`` locations. Each
 check concludes with ``agreed``, ``disagreed`` (the detail says how, and an error is logged: the
-alarm), ``timed_out`` or ``error`` in the dataflow's :class:`~api.spark.session.SparkState`, and
-``on_concluded`` is told of every conclusion but an error (it logs the result, so a restart
-reports it rather than running it again: a check that timed out is not retried forever).
+alarm), ``timed_out`` or ``error``, told to ``on_concluded`` (which answers the hot-path process
+hosting the dataflow; that process logs every result but an error, so a restart reports it
+rather than running it again: a check that timed out is not retried forever); ``on_running``
+is told when a batch starts.
 A batch that runs over the time limit is cancelled and its dataflows are checked one by one,
 so only a graph that times out alone is marked ``timed_out``. Spark's ``Psi`` goes to the
 ``summaries`` table.
@@ -23,8 +24,8 @@ from collections.abc import Callable
 from typing import Any
 
 from api.delta.store import Store
-from api.metrics import Metrics
-from api.spark.session import Hosted, Spark, TimedOut
+from api.spark.known import Known
+from api.spark.session import Spark, TimedOut
 from api.spark.turns import SparkQueue
 from tracker.graph import Location
 from tracker.structure import path_summaries
@@ -36,7 +37,7 @@ def _psi_rows(psi: Any) -> dict[tuple[Location, Location], list[tuple[int, ...]]
     return {key: sorted(tuple(s) for s in chain) for key, chain in psi.items() if len(chain)}
 
 
-def verdict(dataflow: Hosted, cycles: list[Any], psi: Any) -> tuple[str, str]:
+def verdict(dataflow: Known, cycles: list[Any], psi: Any) -> tuple[str, str]:
     """``(result, detail)`` of Spark's answer for ``dataflow`` against the native one."""
     native = _psi_rows(path_summaries(dataflow.graph))
     computed = _psi_rows(psi)
@@ -56,24 +57,29 @@ def verdict(dataflow: Hosted, cycles: list[Any], psi: Any) -> tuple[str, str]:
 class Checker:
     """Registrations waiting for their Spark check, checked in batches at their turn."""
 
-    def __init__(self, spark: Spark, turns: SparkQueue, store: Store | None, metrics: Metrics,
-                 on_concluded: Callable[[Hosted], None]) -> None:
+    def __init__(self, spark: Spark, turns: SparkQueue, store: Store | None,
+                 on_running: Callable[[list[Known]], None], on_concluded: Callable[[Known, str, str], None]) -> None:
         self.spark = spark
         self.turns = turns
         self.store = store
-        self.metrics = metrics
+        self.on_running = on_running
         self.on_concluded = on_concluded
-        self._pending: dict[str, Hosted] = {}
+        self._pending: dict[str, Known] = {}
         self._alone: set[str] = set()  # in a batch that timed out: checked alone next time
         self._tasks: set[asyncio.Task[None]] = set()
 
-    def request(self, dataflow: Hosted) -> None:
+    def request(self, dataflow: Known) -> None:
         """Queue ``dataflow``'s check (from the event loop); it runs at its turn, with whatever
         else is waiting then."""
         self._pending[dataflow.id] = dataflow
         task = asyncio.get_running_loop().create_task(self._turn(dataflow.id))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+    def forget(self, dataflow: Known) -> None:
+        """Drop ``dataflow``'s waiting check (its hot-path process went away; it asks again)."""
+        if self._pending.get(dataflow.id) is dataflow:
+            del self._pending[dataflow.id]
 
     def cancel(self) -> None:
         """Give up every queued and running check (at shutdown)."""
@@ -86,7 +92,7 @@ class Checker:
             if batch:
                 await self._check(batch)
 
-    def _take(self, owner: str) -> list[Hosted]:
+    def _take(self, owner: str) -> list[Known]:
         """``owner`` (if still waiting) and others waiting, up to the size limit; a dataflow
         of a batch that timed out goes alone."""
         first = self._pending.pop(owner, None)
@@ -103,7 +109,7 @@ class Checker:
             size += more
         return batch
 
-    def _run(self, batch: list[Hosted]) -> dict[str, tuple[str, str]]:
+    def _run(self, batch: list[Known]) -> dict[str, tuple[str, str]]:
         """On the spark thread: the batch's check, its ``Psi`` stored, each verdict."""
         from spark_jobs.frames import Progress
         from spark_jobs.registration import check_graphs
@@ -114,10 +120,9 @@ class Checker:
             self.store.write_summaries({i: c.psi for i, c in checks.items() if c.acceptable})
         return {d.id: verdict(d, checks[d.id].cycles, checks[d.id].psi) for d in batch}
 
-    async def _check(self, batch: list[Hosted]) -> None:
+    async def _check(self, batch: list[Known]) -> None:
         await self.spark.started.wait()  # "running" means Spark works on it, not that it waits for Spark
-        for dataflow in batch:
-            dataflow.spark.check = "running"
+        self.on_running(batch)
         started = time.perf_counter()
         try:
             verdicts = await self.spark.run(f"registration check of {len(batch)} dataflow(s)", self._run, batch)
@@ -127,19 +132,13 @@ class Checker:
                          extra={"dataflows": len(batch)})
                 for dataflow in batch:
                     self._alone.add(dataflow.id)
-                    dataflow.spark.check = "pending"
                     self.request(dataflow)
                 return
             self._conclude(batch[0], "timed_out", f"{error}; not retried (TRACKER_SPARK_TIMEOUT bounds a check)")
             return
-        except asyncio.CancelledError:
-            for dataflow in batch:
-                dataflow.spark.check = "pending"  # stopping: not concluded, checked after a restart
-            raise
         except Exception as error:
             for dataflow in batch:
-                dataflow.spark.check, dataflow.spark.detail = "error", f"{type(error).__name__}: {error}"
-                self.metrics.spark_checks.labels("error").inc()
+                self.on_concluded(dataflow, "error", f"{type(error).__name__}: {error}")
             log.exception("spark registration check failed", extra={"dataflows": [d.id for d in batch]})
             return
         seconds = time.perf_counter() - started
@@ -148,12 +147,9 @@ class Checker:
             self._conclude(dataflow, result, f"{detail} ({seconds:.1f} s, one Spark job for {len(batch)} "
                                              f"dataflow(s))")
 
-    def _conclude(self, dataflow: Hosted, result: str, detail: str) -> None:
-        state = dataflow.spark
-        state.check, state.detail = result, detail
+    def _conclude(self, dataflow: Known, result: str, detail: str) -> None:
         self._alone.discard(dataflow.id)
-        self.on_concluded(dataflow)
-        self.metrics.spark_checks.labels(result).inc()
+        self.on_concluded(dataflow, result, detail)
         level = {"agreed": logging.INFO, "timed_out": logging.WARNING}.get(result, logging.ERROR)
         log.log(level, "spark registration check", extra={
             "dataflow": dataflow.id, "result": result, "detail": detail})

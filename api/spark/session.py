@@ -1,5 +1,4 @@
-"""The Spark side of the service: the shared session, the thread its jobs run on, and what
-Spark knows of each dataflow.
+"""The Spark process's session and the thread its jobs run on.
 
 Guarantees: Spark never runs on the event loop or on the request path; every Spark job runs on
 the one ``spark`` thread (:class:`SparkThread`), so a slow job delays only other Spark jobs, and
@@ -10,9 +9,9 @@ The spark thread is a daemon and the session is stopped without waiting for it
 process however it ends (:mod:`spark_jobs.session` ties it to its parent). The service works
 without Spark and says so (:meth:`Spark.health`).
 
->>> state = SparkState()
->>> state.check, state.audit
-('pending', None)
+>>> spark = Spark(None, enabled=False)
+>>> spark.health()
+'disabled'
 """
 
 from __future__ import annotations
@@ -25,51 +24,10 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
-
-from api.live.state import Counts
-from api.streams.publish import Publication
-from tracker.graph import Graph, Update
+from typing import Any, TypeVar
 
 log = logging.getLogger("tracker.spark")
 R = TypeVar("R")
-
-
-@dataclass(eq=False)
-class SparkState:
-    """What Spark knows of one dataflow: its registration check (:mod:`api.spark.checks`), its last
-    audit (:mod:`api.spark.audit`) and, with ``--engine spark``, the batches queued for the next
-    micro-batch and the engine running them (:mod:`api.spark.microbatch`)."""
-
-    check: str = "pending"
-    """pending | running | agreed | disagreed | skipped | timed_out | error"""
-    detail: str | None = None
-    audit: dict[str, Any] | None = None
-    queue: list[tuple[int, list[Update]]] = field(default_factory=list)
-    engine: Any = None  # spark_jobs.incremental.SparkFrontierEngine, made on the spark thread
-    audited: bool = True
-    """False for a dataflow Spark does not audit: nested scopes (Spark's jobs know no scopes
-    yet), a graph over the size limit, or one whose audit ran over the time limit."""
-
-
-class Hosted(Protocol):
-    """What the Spark tasks read of a dataflow."""
-
-    @property
-    def id(self) -> str: ...
-    @property
-    def graph(self) -> Graph: ...
-    @property
-    def ready(self) -> bool: ...
-    @property
-    def spark(self) -> SparkState: ...
-    @property
-    def publication(self) -> Publication: ...
-
-    def counts(self) -> Counts:
-        """Occurrence counts as of the published frontier's version."""
-        ...
 
 
 class TimedOut(Exception):
@@ -182,20 +140,6 @@ class Spark:
         if self.session is not None:
             return "ready"
         return self.error or ("starting" if self.enabled else "disabled")
-
-    def too_large(self, graph: Graph) -> str | None:
-        """Why ``graph`` is not sent to Spark (over :attr:`max_locations`), or ``None``.
-
-        >>> from tracker.graph import Graph, Node
-        >>> Spark(None, enabled=True, max_locations=1).too_large(Graph.build(1, [Node(0, 0, 1)], []))
-        >>> Spark(None, enabled=True, max_locations=1).too_large(Graph.build(1, [Node(0, 1, 1)], []))
-        'too large: 2 locations, over the limit of 1 (TRACKER_SPARK_MAX_LOCATIONS); not sent to Spark'
-        """
-        size = len(graph.locations())
-        if self.max_locations and size > self.max_locations:
-            return (f"too large: {size} locations, over the limit of {self.max_locations} "
-                    "(TRACKER_SPARK_MAX_LOCATIONS); not sent to Spark")
-        return None
 
     def check_cancelled(self, *_: object) -> None:
         """Raise :class:`Cancelled` if the running job is being cancelled (a ``Progress``

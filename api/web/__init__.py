@@ -6,6 +6,6 @@ Guarantees: every route is thin (typed bodies, dependencies, one call into host)
 mistake is a 4xx with a JSON body ``{"error", "detail"}``.
 
 May import: api.config, api.metrics, api.schema, api.live, api.durability, api.streams,
-api.delta, api.spark, api.host, api.ops, tracker, spark_jobs, fastapi, starlette, sse_starlette, pydantic,
+api.delta, api.background, api.host, api.ops, tracker, spark_jobs, fastapi, starlette, sse_starlette, pydantic,
 uvicorn.
 """

@@ -20,12 +20,14 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import os
+import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
 from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -38,10 +40,9 @@ from api.host.ingest import Refused
 from api.host.service import RegistrationError, Service
 from api.ops.scrape import service_scrape
 from api.schema.models import ErrorBody, ProgressRequest, RegisterRequest
-from api.spark.audit import audit_loop
-from api.spark.microbatch import microbatch_loop
 from api.web import dashboard
 from api.web.dataflows import router as dataflows_routes
+from api.web.deps import admin
 from api.web.frontiers import router as frontier_routes
 from api.web.limits import Limits, Registrations, Subscriptions
 from api.web.ws import router as sockets
@@ -177,8 +178,10 @@ behind. A refused handshake answers the same 401/403/404 as the REST routes; a s
 socket beyond the subscriber limits is accepted and closed with 1013 (try again later) and a reason."""
 
 
-def create_app(settings: Settings, admin_token: str) -> FastAPI:
-    """The application for ``settings`` (``uvicorn`` serves it; tests start it the same way)."""
+def create_app(settings: Settings, admin_token: str,
+               supervised: Callable[[], Coroutine[Any, Any, None]] | None = None) -> FastAPI:
+    """The application for ``settings`` (``uvicorn`` serves it; tests start it the same way);
+    ``supervised``: run once recovered, until shutdown (the supervisor's heartbeat)."""
     store = None
     if settings.delta:
         try:
@@ -204,35 +207,26 @@ def create_app(settings: Settings, admin_token: str) -> FastAPI:
         gc.set_threshold(*gc.get_threshold()[:2], FULL_COLLECTION_EVERY)
         log.info("recovered", extra={"dataflows": len(service.dataflows),
                                      "seconds": round(time.perf_counter() - started, 3)})
-        spark = service.spark
         tasks = []
-        if settings.spark:
-            tasks.append(asyncio.create_task(spark.open()))
+        if supervised is not None:
+            tasks.append(asyncio.create_task(supervised()))
+        service.background.start()
         service.after_recovery()
         stop = asyncio.Event()
         flusher = asyncio.create_task(service.syncer.run(
             stop, flush_seconds=settings.flush_seconds, compact_seconds=settings.compact_seconds,
             tidy_seconds=settings.tidy_seconds))
-        if settings.spark and settings.audit_seconds > 0:
-            tasks.append(asyncio.create_task(audit_loop(spark, service.spark_turns, service.metrics,
-                                                        service.dataflows, settings.audit_seconds)))
-        if settings.engine == "spark":
-            tasks.append(asyncio.create_task(microbatch_loop(spark, service.spark_turns, service.metrics,
-                                                             service.dataflows)))
         yield
-        # Stop within a second or two whatever Spark is doing: no new Spark work, every Spark
-        # job cancelled, the session stopped on a thread of its own (not waited for long).
+        # Spark is another process's: nothing to wait for here, only no new work to send.
         service.stopping = True
-        service.checker.cancel()
+        service.background.stop()
         for task in tasks:
             task.cancel()
-        spark_stopped = asyncio.create_task(spark.stop(wait=0.5))
         stop.set()  # the flusher finishes its commit in progress, flushes the rest and returns
         try:
             await asyncio.wait_for(flusher, 30)
         except Exception:
             log.exception("final Delta flush failed; the log still holds every batch")
-        await spark_stopped
         service.wal.close()
         service.delta_pool.shutdown(wait=False, cancel_futures=True)
 
@@ -300,8 +294,25 @@ def create_app(settings: Settings, admin_token: str) -> FastAPI:
             problems["delta_failing"] = {"since": round(syncer.failing_since, 3), "error": syncer.last_error,
                                          "lag_versions": syncer.measure_lag()}
         return {"status": "degraded" if problems else "ok", **problems, "dataflows": len(service.dataflows),
-                "engine": ENGINE_NAMES[settings.engine], "spark": service.spark.health(),
+                "engine": ENGINE_NAMES[settings.engine], "spark": service.background.health(),
+                **({"spark_pending": service.background.pending()} if settings.spark else {}),
                 "delta": service.store is not None, "uptime_seconds": round(time.time() - service.started, 1)}
+
+    @app.get("/v1/processes", summary="The service's processes (admin)",
+             dependencies=[Depends(admin)])
+    async def processes() -> list[dict[str, Any]]:
+        """Each process of the service with its role and pid: the supervisor (``tracker serve``),
+        this hot-path process (whether pyspark or py4j is among its loaded modules, read now:
+        never, by design) and the Spark process (its state, niceness, master and JVM pid), if one
+        is connected."""
+        found: list[dict[str, Any]] = []
+        if supervised is not None:
+            found.append({"role": "supervisor", "pid": os.getppid()})
+        found.append({"role": "hot", "pid": os.getpid(), "pyspark": "pyspark" in sys.modules,
+                      "py4j": "py4j" in sys.modules, "jvm": None})
+        if (spark := service.background.process()) is not None:
+            found.append(spark)
+        return found
 
     @app.get("/metrics", summary="Prometheus metrics", response_class=Response,
              responses={200: {"content": {"text/plain": {}}}})

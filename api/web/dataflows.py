@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
+from api.background.spark import Unavailable
 from api.durability.wal import LogFailed
 from api.host.ingest import bad_body, gone, submit
 from api.schema.bodies import collector_paused, detail_json, parse_registration_sliced
@@ -124,6 +125,24 @@ async def delete_dataflow(dataflow: DataflowDep, service: ServiceDep, _caller: A
         raise HTTPException(503, {"error": "log_failed", "detail": "the write-ahead log failed; restart the service"}
                             ) from None
     return Response(status_code=204)
+
+
+@router.post("/dataflows/{id}/audit", status_code=202, summary="Audit a dataflow now (admin)",
+             responses={**ERRORS, 409: {"model": ErrorBody, "description": "Spark is off, the dataflow is not "
+                                                                         "audited, or an audit of it is in flight"},
+                        503: {"model": ErrorBody, "description": "the Spark process is not ready"}})
+async def audit_dataflow(dataflow: DataflowDep, service: ServiceDep, _caller: AdminDep) -> dict[str, Any]:
+    """Queue an audit of the dataflow's published frontier by Spark, now, besides the periodic
+    ones (``TRACKER_AUDIT_SECONDS``); 202 with the version audited. The result lands in
+    ``status.audit`` when Spark is done. 409 ``spark_off``, ``not_audited`` or ``audit_in_flight``;
+    503 ``spark_unavailable`` while the Spark process is down or its session is starting."""
+    try:
+        version = service.background.audit(dataflow)
+    except Unavailable as why:
+        status, error = {"off": (409, "spark_off"), "not_audited": (409, "not_audited"),
+                         "busy": (409, "audit_in_flight")}.get(why.reason, (503, "spark_unavailable"))
+        raise HTTPException(status, {"error": error, "detail": why.detail}) from None
+    return {"queued": "audit", "dataflow": dataflow.id, "version": version}
 
 
 @router.get("/dataflows/{id}", response_model=DataflowDetail, responses=ERRORS, summary="A dataflow")

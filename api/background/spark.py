@@ -1,0 +1,366 @@
+"""The hot path's link to the Spark process: registration checks, audits and ``--engine spark``
+micro-batches asked for over the channel, and their answers landing in each dataflow's
+:class:`~api.background.state.SparkState`.
+
+Guarantees: no method waits for the Spark process. Work is kept here until answered: checks not
+concluded, the micro-batch in flight of each dataflow (one at a time, so its batches stay in
+version order); on every (re)connect the link replays first the graphs the work needs, then the
+work (:meth:`SparkLink._replay`). An audit in flight when the link drops is forgotten (the next
+period runs one again). After the Spark process restarts, a ``--engine spark`` dataflow's next
+micro-batch is a reset (its whole counts as of its durable version) and only the difference
+between the recomputed frontier and the published one is published (:func:`difference`), so
+its streams stay exact and never go back.
+
+>>> from tracker.graph import Location
+>>> a = Location(0, 0, "source")
+>>> difference({a: {(0,)}}, [FrontierChange(a, (1,), 1)])
+[FrontierChange(location=Location(node=0, port=0, kind='source'), time=(1,), diff=1), \
+FrontierChange(location=Location(node=0, port=0, kind='source'), time=(0,), diff=-1)]
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import time
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from api.background.state import Hosted
+from api.channel.link import Client
+from api.channel.messages import (
+    Applied,
+    Audit,
+    Audited,
+    Check,
+    Checked,
+    Forget,
+    Hello,
+    Know,
+    MicroBatch,
+    Row,
+    Running,
+    Status,
+    ToHot,
+    ToSpark,
+    change_row,
+    from_change_row,
+)
+from api.config import Settings
+from api.metrics import Metrics
+from api.schema.registration import Spec
+from tracker.graph import Location, Update
+from tracker.reachability import FrontierChange
+from tracker.timestamp import Timestamp
+
+log = logging.getLogger("tracker.background")
+RETRY_SECONDS = 1.0
+"""A failed micro-batch is sent again (as a reset) after this long."""
+
+
+class Unavailable(Exception):
+    """Work that cannot be queued now: ``reason`` is ``off``, ``not_audited``, ``busy`` (the
+    caller's fault or choice: 409) or ``unavailable`` (the Spark process: 503)."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(detail)
+        self.reason = reason
+        self.detail = detail
+
+
+def difference(published: Mapping[Location, Iterable[Timestamp]], frontier: Iterable[FrontierChange]
+               ) -> list[FrontierChange]:
+    """The changes that take ``published`` to the frontier that ``frontier``'s changes build
+    from the empty one."""
+    target: dict[Location, set[Timestamp]] = {}
+    for change in frontier:
+        times = target.setdefault(change.location, set())
+        (times.add if change.diff > 0 else times.discard)(change.time)
+    out: list[FrontierChange] = []
+    for location in sorted(set(published) | set(target)):
+        before, after = set(published.get(location, ())), target.get(location, set())
+        out += [FrontierChange(location, t, 1) for t in sorted(after - before)]
+        out += [FrontierChange(location, t, -1) for t in sorted(before - after)]
+    return out
+
+
+def _rows(updates: Iterable[Update]) -> list[Row]:
+    return [change_row(loc, t, n) for loc, t, n in updates]
+
+
+class SparkLink:
+    """The Spark work of every dataflow of ``dataflows``; ``on_concluded`` is told of each check
+    concluded otherwise than by an error (it logs the result)."""
+
+    def __init__(self, settings: Settings, metrics: Metrics, dataflows: Mapping[str, Hosted],
+                 on_concluded: Callable[[Hosted], None]) -> None:
+        self.settings = settings
+        self.enabled = settings.spark
+        self.metrics = metrics
+        self.dataflows = dataflows
+        self.on_concluded = on_concluded
+        self.client: Client | None = None
+        if self.enabled and settings.spark_address:
+            self.client = Client(settings.spark_address, self._replay, self._land, self._lost)
+        self.status: Status | None = None
+        self._checks: dict[str, Hosted] = {}  # not concluded yet
+        self._told: set[str] = set()  # dataflows the Spark process knows on this connection
+        self._audits: dict[str, int] = {}  # in flight: the version audited
+        self._audited: dict[str, int] = {}  # the last version audited
+        self._batches: dict[str, tuple[int, int]] = {}  # micro-batch in flight: (version, queue entries)
+        self._resets: set[str] = set()  # --engine spark dataflows whose next micro-batch is a reset
+        self._retry_at: dict[str, float] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+        self.stopping = False
+
+    # -- life -------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Connect (and keep reconnecting), audit every ``audit_seconds``, run micro-batches
+        (on the running event loop)."""
+        if self.client is None:
+            return
+        loop = asyncio.get_running_loop()
+        self._tasks.append(loop.create_task(self.client.run()))
+        if self.settings.audit_seconds > 0:
+            self._tasks.append(loop.create_task(self._audit_loop(self.settings.audit_seconds)))
+        if self.settings.engine == "spark":
+            self._tasks.append(loop.create_task(self._microbatch_loop()))
+
+    def stop(self) -> None:
+        """Stop sending (at shutdown); what is pending is sent again after a restart."""
+        self.stopping = True
+        for task in self._tasks:
+            task.cancel()
+
+    @property
+    def ready(self) -> bool:
+        """Connected to a Spark process whose session is up."""
+        return self.client is not None and self.client.connected and self.status is not None \
+            and self.status.state == "ready"
+
+    def health(self) -> str:
+        """``disabled``, ``unavailable`` (no Spark process connected), or the Spark process's
+        state: ``starting``, ``ready`` or why its session failed."""
+        if not self.enabled:
+            return "disabled"
+        if self.client is None or not self.client.connected or self.status is None:
+            return "unavailable"
+        return self.status.state
+
+    def pending(self) -> dict[str, int]:
+        """Work waiting for the Spark process or in its hands (for ``/healthz``)."""
+        return {"checks": len(self._checks), "audits": len(self._audits),
+                "micro_batches": sum(len(d.spark.queue) for d in self.dataflows.values() if d.engine_mode == "spark")}
+
+    def process(self) -> dict[str, Any] | None:
+        """The Spark process as it last described itself, or ``None`` if none is connected."""
+        if self.health() in ("disabled", "unavailable") or self.status is None:
+            return None
+        s = self.status
+        return {"role": "spark", "pid": s.pid, "state": s.state, "pyspark": s.pyspark, "jvm": s.jvm,
+                "master": s.master, "nice": s.nice, "connects": self.client.connects if self.client else 0}
+
+    # -- the channel ---------------------------------------------------------------------------
+
+    def _know(self, dataflow: Hosted) -> Know:
+        self._told.add(dataflow.id)
+        r = dataflow.registration
+        return Know(df=dataflow.id, spec=Spec(name=r.name, arity=r.arity, nodes=r.nodes, edges=r.edges,
+                                              initial=r.initial, initial_scopes=r.initial_scopes))
+
+    def _offer(self, dataflow: Hosted, message: ToSpark) -> bool:
+        """Offer ``message`` (after its dataflow's graph if the Spark process lacks it)."""
+        if self.client is None:
+            return False
+        if dataflow.id not in self._told and not self.client.offer(self._know(dataflow)):
+            self._told.discard(dataflow.id)
+            return False
+        return self.client.offer(message)
+
+    def _replay(self) -> list[ToSpark]:
+        """What goes first on a new connection: who we are, then each pending check with its graph."""
+        self._told.clear()
+        self._audits.clear()
+        self._batches.clear()
+        self._resets = {d.id for d in self.dataflows.values() if d.engine_mode == "spark"}
+        messages: list[ToSpark] = [Hello(pid=os.getpid())]
+        for dataflow in self._checks.values():
+            dataflow.spark.check = "pending"
+            messages += [self._know(dataflow), Check(df=dataflow.id)]
+        log.info("spark process connected", extra={"checks": len(self._checks), "resets": len(self._resets)})
+        return messages
+
+    def _lost(self) -> None:
+        self.status = None
+        for dataflow in self._checks.values():
+            dataflow.spark.check = "pending"
+        self._audits.clear()
+        self._batches.clear()
+        self._told.clear()
+        if not self.stopping:
+            log.warning("the Spark process is unavailable; its work waits", extra=self.pending())
+
+    def _land(self, message: ToHot) -> None:
+        try:
+            if isinstance(message, Status):
+                self.status = message
+            elif isinstance(message, Running):
+                for df in message.dfs:
+                    if df in self._checks:
+                        self._checks[df].spark.check = "running"
+            elif isinstance(message, Checked):
+                self._checked(message)
+            elif isinstance(message, Audited):
+                self._landed_audit(message)
+            elif isinstance(message, Applied):
+                self._applied(message)
+        except Exception:  # one answer's trouble must not end the link
+            log.exception("a Spark answer could not be applied", extra={"answer": type(message).__name__})
+
+    # -- checks --------------------------------------------------------------------------------
+
+    def check(self, dataflow: Hosted) -> None:
+        """Ask for ``dataflow``'s registration check (sent now or on the next connect), unless
+        it is ``skipped`` (nested, or too large to send to Spark)."""
+        if dataflow.spark.check == "skipped":
+            return
+        dataflow.spark.check = "pending"
+        self._checks[dataflow.id] = dataflow
+        self._offer(dataflow, Check(df=dataflow.id))
+
+    def _checked(self, message: Checked) -> None:
+        dataflow = self._checks.pop(message.df, None)
+        if dataflow is None:
+            return
+        dataflow.spark.check, dataflow.spark.detail = message.result, message.detail
+        self.metrics.spark_checks.labels(message.result).inc()
+        if message.result != "error":
+            self.on_concluded(dataflow)
+
+    # -- audits --------------------------------------------------------------------------------
+
+    def audit(self, dataflow: Hosted) -> int:
+        """Queue an audit of ``dataflow`` as of its published version (read now); that version.
+
+        Raises:
+            Unavailable: Spark is off, the dataflow is not audited, an audit of it is in flight,
+                or the Spark process is not ready.
+        """
+        if not self.enabled:
+            raise Unavailable("off", "Spark is off (TRACKER_SPARK=0): nothing audits")
+        if not dataflow.spark.audited:
+            raise Unavailable("not_audited", dataflow.spark.detail or "this dataflow is not audited (see status.audit)")
+        if dataflow.id in self._audits:
+            raise Unavailable("busy", f"an audit of version {self._audits[dataflow.id]} is in flight")
+        if not self.ready:
+            raise Unavailable("unavailable", f"the Spark process is not ready ({self.health()})")
+        version = dataflow.publication.frontier_version
+        if version < 0:
+            raise Unavailable("busy", "no frontier computed yet")
+        message = Audit(df=dataflow.id, version=version, counts=[change_row(loc, t, n) for (loc, t), n in
+                                                                  dataflow.counts().items()],
+                        live=[(loc.node, loc.port, loc.kind, sorted(ts))
+                              for loc, ts in dataflow.publication.published.items()])
+        if not self._offer(dataflow, message):
+            raise Unavailable("unavailable", "the channel to the Spark process is full or down")
+        self._audits[dataflow.id] = version
+        return version
+
+    async def _audit_loop(self, seconds: float) -> None:
+        """Every ``seconds``, audit every dataflow whose frontier moved since its last audit."""
+        while True:
+            await asyncio.sleep(seconds)
+            if not self.ready:
+                continue
+            for dataflow in list(self.dataflows.values()):
+                version = dataflow.publication.frontier_version
+                if (not dataflow.ready or dataflow.deleted_at is not None or version < 0
+                        or self._audited.get(dataflow.id) == version or dataflow.id in self._audits):
+                    continue
+                with contextlib.suppress(Unavailable):
+                    self.audit(dataflow)
+
+    def _landed_audit(self, message: Audited) -> None:
+        self._audits.pop(message.df, None)
+        dataflow = self.dataflows.get(message.df)
+        if dataflow is None:
+            return
+        self._audited[message.df] = message.version
+        dataflow.spark.audit = message.audit
+        ok = message.audit.get("ok")
+        if message.stop:
+            dataflow.spark.audited = False
+        if ok is not None:
+            self.metrics.audit_result(dataflow.id, ok)
+        self.metrics.audits.labels("ok" if ok else "mismatch" if ok is False
+                                   else "timed_out" if message.stop else "error").inc()
+
+    # -- micro-batches (--engine spark) ---------------------------------------------------------------
+
+    def forget(self, dataflow: Hosted) -> None:
+        """``dataflow`` was deleted: no more micro-batches or audits; the Spark process drops it."""
+        self._resets.discard(dataflow.id)
+        if self.client is not None and dataflow.id in self._told and self.client.offer(Forget(df=dataflow.id)):
+            self._told.discard(dataflow.id)
+
+    def registered(self, dataflow: Hosted) -> None:
+        """A new ``--engine spark`` dataflow: its first micro-batch is its whole counts."""
+        if dataflow.engine_mode == "spark":
+            self._resets.add(dataflow.id)
+
+    async def _microbatch_loop(self, interval: float = 0.05) -> None:
+        while True:
+            await asyncio.sleep(interval)
+            if self.ready:
+                self.send_microbatches()
+
+    def send_microbatches(self) -> None:
+        """Offer each ``--engine spark`` dataflow's next micro-batch: everything queued, or a
+        reset (its whole counts as of its durable version), one in flight per dataflow."""
+        now = time.monotonic()
+        for dataflow in list(self.dataflows.values()):
+            if (dataflow.engine_mode != "spark" or not dataflow.ready or dataflow.deleted_at is not None
+                    or dataflow.id in self._batches or self._retry_at.get(dataflow.id, 0.0) > now):
+                continue
+            queue = dataflow.spark.queue
+            if dataflow.id in self._resets:
+                version = dataflow.live.durable_version
+                message = MicroBatch(df=dataflow.id, version=version, reset=True,
+                                     updates=[change_row(loc, t, n) for (loc, t), n in dataflow.live.counts().items()])
+            elif queue:
+                version = queue[-1][0]
+                message = MicroBatch(df=dataflow.id, version=version,
+                                     updates=_rows(u for _, batch in queue for u in batch))
+            else:
+                continue
+            if self._offer(dataflow, message):
+                self._batches[dataflow.id] = (version, len(queue))
+
+    def _applied(self, message: Applied) -> None:
+        sent = self._batches.pop(message.df, None)
+        dataflow = self.dataflows.get(message.df)
+        if sent is None or dataflow is None or sent[0] != message.version:
+            return
+        version, taken = sent
+        if message.error is not None:  # retried (as a reset: all or nothing) a little later
+            self.metrics.delta_errors.inc()
+            log.error("spark micro-batch failed; will retry", extra={"dataflow": dataflow.id, "error": message.error})
+            self._resets.add(dataflow.id)
+            self._retry_at[dataflow.id] = time.monotonic() + RETRY_SECONDS
+            return
+        del dataflow.spark.queue[:taken]
+        changes = [FrontierChange(*from_change_row(row)) for row in message.changes]
+        publication = dataflow.publication
+        if message.reset:
+            self._resets.discard(dataflow.id)
+            changes = difference(publication.published, changes)
+            if version <= publication.frontier_version:
+                if changes:
+                    log.error("Spark's recomputed frontier differs from the one published for its version",
+                              extra={"dataflow": dataflow.id, "version": version, "changes": len(changes)})
+                return
+        publication.publish(version, changes)
+        self.metrics.frontier_changes.inc(len(changes))

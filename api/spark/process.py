@@ -1,0 +1,220 @@
+"""The Spark process: ``python -m api.spark.process``, started (and restarted) by ``tracker
+serve``'s supervisor, never by hand.
+
+It listens on the Unix socket the supervisor names (``TRACKER_SPARK_ADDRESS``), starts the
+Spark session in the background at a lower CPU priority (``--spark-nice``) and on
+``--spark-cores`` cores (``local[N]``, unless ``--master`` names another master), and serves any
+number of hot-path processes: each tells it the graphs it must know (replayed on every
+connect), then asks for registration checks, audits and ``--engine spark`` micro-batches; the
+answers go back on the same connection. A connection that closes takes its state with it (the
+hot-path process replays it on its next connect). Spark's ``Psi`` goes to the ``summaries``
+table from here.
+
+Guarantees: the hot path never waits for this process (it only ever sends); SIGINT or SIGTERM
+cancels every Spark job and exits within about a second, the JVM with it
+(:mod:`spark_jobs.session` ties it to this process); it dies with its supervisor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import sys
+from typing import Any
+
+from api.channel.link import Peer
+from api.channel.messages import (
+    Applied,
+    Audit,
+    Audited,
+    Check,
+    Checked,
+    Forget,
+    Hello,
+    Know,
+    MicroBatch,
+    Running,
+    Status,
+    ToSpark,
+    change_row,
+    decode_to_spark,
+    from_change_row,
+)
+from api.channel.supervised import CANNOT_BOOT, Supervised
+from api.config import Settings
+from api.delta.store import Store
+from api.logs import configure_logging
+from api.schema.registration import build_graph
+from api.spark.audit import audit
+from api.spark.checks import Checker
+from api.spark.known import Known
+from api.spark.microbatch import microbatch
+from api.spark.session import Spark
+from api.spark.turns import SparkQueue
+from tracker.graph import Location
+
+log = logging.getLogger("tracker.sparkprocess")
+ADDRESS_ENV = "TRACKER_SPARK_ADDRESS"
+
+
+class SparkProcess:
+    """The Spark session and the connections of the hot-path processes it serves."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.master = settings.master or f"local[{settings.spark_cores_used()}]"
+        self.spark = Spark(self.master, enabled=True, timeout=settings.spark_timeout,
+                           max_locations=settings.spark_max_locations)
+        self.turns = SparkQueue()
+        store = None
+        if settings.delta:
+            try:
+                store = Store(settings.warehouse)
+            except Exception:
+                log.exception("Delta storage unavailable; Spark's Psi is not stored")
+        self.checker = Checker(self.spark, self.turns, store, self._running, self._checked)
+        self.peers: set[Peer] = set()
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    def status(self) -> Status:
+        """This process as the hot path shows it (``GET /v1/processes``, ``/healthz``)."""
+        jvm = None
+        with contextlib.suppress(Exception):
+            from pyspark import SparkContext
+
+            jvm = SparkContext._gateway.proc.pid  # type: ignore[union-attr]
+        return Status(pid=os.getpid(), state=self.spark.health(), jvm=jvm, pyspark="pyspark" in sys.modules,
+                      master=self.master, nice=os.nice(0))
+
+    async def open(self) -> None:
+        """Start the session; tell every connection when it is ready (or failed)."""
+        await self.spark.open()
+        for peer in list(self.peers):
+            peer.send(self.status())
+
+    def _spawn(self, work: Any) -> None:
+        task = asyncio.get_running_loop().create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _running(self, batch: list[Known]) -> None:
+        for peer in {k.peer for k in batch if k.peer is not None}:
+            peer.send(Running(dfs=[k.id for k in batch if k.peer is peer]))
+
+    def _checked(self, dataflow: Known, result: str, detail: str) -> None:
+        if dataflow.peer is not None:
+            dataflow.peer.send(Checked(df=dataflow.id, result=result, detail=detail))
+
+    async def serve(self, peer: Peer) -> None:
+        """One hot-path process's connection, until it closes."""
+        self.peers.add(peer)
+        known: dict[str, Known] = {}
+        peer.send(self.status())
+        try:
+            async for message in peer.messages(decode_to_spark):
+                try:
+                    self._handle(peer, known, message)
+                except Exception:  # a message out of order (work before its graph): the peer replays
+                    log.exception("a message could not be handled; closing the connection",
+                                  extra={"kind": type(message).__name__})
+                    return
+        finally:
+            self.peers.discard(peer)
+            for dataflow in known.values():
+                self.checker.forget(dataflow)
+                dataflow.peer = None  # its results have nowhere to go
+            peer.close()
+
+    def _handle(self, peer: Peer, known: dict[str, Known], message: ToSpark) -> None:
+        if isinstance(message, Hello):
+            log.info("hot-path process connected", extra={"pid": message.pid, "role": message.role})
+        elif isinstance(message, Know):
+            if message.df not in known:
+                graph, _ = build_graph(message.spec, new=False)
+                known[message.df] = Known(message.df, graph, peer)
+        elif isinstance(message, Forget):
+            gone = known.pop(message.df, None)
+            if gone is not None:
+                self.checker.forget(gone)
+                gone.peer = None
+        elif isinstance(message, Check):
+            self.checker.request(known[message.df])
+        elif isinstance(message, Audit):
+            self._spawn(self._audit(known[message.df], message))
+        elif isinstance(message, MicroBatch):
+            self._spawn(self._microbatch(known[message.df], message))
+
+    async def _audit(self, dataflow: Known, message: Audit) -> None:
+        counts = {(loc, t): n for loc, t, n in map(from_change_row, message.counts)}
+        live = {Location(node, port, kind): [tuple(t) for t in ts]  # type: ignore[arg-type]
+                for node, port, kind, ts in message.live}
+        result, stop = await audit(self.spark, self.turns, dataflow, message.version, counts, live)
+        if dataflow.peer is not None:
+            dataflow.peer.send(Audited(df=dataflow.id, version=message.version, audit=result, stop=stop))
+
+    async def _microbatch(self, dataflow: Known, message: MicroBatch) -> None:
+        try:
+            changes = await microbatch(self.spark, self.turns, dataflow,
+                                       [from_change_row(r) for r in message.updates], message.reset)
+        except Exception as error:
+            log.exception("spark micro-batch failed", extra={"dataflow": dataflow.id})
+            answer = Applied(df=dataflow.id, version=message.version, changes=[], reset=message.reset,
+                             error=f"{type(error).__name__}: {error}")
+        else:
+            answer = Applied(df=dataflow.id, version=message.version, reset=message.reset,
+                             changes=[change_row(c.location, c.time, c.diff) for c in changes])
+        if dataflow.peer is not None:
+            dataflow.peer.send(answer)
+
+    async def stop(self) -> None:
+        """Cancel every job and stop the session (waiting at most half a second for it)."""
+        self.checker.cancel()
+        for task in list(self._tasks):
+            task.cancel()
+        for peer in list(self.peers):
+            peer.close()
+        await self.spark.stop(wait=0.5)
+
+
+async def _main(settings: Settings, address: str, supervised: Supervised) -> None:
+    process = SparkProcess(settings)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(address)  # left by a process of ours that was killed
+    server = await asyncio.start_unix_server(lambda r, w: process.serve(Peer(r, w)), address)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    beating = asyncio.create_task(supervised.beat())
+    opening = asyncio.create_task(process.open())
+    log.info("spark process listening", extra={"address": address, "master": process.master,
+                                               "nice": os.nice(0)})
+    await stop.wait()
+    beating.cancel()
+    opening.cancel()
+    server.close()
+    await process.stop()
+
+
+def main() -> int:
+    """Run the Spark process with the settings and address its supervisor passed."""
+    supervised = Supervised.from_env()
+    supervised.watch_parent()
+    settings = Settings.from_json(os.environ.pop("TRACKER_SETTINGS"))
+    configure_logging(settings.log_level)
+    if settings.spark_nice:
+        os.nice(settings.spark_nice)
+    try:
+        asyncio.run(_main(settings, os.environ.pop(ADDRESS_ENV), supervised))
+    except OSError as error:
+        supervised.fatal(f"the Spark process cannot listen: {error}")
+        return CANNOT_BOOT
+    logging.shutdown()
+    os._exit(0)  # py4j's and Spark's threads are not waited for: the JVM's watchdog ends it
+
+
+if __name__ == "__main__":
+    sys.exit(main())
