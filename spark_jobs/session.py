@@ -37,6 +37,8 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
+from spark_jobs.graphx import ENTRY_CLASS, HelperMissing, engine_choice, helper_jars
+
 _LOCK = threading.Lock()
 _SESSION: SparkSession | None = None
 
@@ -156,7 +158,7 @@ def get_spark(master: str | None = None) -> SparkSession:
             # An embedded session (or a cluster on this machine's loopback) talks only to this
             # machine: keep the driver on loopback rather than whatever the hostname resolves to.
             builder = builder.config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
-        jars = package_jars()
+        jars = package_jars() + helper_jars()  # raises HelperMissing before any JVM starts
         if jars:
             builder = builder.config("spark.jars", ",".join(jars))
         if delta_jars_present():
@@ -228,6 +230,29 @@ def has_delta_jvm(spark: SparkSession) -> bool:
 def has_graphframes_jvm(spark: SparkSession) -> bool:
     """True iff GraphFrames' JVM package loads in this session (then SCC may use it)."""
     return _has_class(spark, GRAPHFRAMES_CLASS)
+
+
+def graph_engine(spark: SparkSession | None = None) -> str:
+    """Which graph engine runs the cycle check and propagation, and why, in one line:
+    ``"graphx (helper <jar>)"`` or ``"dataframe (TRACKER_GRAPH_ENGINE=dataframe)"``. With
+    ``spark``, also checks that the helper's classes load in that session.
+
+    Raises:
+        HelperMissing: GraphX is chosen but its helper is not built, or does not load in
+            ``spark`` (one line; a set-up error, never a silent fallback).
+        ValueError: ``TRACKER_GRAPH_ENGINE`` names no engine.
+
+    >>> import os; os.environ["TRACKER_GRAPH_ENGINE"] = "dataframe"
+    >>> graph_engine()
+    'dataframe (TRACKER_GRAPH_ENGINE=dataframe)'
+    >>> del os.environ["TRACKER_GRAPH_ENGINE"]
+    """
+    if engine_choice() == "dataframe":
+        return "dataframe (TRACKER_GRAPH_ENGINE=dataframe)"
+    [jar] = helper_jars()
+    if spark is not None and not _has_class(spark, ENTRY_CLASS):
+        raise HelperMissing(f"the GraphX helper {jar} does not load in this Spark session")
+    return f"graphx (helper {jar})"
 
 
 def main(argv: list[str] | None = None) -> int:
