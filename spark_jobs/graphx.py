@@ -32,7 +32,10 @@ import tempfile
 import zipfile
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
 
 SOURCES = Path(__file__).parent / "jvm" / "src"
 JAR_NAME = "tracker-graphx.jar"
@@ -148,3 +151,50 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+# ---- calls into the helper (each starts Spark jobs; the session must have loaded the jar) ----
+
+Method = Literal["local", "pregel"]
+"""``local``: GraphX's graph partitioned by dataflow, each edge partition computed whole in one
+stage (the default: measured faster); ``pregel``: GraphX's own algorithms (SCC, Pregel), one or
+more Spark jobs per superstep (the checked alternative)."""
+
+
+def _helper(df: DataFrame) -> Any:
+    return getattr(df.sparkSession._jvm, ENTRY_CLASS.rpartition(".")[0]).ProgressGraphs
+
+
+def cycles(zero: DataFrame, method: Method = "local") -> DataFrame:
+    """``(dataflow_id, src, dst)`` of the transitions of ``zero`` (``dataflow_id, src, dst``,
+    transitions that do not advance time) lying on a cycle: both ends in one strongly connected
+    component (a self-loop included). Materialised (checkpointed) on return."""
+    from pyspark.sql import DataFrame
+
+    return DataFrame(_helper(zero).cycles(zero.select("dataflow_id", "src", "dst")._jdf, method), zero.sparkSession)
+
+
+def propagate(transitions: DataFrame, times: DataFrame, method: Method = "local",
+              max_supersteps: int = 100_000) -> DataFrame:
+    """``(dataflow_id, loc, time)``: every location's frontier, the lower envelope of the times
+    reachable from ``times`` (``dataflow_id, loc, time``) along ``transitions`` (``dataflow_id,
+    src, dst, summary``); locations reached by nothing are absent. Materialised on return.
+    ``pregel`` needs the transitions free of non-incrementing cycles (else it stops after
+    ``max_supersteps``); ``local`` ends on any graph."""
+    from pyspark.sql import DataFrame
+
+    jdf = _helper(transitions).propagate(transitions.select("dataflow_id", "src", "dst", "summary")._jdf,
+                                         times.select("dataflow_id", "loc", "time")._jdf, method, max_supersteps)
+    return DataFrame(jdf, transitions.sparkSession)
+
+
+def psi(transitions: DataFrame, locations: DataFrame) -> DataFrame:
+    """``Psi`` as ``(dataflow_id, src, dst, summary)``: for every location of ``locations``
+    (``dataflow_id, loc, arity``) and every location it reaches along ``transitions``, itself
+    included with the zero summary, the minimal path summaries; each dataflow's in one task.
+    The transitions must pass the cycle check. Materialised on return."""
+    from pyspark.sql import DataFrame
+
+    jdf = _helper(transitions).psi(transitions.select("dataflow_id", "src", "dst", "summary")._jdf,
+                                   locations.select("dataflow_id", "loc", "arity")._jdf)
+    return DataFrame(jdf, transitions.sparkSession)

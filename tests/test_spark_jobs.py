@@ -143,13 +143,14 @@ def test_scope_summaries_equal_psi_into_operator_zero_inputs(spark, graphs: list
 @settings(max_examples=1, deadline=None, suppress_health_check=list(HealthCheck))
 @given(st.lists(raw_graphs(), min_size=PER_EXAMPLE, max_size=PER_EXAMPLE))
 def test_cycle_paths_agree(spark, graphs: list[Graph]) -> None:
-    """Path doubling (default) and prune-then-close find the same transitions."""
+    """The DataFrame path's two methods, path doubling (its default) and prune-then-close, find
+    the same transitions."""
     from spark_jobs.cycles import find_cycles as spark_cycles
     from spark_jobs.frames import transitions_of
 
     transitions = transitions_of(spark, by_id(graphs)).localCheckpoint()
-    doubling = sorted(map(tuple, spark_cycles(transitions, use_graphframes=False).collect()))
-    pruned = sorted(map(tuple, spark_cycles(transitions, use_graphframes=False, method="prune").collect()))
+    doubling = sorted(map(tuple, spark_cycles(transitions, engine="dataframe").collect()))
+    pruned = sorted(map(tuple, spark_cycles(transitions, engine="dataframe", method="prune").collect()))
     assert doubling == pruned
 
 

@@ -155,6 +155,56 @@ final class Local {
     return result.iterator();
   }
 
+  /**
+   * {@code Psi} of the graphs of {@code triplets}: rows {@code (key, src, dst, summary)}, for every
+   * vertex {@code src} and every vertex it reaches (itself included, with the zero summary, which
+   * each vertex's attribute holds as its one-element frontier), the minimal path summaries. One
+   * worklist fixed point per source, as {@link #propagate}.
+   */
+  static Iterator<Row> psi(Iterator<EdgeTriplet<ProgressGraphs.Located, long[]>> triplets) {
+    Map<Long, ProgressGraphs.Located> state = new HashMap<>();
+    Map<Long, List<Object[]>> out = new HashMap<>();
+    while (triplets.hasNext()) {
+      EdgeTriplet<ProgressGraphs.Located, long[]> t = triplets.next();
+      state.putIfAbsent(t.srcId(), t.srcAttr());
+      state.putIfAbsent(t.dstId(), t.dstAttr());
+      out.computeIfAbsent(t.srcId(), k -> new ArrayList<>()).add(new Object[] {t.dstId(), t.attr()});
+    }
+    List<Row> rows = new ArrayList<>();
+    for (Map.Entry<Long, ProgressGraphs.Located> source : state.entrySet()) {
+      Map<Long, long[][]> reached = new HashMap<>();
+      reached.put(source.getKey(), source.getValue().frontier);
+      ArrayDeque<Long> work = new ArrayDeque<>();
+      java.util.Set<Long> queued = new java.util.HashSet<>();
+      work.add(source.getKey());
+      queued.add(source.getKey());
+      while (!work.isEmpty()) {
+        long v = work.poll();
+        queued.remove(v);
+        long[][] from = reached.get(v);
+        for (Object[] edge : out.getOrDefault(v, List.of())) {
+          long dst = (Long) edge[0];
+          long[][] there = reached.getOrDefault(dst, new long[0][]);
+          long[][] news = Antichains.newcomers(Antichains.advance(from, (long[]) edge[1]), there);
+          if (news.length > 0) {
+            reached.put(dst, Antichains.union(there, news));
+            if (queued.add(dst)) {
+              work.add(dst);
+            }
+          }
+        }
+      }
+      ProgressGraphs.Located src = source.getValue();
+      for (Map.Entry<Long, long[][]> end : reached.entrySet()) {
+        long dstLoc = state.get(end.getKey()).loc;
+        for (long[] summary : end.getValue()) {
+          rows.add(RowFactory.create(src.key, src.loc, dstLoc, summary));
+        }
+      }
+    }
+    return rows.iterator();
+  }
+
   /** Rows {@code (key, loc, time)} of a vertex's frontier, one per element. */
   static Iterator<Row> rows(ProgressGraphs.Located s) {
     List<Row> out = new ArrayList<>(s.frontier.length);

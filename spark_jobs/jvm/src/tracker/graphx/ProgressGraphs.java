@@ -54,6 +54,12 @@ public final class ProgressGraphs {
       .add("loc", DataTypes.LongType)
       .add("time", DataTypes.createArrayType(DataTypes.LongType));
 
+  static final StructType PSI_SCHEMA = new StructType()
+      .add("dataflow_id", DataTypes.StringType)
+      .add("src", DataTypes.LongType)
+      .add("dst", DataTypes.LongType)
+      .add("summary", DataTypes.createArrayType(DataTypes.LongType));
+
   /** The helper's version, checked by the Python side against the one it was built for. */
   public static String version() {
     return "1";
@@ -266,5 +272,38 @@ public final class ProgressGraphs {
     }
     graph.unpersist(false);
     return frontier;
+  }
+
+  // ---- path summaries ----------------------------------------------------------------------
+
+  /**
+   * {@code Psi} {@code (dataflow_id, src, dst, summary)}: for every location of
+   * {@code locations} {@code (dataflow_id, loc, arity)} and every location it reaches along
+   * {@code transitions} {@code (dataflow_id, src, dst, summary)}, itself included (the zero
+   * summary), the minimal path summaries. GraphX's graph partitioned by dataflow ({@link ByKey}),
+   * each edge partition's sources run to their fixed point in one stage. The transitions must
+   * have no cycle that does not advance time (the cycle check says so first).
+   */
+  public static Dataset<Row> psi(Dataset<Row> transitions, Dataset<Row> locations) {
+    SparkSession spark = transitions.sparkSession();
+    int parts = parts(spark);
+    Dataset<Row> ids = withIds(ends(transitions)
+        .union(locations.select(col("dataflow_id"), col("loc"), lit(false).as("linked"))), parts)
+        .join(locations.select("dataflow_id", "loc", "arity"), new String[] {"dataflow_id", "loc"});
+    JavaRDD<Edge<long[]>> edges = idEdges(transitions, ids).toJavaRDD()
+        .map(r -> new Edge<>(r.<Long>getAs("svid"), r.<Long>getAs("dvid"), times(r, r.fieldIndex("summary"))));
+    JavaRDD<Tuple2<Object, Located>> vertices = ids.toJavaRDD().map(r -> new Tuple2<Object, Located>(
+        r.<Long>getAs("vid"), new Located(r.getAs("dataflow_id"), r.<Long>getAs("loc"),
+            new long[][] {new long[r.<Integer>getAs("arity")]}, r.<Boolean>getAs("linked"))));
+    Graph<Located, long[]> graph = Graph.apply(vertices.rdd(), edges.rdd(), new Located(null, 0, new long[0][], false),
+        StorageLevel.MEMORY_ONLY(), StorageLevel.MEMORY_ONLY(), tag(Located.class), tag(long[].class))
+        .partitionBy(new ByKey(), parts);
+    // Locations no transition touches reach only themselves.
+    JavaRDD<Row> rows = graph.triplets().toJavaRDD().mapPartitions(Local::psi)
+        .union(graph.vertices().toJavaRDD().map(Tuple2::_2).filter(s -> !s.linked)
+            .map(s -> RowFactory.create(s.key, s.loc, s.loc, s.frontier[0])));
+    Dataset<Row> psi = spark.createDataFrame(rows, PSI_SCHEMA).localCheckpoint(true);
+    graph.unpersist(false);
+    return psi;
   }
 }
