@@ -12,6 +12,10 @@ driver; when delta-spark is among them, Delta's SQL extension and catalog are co
 DataFrame cycle closure). The classes are still *detected* by loading them (``has_delta_jvm``,
 ``has_graphframes_jvm``), so jars put on the classpath by other means count too.
 
+The GraphX helper (:mod:`spark_jobs.graphx`) goes on ``spark.jars`` too, unless
+``TRACKER_GRAPH_ENGINE=dataframe``; :func:`graph_engine` says which engine runs the graph work.
+A missing helper stops the session from starting, with one line (:class:`HelperMissing`).
+
 The JVM this process launches dies with it, however it ends: pyspark's gateway exits when its
 stdin closes, but only after Spark's shutdown hooks, which wait for running jobs (minutes, holding
 gigabytes). A watchdog process (:func:`tie_to_parent`) reads a pipe from this process and, once
@@ -21,6 +25,7 @@ Example (starts a JVM, so not run as a doctest)::
 
     spark = get_spark("local[2]")
     has_delta_jvm(spark), has_graphframes_jvm(spark)   # (True, False): GraphFrames is not served
+    graph_engine(spark)                                # 'graphx (helper /root/.cache/...)' 
 """
 
 from __future__ import annotations
@@ -228,7 +233,8 @@ def has_delta_jvm(spark: SparkSession) -> bool:
 
 
 def has_graphframes_jvm(spark: SparkSession) -> bool:
-    """True iff GraphFrames' JVM package loads in this session (then SCC may use it)."""
+    """True iff GraphFrames' JVM package loads in this session (it is not served: nothing uses
+    it; the GraphX helper runs the graph work)."""
     return _has_class(spark, GRAPHFRAMES_CLASS)
 
 
@@ -268,12 +274,19 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     spark = get_spark("local[1]")
     loaded = {"delta-spark": has_delta_jvm(spark), "graphframes": has_graphframes_jvm(spark)}
-    spark.stop()
+    try:
+        engine = graph_engine(spark)
+    except HelperMissing as error:
+        print(f"[setup] graph engine: {error}", file=sys.stderr)
+        return 1
+    finally:
+        spark.stop()
+    print(f"[setup] graph engine: {engine}", file=sys.stderr)
     wanted = {name for name in loaded if any(name in c for c in result["fetched"])}
     for name, ok in loaded.items():
         state = "loaded" if ok else "fetched but does not load" if name in wanted else "not served"
         if name == "graphframes" and not ok:
-            state += "; the DataFrame path does the cycle check"
+            state += "; GraphX runs the graph work through the helper instead"
         print(f"[setup] {name}: {state}", file=sys.stderr)
     missing = [name for name in wanted if not loaded[name]]
     if missing:
