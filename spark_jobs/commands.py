@@ -13,9 +13,12 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 
 
 def _jobs(args: argparse.Namespace) -> int:
+    # Said at once: the imports below (Arrow, delta-rs) and the warehouse checks take a moment.
+    print(f"[{args.job}] checking the warehouse {args.warehouse}...", file=sys.stderr, flush=True)
     try:
         from spark_jobs.cli import run_job
     except ImportError as error:
@@ -56,7 +59,8 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     _warehouse(jobs)
     which = jobs.add_mutually_exclusive_group(required=True)
     which.add_argument("--dataflow", action="append",
-                       help="dataflow id; repeat it (or separate ids by commas) to run several in one job")
+                       help="dataflow id or name (a name must be one dataflow's); repeat it (or separate "
+                            "them by commas) to run several in one job")
     which.add_argument("--all", action="store_true", help="every dataflow of the warehouse, in one job")
     jobs.add_argument("--master", default=os.environ.get("SPARK_MASTER"),
                       help="Spark master URL (env SPARK_MASTER; default local[*])")

@@ -25,7 +25,7 @@ Example (starts a JVM, so not run as a doctest)::
 
     spark = get_spark("local[2]")
     has_delta_jvm(spark), has_graphframes_jvm(spark)   # (True, False): GraphFrames is not served
-    graph_engine(spark)                                # 'graphx (helper /root/.cache/...)' 
+    graph_engine(spark)                                # 'graphx (helper /root/.cache/...)'
 """
 
 from __future__ import annotations

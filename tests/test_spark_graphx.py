@@ -107,9 +107,9 @@ def test_a_missing_helper_is_a_one_line_setup_error(tmp_path: Path) -> None:
     lines = done.stdout.strip().splitlines()
     assert len(lines) == 2 and all(line.startswith("HelperMissing | the GraphX helper is not built") for line in lines)
     assert "python -m spark_jobs.graphx" in lines[0] and "TRACKER_GRAPH_ENGINE=dataframe" in lines[0]
-    chosen = subprocess.run([sys.executable, "-c", "from spark_jobs.session import graph_engine; print(graph_engine())"],
-                            cwd=ROOT, env={**env, "TRACKER_GRAPH_ENGINE": "dataframe"}, capture_output=True, text=True,
-                            timeout=120)
+    probe = "from spark_jobs.session import graph_engine; print(graph_engine())"
+    chosen = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, env={**env, "TRACKER_GRAPH_ENGINE": "dataframe"},
+                            capture_output=True, text=True, timeout=120)
     assert chosen.stdout.strip() == "dataframe (TRACKER_GRAPH_ENGINE=dataframe)", chosen.stderr
 
 
@@ -125,3 +125,35 @@ def test_build_is_cached_and_names_its_inputs(tmp_path: Path, monkeypatch: pytes
 
     with zipfile.ZipFile(built) as jar:
         assert "tracker/graphx/ProgressGraphs.class" in jar.namelist()
+
+
+@settings(max_examples=2, deadline=None, suppress_health_check=list(HealthCheck))
+@given(data=st.data())
+def test_nested_check_and_audit_equal_the_native_engine_and_the_oracle(spark, data: st.DataObject) -> None:
+    """What the service's Spark process calls for nested dataflows (:mod:`spark_jobs.nested`):
+    the check agrees with the native build, the audit's frontiers with the scoped tracker and
+    the flattened oracle."""
+    from spark_jobs.nested import check_nested, nested_frontiers, nested_verdict
+    from tests.strategies import nested_batches, nested_bodies
+    from tracker import scoped_oracle
+    from tracker.scope import NestedGraph
+    from tracker.scoped import ScopedTracker
+
+    graphs = {}
+    for i in range(6):
+        arity, body = data.draw(nested_bodies(max_depth=3, max_nodes=3))
+        graphs[f"n{i}"] = NestedGraph.from_json(arity, body)
+    checks = check_nested(spark, graphs)
+    for i, graph in graphs.items():
+        assert nested_verdict(graph, checks[i])[0] == "agreed", (i, nested_verdict(graph, checks[i]))
+        assert checks[i].acceptable
+    graph = graphs["n0"]
+    batches = data.draw(nested_batches(graph, max_batches=3))
+    counts = scoped_oracle.accumulate(batches)
+    tracker = ScopedTracker(graph)
+    for batch in batches:
+        tracker.apply(batch)
+    got = nested_frontiers(spark, graph, counts)
+    assert got == {loc: sorted(ts) for loc, ts in scoped_oracle.frontiers(graph, counts).items()}
+    live = {loc: sorted(ts) for loc, ts in tracker.frontiers().items() if ts}
+    assert {loc: ts for loc, ts in got.items() if ts} == live
