@@ -198,3 +198,20 @@ def psi(transitions: DataFrame, locations: DataFrame) -> DataFrame:
     jdf = _helper(transitions).psi(transitions.select("dataflow_id", "src", "dst", "summary")._jdf,
                                    locations.select("dataflow_id", "loc", "arity")._jdf)
     return DataFrame(jdf, transitions.sparkSession)
+
+
+def incremental(psi: DataFrame, points: DataFrame, batch: DataFrame, frontiers: DataFrame) -> DataFrame:
+    """A batch applied, each dataflow in one task (the helper's ``Incremental``): tagged rows
+    ``(dataflow_id, tag, loc, time, value)``, ``tag`` ``p`` the new counts (``value`` the
+    count), ``c`` the frontier changes (``value`` +1/-1), ``f`` the new frontiers; materialised.
+    Inputs as :func:`spark_jobs.incremental.incremental` takes them."""
+    from pyspark.sql import DataFrame
+
+    jvm = psi.sparkSession._jvm
+    assert jvm is not None
+    helper = getattr(jvm, ENTRY_CLASS.rpartition(".")[0]).Incremental
+    jdf = helper.apply(psi.select("dataflow_id", "src", "dst", "summary")._jdf,
+                       points.select("dataflow_id", "loc", "time", "count")._jdf,
+                       batch.select("dataflow_id", "loc", "time", "delta")._jdf,
+                       frontiers.select("dataflow_id", "loc", "time")._jdf)
+    return DataFrame(jdf, psi.sparkSession)
