@@ -115,6 +115,20 @@ def _run_job(job: str, root: str, master: str, *which: str, **env: str) -> tuple
     return time.perf_counter() - started, done.stdout
 
 
+def first_words(job: str, root: str) -> tuple[float, str]:
+    """Seconds from starting ``tracker jobs JOB`` to its first line on stderr, and that line
+    (the run then completes)."""
+    started = time.perf_counter()
+    with subprocess.Popen([sys.executable, "-m", "tracker.cli", "jobs", job, "--warehouse", root, "--all",
+                           "--master", "local[2]"], cwd=ROOT, env={**os.environ, "PYSPARK_PYTHON": sys.executable},
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) as run:
+        assert run.stderr is not None
+        line = run.stderr.readline().strip()
+        seconds = time.perf_counter() - started
+        run.communicate()
+    return seconds, line
+
+
 def _rounds(stdout: str) -> float:
     """The iterations a ``propagate`` run reports (``... after N iterations``)."""
     found = re.search(r"after (\d+) iterations", stdout)
@@ -133,6 +147,7 @@ def cli(quick: bool) -> dict[str, float]:
     figures["jobs_100_over_1"] = figures["jobs_propagate_100_df_s"] / figures["jobs_propagate_1_df_s"]
     # Where `summaries` holds no Psi: GraphX propagates without it; the DataFrame engine computes
     # it by path doubling, then joins (it iterated once per level of depth before).
+    figures["jobs_first_output_s"], _ = first_words("cycles", one_root)
     bare = _warehouse({"df00000": many["df00000"]}, summaries=False)
     seconds, out = _run_job("propagate", bare, "local[2]", "--all")
     figures["jobs_propagate_rounds_without_psi"] = _rounds(out)

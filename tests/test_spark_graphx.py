@@ -43,12 +43,20 @@ def test_the_session_runs_graphx(spark) -> None:
 @given(st.lists(raw_graphs(), min_size=PER_EXAMPLE, max_size=PER_EXAMPLE))
 def test_cycles_equal_native_oracle_and_the_dataframe_path(spark, graphs: list[Graph]) -> None:
     local = find_cycles_for_graphs(spark, by_id(graphs), engine="graphx", method="local")
-    pregel = find_cycles_for_graphs(spark, by_id(graphs), engine="graphx", method="pregel")
     frames = find_cycles_for_graphs(spark, by_id(graphs), engine="dataframe")
     for key, graph in by_id(graphs).items():
         assert local[key] == find_cycles(graph), graph
         assert set(local[key]) == oracle.cycle_transitions(graph)
-        assert pregel[key] == local[key] == frames[key], graph
+        assert local[key] == frames[key], graph
+
+
+# GraphX's own algorithms take a few Spark jobs per superstep: one example of a dozen graphs.
+@settings(max_examples=1, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.lists(raw_graphs(), min_size=PER_EXAMPLE, max_size=PER_EXAMPLE))
+def test_graphx_own_scc_agrees(spark, graphs: list[Graph]) -> None:
+    pregel = find_cycles_for_graphs(spark, by_id(graphs), engine="graphx", method="pregel")
+    for key, graph in by_id(graphs).items():
+        assert pregel[key] == find_cycles(graph), graph
 
 
 def test_a_self_loop_and_a_ring_are_cycles_a_chain_is_not(spark) -> None:
@@ -75,7 +83,7 @@ def graphs_with_counts(draw: st.DrawFn) -> tuple[Graph, dict]:
     return graph, oracle.accumulate(draw(update_batches(graph)))
 
 
-@SPARK
+@settings(max_examples=2, deadline=None, suppress_health_check=list(HealthCheck))
 @given(st.lists(graphs_with_counts(), min_size=PER_EXAMPLE, max_size=PER_EXAMPLE))
 def test_propagation_equals_native_and_oracle_both_methods(spark, cases: list[tuple[Graph, dict]]) -> None:
     from spark_jobs.frames import transitions_of
@@ -127,7 +135,7 @@ def test_build_is_cached_and_names_its_inputs(tmp_path: Path, monkeypatch: pytes
         assert "tracker/graphx/ProgressGraphs.class" in jar.namelist()
 
 
-@settings(max_examples=2, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=1, deadline=None, suppress_health_check=list(HealthCheck))
 @given(data=st.data())
 def test_nested_check_and_audit_equal_the_native_engine_and_the_oracle(spark, data: st.DataObject) -> None:
     """What the service's Spark process calls for nested dataflows (:mod:`spark_jobs.nested`):
