@@ -23,6 +23,7 @@ import argparse
 import os
 import re
 import sys
+import threading
 import time
 from typing import Any
 
@@ -50,6 +51,11 @@ def run_job(args: argparse.Namespace) -> int:
     problem = warehouse_problem(warehouse)
     if problem:
         return _fail(f"warehouse {warehouse!r} {problem}")
+    from spark_jobs.session import master_problem
+
+    if args.master and (problem := master_problem(args.master)):
+        return _fail(f"--master: {problem}")
+    starting = _SparkStart(args.master)  # the JVM starts while the warehouse is checked
     probe = Warehouse(warehouse)  # no Spark needed to tell an unknown dataflow apart
     try:
         probe.check_layout()
@@ -78,11 +84,6 @@ def run_job(args: argparse.Namespace) -> int:
             f"unknown dataflow {', '.join(unknown[:5]) or '(none given)'} in warehouse {warehouse!r}"
             f" (known: {', '.join(listed) or 'none'}{more})"
         )
-    from spark_jobs.session import master_problem
-
-    if args.master and (problem := master_problem(args.master)):
-        return _fail(f"--master: {problem}")
-
     lock = None
     if args.job in WRITES:
         try:
@@ -92,7 +93,7 @@ def run_job(args: argparse.Namespace) -> int:
                          "date itself; stop the service first (its state is safe in the tables and its log), "
                          "or run `cycles`, which only reads")
     try:
-        return _run(args, warehouse, ids)
+        return _run(args, warehouse, ids, starting)
     finally:
         if lock is not None:
             lock.release()
@@ -133,17 +134,45 @@ def local_ip_default(master: str | None) -> None:
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 
-def _run(args: argparse.Namespace, warehouse: str, ids: list[str]) -> int:
+class _SparkStart:
+    """The Spark session, started on a thread as soon as the job's arguments are known, so the
+    JVM's start overlaps the warehouse checks (an early exit leaves it to die with the process:
+    see :func:`spark_jobs.session.tie_to_parent`)."""
+
+    def __init__(self, master: str | None) -> None:
+        self.master = master
+        self.session: Any = None
+        self.error: BaseException | None = None
+        local_ip_default(master)
+        self._thread = threading.Thread(target=self._start, name="spark-start", daemon=True)
+        self._thread.start()
+
+    def _start(self) -> None:
+        try:
+            from spark_jobs.session import get_spark
+
+            self.session = get_spark(self.master)
+        except BaseException as error:  # handed to the waiting caller
+            self.error = error
+
+    def wait(self) -> Any:
+        """The session, or the exception its start raised."""
+        self._thread.join()
+        if self.error is not None:
+            raise self.error
+        return self.session
+
+
+def _run(args: argparse.Namespace, warehouse: str, ids: list[str], starting: _SparkStart) -> int:
     from spark_jobs import jobs
     from spark_jobs.frames import Progress
-    from spark_jobs.session import get_spark, graph_engine
+    from spark_jobs.session import graph_engine
 
     started = time.perf_counter()
     progress = Progress(label=args.job, echo=True)
     progress.step(f"starting Spark ({args.master or os.environ.get('SPARK_MASTER') or 'local[*]'})...")
-    local_ip_default(args.master)
     try:
-        spark = get_spark(args.master)
+        spark = starting.wait()
         engine = graph_engine(spark)
     except Exception as error:  # a wrong --master, no Java, no GraphX helper: one line, no traceback
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__

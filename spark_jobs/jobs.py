@@ -86,15 +86,13 @@ def read_inputs(wh: Warehouse, ids: list[str], progress: Progress | None = None)
     unknown = sorted(set(ids) - known)
     if unknown:
         raise UnknownDataflowError(f"unknown dataflow {', '.join(unknown[:5])} in warehouse {wh.root}")
-    scopes = wh.spark_read("scopes", ids).localCheckpoint()
-    without = sorted(set(ids) - {r["dataflow_id"] for r in scopes.select("dataflow_id").distinct().collect()})
+    structure = structure_from_tables(wh.spark_read("scopes", ids), wh.spark_read("nodes", ids),
+                                      wh.spark_read("connections", ids), wh.spark_read("edges", ids))
+    without = sorted(set(ids) - {split(key)[0] for key in structure.arity})
     if without:
         raise UnknownDataflowError(f"dataflow {', '.join(without[:5])} has no rows in the `scopes` table of "
                                    f"warehouse {wh.root}")
-    structure = structure_from_tables(scopes, wh.spark_read("nodes", ids), wh.spark_read("connections", ids),
-                                      wh.spark_read("edges", ids))
-    arity = {r["dataflow_id"]: r["arity"] for r in structure.scopes.select("dataflow_id", "arity").collect()}
-    return Inputs(ids, structure, arity)
+    return Inputs(ids, structure, dict(structure.arity))
 
 
 def _located(df: DataFrame) -> DataFrame:
