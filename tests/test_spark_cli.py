@@ -152,6 +152,14 @@ def test_names_resolve_and_the_job_says_what_it_does(spark, tmp_path: Path, caps
     said = [line for line in out.err.splitlines() if line.startswith("[cycles]")]
     assert said[0] == f"[cycles] checking the warehouse {tmp_path}..." and "starting Spark" in said[1]
     assert any("graph engine: graphx" in line for line in said) and "done in" in said[-1]
+    import os
+
+    try:  # the DataFrame path, chosen explicitly, answers the same
+        assert main(["jobs", "cycles", *args, "--dataflow", "single", "--graph-engine", "dataframe"]) == 0
+        out = capsys.readouterr()
+        assert "id-3: no non-incrementing cycle" in out.out and "graph engine: dataframe" in out.err
+    finally:
+        os.environ.pop("TRACKER_GRAPH_ENGINE", None)
 
 
 def test_spark_local_ip_defaults_to_loopback_for_local_masters(monkeypatch) -> None:
