@@ -52,7 +52,7 @@ def test_incremental_changes_equal_native_and_full_recompute(spark, cases: list[
         batch = spark.createDataFrame(rows, POINTS_SCHEMA).withColumnRenamed("count", "delta")
         result = incremental(psi, points, batch, frontiers, arity_one)
         points, frontiers = result.points, result.frontiers
-        other = incremental(psi, *by_frames[:1], batch, by_frames[1], arity_one, engine="dataframe")
+        other = incremental(psi, by_frames[0], batch, by_frames[1], arity_one, engine="dataframe")
         by_frames = (other.points, other.frontiers)
         got: dict[str, set] = defaultdict(set)
         for r in result.changes.collect():
