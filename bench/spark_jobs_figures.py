@@ -52,12 +52,13 @@ def registration(spark: Any) -> dict[str, float]:
 
 
 def summarize_rounds(spark: Any, graphs: dict[str, Graph]) -> dict[str, float]:
-    """Path-doubling rounds on the workload against ``ceil(log2(max depth)) + 3``."""
+    """The DataFrame path's path-doubling rounds on the workload against ``ceil(log2(max depth)) + 3``."""
     from spark_jobs.frames import Progress, all_arity_one, locations_of, transitions_of
     from spark_jobs.summaries import summarize
 
     progress = Progress(label="summarize")
-    summarize(transitions_of(spark, graphs), locations_of(spark, graphs), all_arity_one(graphs), "doubling", progress)
+    summarize(transitions_of(spark, graphs), locations_of(spark, graphs), all_arity_one(graphs), "doubling", progress,
+              "dataframe")
     depth = max(len(g.nodes) for g in graphs.values())
     return {"summarize_rounds_doubling": progress.rounds, "summarize_round_bound": math.ceil(math.log2(depth)) + 3}
 
