@@ -1,7 +1,9 @@
-"""Spark jobs: summarize, full propagate (1x/2x/4x), incremental 1% update, vs the native core; then
-the jobs as users run them (``bench/spark_jobs_figures.py``).
+"""Spark jobs: summarize, full propagate (1x/2x/4x), incremental 1% update, vs the native core; the
+graph engines compared (``bench/spark_engines.py``); then the jobs as users run them
+(``bench/spark_jobs_figures.py``).
 
-Workload (``bench/spark_workloads.py``): ~165 dataflows of 10..50 operators (chain, branch,
+The machine's load average is printed first and recorded (``load_1min``): figures from a busy
+machine are not comparable. Workload (``bench/spark_workloads.py``): ~165 dataflows of 10..50 operators (chain, branch,
 iterate loop; arity 2) = ~10,000 locations, all in one job partitioned by ``dataflow_id``; 2x and
 4x add dataflows, not depth. Ratios come from one run. Also checks, on the way, that every
 iteration's plan stays flat (analysed plan size per round) and that the incremental result
@@ -22,6 +24,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from bench.spark_workloads import Counts, change_batch, dataflows, location_count, pointstamps
 from spark_jobs.frames import Progress, decode_code, encode, locations_of, transitions_of
+from spark_jobs.graphx import Engine
 from spark_jobs.incremental import POINTS_SCHEMA, incremental
 from spark_jobs.propagate import propagate, propagate_with_psi, times_of
 from spark_jobs.session import get_spark
@@ -40,17 +43,21 @@ def _timed(fn: Callable[[], R]) -> tuple[R, float]:
     return value, time.perf_counter() - started
 
 
-def _full_propagate(spark: SparkSession, graphs: dict[str, Graph], counts: dict[str, Counts]
-                    ) -> tuple[float, Progress, DataFrame]:
+def _full_propagate(spark: SparkSession, graphs: dict[str, Graph], counts: dict[str, Counts],
+                    engine: Engine = "graphx") -> tuple[float, Progress, DataFrame]:
     transitions = transitions_of(spark, graphs).localCheckpoint()
     times = times_of(spark, counts).localCheckpoint()
-    progress = Progress(label="propagate", echo=True)
-    frontier, seconds = _timed(lambda: propagate(transitions, times, False, progress))
+    progress = Progress(label=f"propagate/{engine}", echo=True)
+    frontier, seconds = _timed(lambda: propagate(transitions, times, False, progress, engine))
     return seconds, progress, frontier
 
 
 def run(quick: bool = False) -> dict[str, Any]:
     """Run the benchmark; print a table; return ``{"name", "figures", "targets"}``."""
+    import os
+
+    load = os.getloadavg()
+    print(f"load average: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} on {os.cpu_count()} cores", flush=True)
     spark = get_spark()
     base = 17 if quick else 165
     # Warm-up: the first Spark jobs of a process pay for JIT and code generation; without this
@@ -59,19 +66,23 @@ def run(quick: bool = False) -> dict[str, Any]:
     _full_propagate(spark, warm, pointstamps(warm))
     graphs = dataflows(base)
     counts = pointstamps(graphs)
-    figures: dict[str, float] = {"locations": location_count(graphs), "dataflows": len(graphs)}
+    figures: dict[str, float] = {"locations": location_count(graphs), "dataflows": len(graphs),
+                                 "load_1min": load[0]}
 
     # Summaries (path doubling) at 1x.
     transitions = transitions_of(spark, graphs).localCheckpoint()
     locations = locations_of(spark, graphs).localCheckpoint()
     sum_progress = Progress(label="summarize", echo=True)
-    psi, figures["summarize_s"] = _timed(lambda: summarize(transitions, locations, False, "doubling", sum_progress))
+    psi, figures["summarize_s"] = _timed(lambda: summarize(transitions, locations, False, "doubling", sum_progress,
+                                                            "dataframe").localCheckpoint())
     figures["summarize_rounds"] = sum_progress.rounds
     figures["psi_rows"] = psi.count()
 
-    # Full propagate, semi-naive (the frontier's fixed point, from scratch) at 1x, 2x, 4x.
-    figures["propagate_1x_s"], prop_progress, frontier = _full_propagate(spark, graphs, counts)
+    # Full propagate from scratch: the DataFrame path's semi-naive iteration once (its rounds and
+    # plans), then the default engine (GraphX) at 1x, 2x, 4x.
+    figures["propagate_semi_naive_1x_s"], prop_progress, _ = _full_propagate(spark, graphs, counts, "dataframe")
     figures["propagate_rounds"] = prop_progress.rounds
+    figures["propagate_1x_s"], _, frontier = _full_propagate(spark, graphs, counts)
     # Lines of the analysed plan of each round's query and of the state it leaves: if lineage
     # were not cut they would grow with the round count; min == max shows they do not.
     for label, p in (("propagate", prop_progress), ("summarize", sum_progress)):
@@ -81,11 +92,9 @@ def run(quick: bool = False) -> dict[str, Any]:
         figures[f"{label}_state_plan_lines_max"] = max(p.plan_sizes)
     for factor in (2, 4):
         bigger = dataflows(base * factor)
-        seconds, progress, _ = _full_propagate(spark, bigger, pointstamps(bigger))
+        seconds, _, _ = _full_propagate(spark, bigger, pointstamps(bigger))
         figures[f"propagate_{factor}x_s"] = seconds
         figures[f"locations_{factor}x"] = location_count(bigger)
-        key = "propagate_round_plan_lines_max"
-        figures[key] = max(figures[key], *progress.query_sizes[1:])
     # The machine is shared: measure 1x again after the bigger runs and keep the faster of the
     # two (a smaller 1x time makes every ratio below more conservative, never less).
     again, _, _ = _full_propagate(spark, graphs, counts)
@@ -111,8 +120,13 @@ def run(quick: bool = False) -> dict[str, Any]:
         .withColumnRenamed("count", "delta")
         .localCheckpoint()
     )
+    # Each call returns its three results materialised, as the one-join recompute does.
     result, figures["incremental_s"] = _timed(lambda: incremental(psi, points, batch_df, frontier, False))
     changes = result.changes.collect()
+    by_frames, figures["incremental_dataframe_s"] = _timed(
+        lambda: incremental(psi, points, batch_df, frontier, False, "dataframe"))
+    figures["incremental_engines_equal"] = float(
+        sorted(map(tuple, by_frames.changes.collect())) == sorted(map(tuple, changes)))
     figures["frontier_changes"] = len(changes)
     after = {k: dict(cs) for k, cs in counts.items()}
     for k, b in batch.items():
@@ -145,8 +159,10 @@ def run(quick: bool = False) -> dict[str, Any]:
     figures["spark_over_native_incremental"] = figures["incremental_s"] / max(figures["native_batch_s"], 1e-9)
     figures["spark_over_native_summaries"] = figures["summarize_s"] / figures["native_summaries_s"]
 
+    from bench import spark_engines
     from bench import spark_jobs_figures as jobs
 
+    figures.update(spark_engines.engines(spark, quick))
     figures.update(jobs.registration(spark))
     figures.update(jobs.summarize_rounds(spark, graphs))
     figures["summarize_rounds_over_bound"] = figures["summarize_rounds_doubling"] / figures["summarize_round_bound"]
@@ -156,7 +172,9 @@ def run(quick: bool = False) -> dict[str, Any]:
 
     targets = {"incremental_over_propagate": 0.2, "propagate_2x_over_1x": 2.5, "propagate_4x_over_2x": 2.5,
                "incremental_over_psi_join": 1.0, "registration_ring100_s": 5.0, "jobs_propagate_1_df_s": 15.0,
-               "jobs_100_over_1": 3.0, "summarize_rounds_over_bound": 1.0}
+               "jobs_100_over_1": 3.0, "summarize_rounds_over_bound": 1.0,
+               "jobs_propagate_rounds_without_psi": figures["summarize_round_bound"] + 1,
+               "jobs_first_output_s": 2.0}
     width = max(map(len, figures))
     print(f"{'figure':<{width}}  value")
     for name, value in figures.items():

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -51,12 +52,13 @@ def registration(spark: Any) -> dict[str, float]:
 
 
 def summarize_rounds(spark: Any, graphs: dict[str, Graph]) -> dict[str, float]:
-    """Path-doubling rounds on the workload against ``ceil(log2(max depth)) + 3``."""
+    """The DataFrame path's path-doubling rounds on the workload against ``ceil(log2(max depth)) + 3``."""
     from spark_jobs.frames import Progress, all_arity_one, locations_of, transitions_of
     from spark_jobs.summaries import summarize
 
     progress = Progress(label="summarize")
-    summarize(transitions_of(spark, graphs), locations_of(spark, graphs), all_arity_one(graphs), "doubling", progress)
+    summarize(transitions_of(spark, graphs), locations_of(spark, graphs), all_arity_one(graphs), "doubling", progress,
+              "dataframe")
     depth = max(len(g.nodes) for g in graphs.values())
     return {"summarize_rounds_doubling": progress.rounds, "summarize_round_bound": math.ceil(math.log2(depth)) + 3}
 
@@ -81,8 +83,9 @@ def backends(spark: Any, graphs: dict[str, Graph]) -> dict[str, float]:
     return figures
 
 
-def _warehouse(graphs: dict[str, Graph]) -> str:
-    """A warehouse holding ``graphs``, their pointstamps and their ``summaries`` (delta-rs)."""
+def _warehouse(graphs: dict[str, Graph], summaries: bool = True) -> str:
+    """A warehouse holding ``graphs``, their pointstamps and (if ``summaries``) their
+    ``summaries`` (delta-rs)."""
     from spark_jobs.storage import Warehouse
     from tracker.structure import path_summaries
 
@@ -93,36 +96,74 @@ def _warehouse(graphs: dict[str, Graph]) -> str:
     wh.write_dataflows([(i, "bench", g, datetime.now(UTC)) for i, g in graphs.items()])
     counts = pointstamps(graphs)
     wh.write_states({i: (0, counts[i], None) for i in graphs})
-    wh.write_many_summaries({i: path_summaries(g) for i, g in graphs.items()})
+    if summaries:
+        wh.write_many_summaries({i: path_summaries(g) for i, g in graphs.items()})
     return root
 
 
-def _job(job: str, root: str, master: str, *which: str) -> float:
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
+def _job(job: str, root: str, master: str, *which: str, **env: str) -> float:
+    return _run_job(job, root, master, *which, **env)[0]
+
+
+def _run_job(job: str, root: str, master: str, *which: str, **env: str) -> tuple[float, str]:
+    """``tracker jobs JOB`` in a subprocess: its wall time and its standard output."""
     started = time.perf_counter()
     done = subprocess.run([sys.executable, "-m", "tracker.cli", "jobs", job, "--warehouse", root, *which,
-                           "--master", master], cwd=ROOT, env=env, capture_output=True, text=True)
+                           "--master", master], cwd=ROOT, env={**os.environ, "PYSPARK_PYTHON": sys.executable, **env},
+                          capture_output=True, text=True)
     if done.returncode:
         raise RuntimeError(f"tracker jobs {job} failed: {done.stderr[-2000:]}")
-    return time.perf_counter() - started
+    return time.perf_counter() - started, done.stdout
+
+
+def first_words(job: str, root: str) -> tuple[float, str]:
+    """Seconds from starting ``tracker jobs JOB`` to its first line on stderr, and that line
+    (the run then completes)."""
+    started = time.perf_counter()
+    with subprocess.Popen([sys.executable, "-m", "tracker.cli", "jobs", job, "--warehouse", root, "--all",
+                           "--master", "local[2]"], cwd=ROOT, env={**os.environ, "PYSPARK_PYTHON": sys.executable},
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) as run:
+        assert run.stderr is not None
+        line = run.stderr.readline().strip()
+        seconds = time.perf_counter() - started
+        run.communicate()
+    return seconds, line
+
+
+def _rounds(stdout: str) -> float:
+    """The iterations a ``propagate`` run reports (``... after N iterations``)."""
+    found = re.search(r"after (\d+) iterations", stdout)
+    return float(found.group(1)) if found else float("nan")
 
 
 def cli(quick: bool) -> dict[str, float]:
-    """``tracker jobs propagate`` wall times (session start included), 1 vs 100 dataflows, and
-    local[2] against a one-worker standalone cluster on a larger workload."""
+    """``tracker jobs propagate`` wall times (session start included), 1 vs 100 dataflows, its
+    rounds where ``summaries`` holds no Psi (each engine), and local[2] against a two-worker
+    standalone cluster on a larger workload (~100,000 locations; ~10,000 with ``quick``)."""
     figures: dict[str, float] = {}
     many = dataflows(100, seed=5)
     one_root, many_root = _warehouse({"df00000": many["df00000"]}), _warehouse(many)
     figures["jobs_propagate_1_df_s"] = _job("propagate", one_root, "local[2]", "--all")
     figures["jobs_propagate_100_df_s"] = _job("propagate", many_root, "local[2]", "--all")
     figures["jobs_100_over_1"] = figures["jobs_propagate_100_df_s"] / figures["jobs_propagate_1_df_s"]
+    # Where `summaries` holds no Psi: GraphX propagates without it; the DataFrame engine computes
+    # it by path doubling, then joins (it iterated once per level of depth before).
+    figures["jobs_first_output_s"], _ = first_words("cycles", one_root)
+    bare = _warehouse({"df00000": many["df00000"]}, summaries=False)
+    seconds, out = _run_job("propagate", bare, "local[2]", "--all")
+    figures["jobs_propagate_rounds_without_psi"] = _rounds(out)
+    figures["jobs_propagate_1_df_without_psi_s"] = seconds
+    seconds, out = _run_job("propagate", bare, "local[2]", "--all", TRACKER_GRAPH_ENGINE="dataframe")
+    figures["jobs_propagate_rounds_without_psi_dataframe"] = _rounds(out)
+    figures["jobs_propagate_1_df_without_psi_dataframe_s"] = seconds
     big = dataflows(165 if quick else 1650, seed=3)
     figures["cluster_workload_locations"] = location_count(big)
     root = _warehouse(big)
     figures["jobs_propagate_big_local2_s"] = _job("propagate", root, "local[2]", "--all")
     from spark_jobs.cluster import start
 
-    cluster = start(Path(tempfile.mkdtemp(prefix="bench-cluster-")), sys.executable)
+    # Two workers of one core each: the machine's two cores, as local[2] has them.
+    cluster = start(Path(tempfile.mkdtemp(prefix="bench-cluster-")), sys.executable, cores=1, workers=2)
     try:
         figures["jobs_propagate_big_cluster_s"] = _job("propagate", root, cluster.url, "--all")
     finally:

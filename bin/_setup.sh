@@ -15,8 +15,9 @@ _apt_install() {
   fi
 }
 
-if ! command -v java >/dev/null; then
-  _apt_install openjdk-17-jre-headless
+if ! command -v java >/dev/null || ! command -v javac >/dev/null; then
+  # The JDK, not only the JRE: javac compiles the GraphX helper (spark_jobs/jvm/) below.
+  _apt_install openjdk-17-jdk-headless
 fi
 
 # Reinstall when pyproject.toml changed since the last install. A dev install (bin/test) is a
@@ -58,3 +59,8 @@ export PATH="$VENV/bin:$PATH"
 "$VENV/bin/python" -c "import spark_jobs.jars as j, sys; sys.exit(0 if j.manifest() else 1)" 2>/dev/null \
   || (cd "$ROOT" && "$VENV/bin/python" -m spark_jobs.jars) \
   || echo "[setup] could not fetch the Spark jars; Spark jobs fall back to delta-rs" >&2
+
+# The GraphX helper (spark_jobs/jvm/, Java): compiled against pyspark's own jars into a jar cached
+# by their hash (spark_jobs/graphx.py); no-op when cached. Without it Spark sessions refuse to
+# start (TRACKER_GRAPH_ENGINE=dataframe runs without it), so a failure here is a set-up error.
+"$VENV/bin/python" -m spark_jobs.graphx >/dev/null || return 1

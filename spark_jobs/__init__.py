@@ -2,7 +2,12 @@
 
 Modules, by the noun they hold:
 
-* ``session``: ``get_spark()``, the process's one session; ``has_delta_jvm``/``has_graphframes_jvm``.
+* ``session``: ``get_spark()``, the process's one session; ``graph_engine()`` (which engine runs
+  the graph work); ``has_delta_jvm``/``has_graphframes_jvm``.
+* ``graphx`` (+ ``jvm/``, Java): the GraphX helper, its build and the calls into it: the default
+  engine of the cycle check, ``Psi``, propagation and incremental batches
+  (``TRACKER_GRAPH_ENGINE=dataframe`` chooses the DataFrame path instead).
+* ``nested``: nested dataflows checked and audited from the in-memory graph (for the service).
 * ``tables`` / ``storage``: the Delta layout and ``Warehouse`` (delta-rs or
   delta-spark; atomic commits, time travel, watermarks).
 * ``frames`` / ``iteration``: the shared DataFrame vocabulary and the semi-naive fixed point.

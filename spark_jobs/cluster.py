@@ -1,4 +1,4 @@
-"""A Spark standalone cluster on loopback: one master and one worker started from the project's
+"""A Spark standalone cluster on loopback: one master and one or more workers started from the project's
 pyspark, stopped (with every process they started) however the caller ends (tests, benchmarks).
 
 >>> free_port() > 0
@@ -54,8 +54,10 @@ class Cluster:
         self.processes.clear()
 
 
-def start(root: Path, python: str, cores: int = 2, memory: str = "1g", timeout: float = 90) -> Cluster:
-    """Start a master and a worker under ``root``; return once the worker is registered."""
+def start(root: Path, python: str, cores: int = 2, memory: str = "1g", timeout: float = 90, workers: int = 1
+          ) -> Cluster:
+    """Start a master and ``workers`` workers (``cores`` and ``memory`` each) under ``root``;
+    return once every worker is registered."""
     import pyspark
 
     home = Path(pyspark.__file__).parent
@@ -69,19 +71,19 @@ def start(root: Path, python: str, cores: int = 2, memory: str = "1g", timeout: 
     commands = [
         [spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port),
          "--webui-port", str(ui_port)],
-        [spark_class, "org.apache.spark.deploy.worker.Worker", cluster.url, "--host", "127.0.0.1",
-         "--cores", str(cores), "--memory", memory, "--webui-port", str(worker_ui),
-         "--work-dir", str(cluster.work_dir)],
+        *([spark_class, "org.apache.spark.deploy.worker.Worker", cluster.url, "--host", "127.0.0.1",
+           "--cores", str(cores), "--memory", memory, "--webui-port", str(worker_ui if n == 0 else free_port()),
+           "--work-dir", str(cluster.work_dir)] for n in range(workers)),
     ]
     try:
         for i, command in enumerate(commands):
-            log = open(root / "logs" / f"{'master' if i == 0 else 'worker'}.out", "wb")  # noqa: SIM115
+            log = open(root / "logs" / f"{'master' if i == 0 else f'worker{i}'}.out", "wb")  # noqa: SIM115
             cluster.processes.append(subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT,
                                                       start_new_session=True))
             if i == 0:
                 _wait(lambda: _state(cluster.ui) is not None, timeout, "master")
-        _wait(lambda: any(w.get("state") == "ALIVE" for w in (_state(cluster.ui) or {}).get("workers", [])),
-              timeout, "worker registration")
+        _wait(lambda: sum(w.get("state") == "ALIVE" for w in (_state(cluster.ui) or {}).get("workers", []))
+              >= workers, timeout, "worker registration")
     except BaseException:
         cluster.stop()
         raise

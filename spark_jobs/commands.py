@@ -13,9 +13,14 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 
 
 def _jobs(args: argparse.Namespace) -> int:
+    # Said at once: the imports below (Arrow, delta-rs) and the warehouse checks take a moment.
+    print(f"[{args.job}] checking the warehouse {args.warehouse}...", file=sys.stderr, flush=True)
+    if getattr(args, "graph_engine", None):
+        os.environ["TRACKER_GRAPH_ENGINE"] = args.graph_engine  # read by the session and every job
     try:
         from spark_jobs.cli import run_job
     except ImportError as error:
@@ -56,10 +61,14 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     _warehouse(jobs)
     which = jobs.add_mutually_exclusive_group(required=True)
     which.add_argument("--dataflow", action="append",
-                       help="dataflow id; repeat it (or separate ids by commas) to run several in one job")
+                       help="dataflow id or name (a name must be one dataflow's); repeat it (or separate "
+                            "them by commas) to run several in one job")
     which.add_argument("--all", action="store_true", help="every dataflow of the warehouse, in one job")
     jobs.add_argument("--master", default=os.environ.get("SPARK_MASTER"),
                       help="Spark master URL (env SPARK_MASTER; default local[*])")
+    jobs.add_argument("--graph-engine", choices=["graphx", "dataframe"], default=None,
+                      help="what runs the cycle check, Psi and propagation: the GraphX helper (default) or "
+                           "Spark SQL joins (env TRACKER_GRAPH_ENGINE)")
     jobs.set_defaults(func=_jobs)
 
     report = commands.add_parser("report", help="print a dataflow's frontiers, epoch clear times and stuck "

@@ -5,8 +5,10 @@ zero-summary transitions. The default path computes that reachability by path do
 zero subgraph, so its rounds follow ``log2`` of the longest zero path; the classic alternative
 (``method="prune"``) keeps only transitions with a kept one into their source and one out of
 their destination until nothing changes, then closes the remaining core semi-naively, one round
-per transition peeled off. With GraphFrames' JVM package present its strongly connected
-components answer instead. All agree with ``tracker.structure.find_cycles``.
+per transition peeled off. On the GraphX engine (the default, :mod:`spark_jobs.graphx`) the
+helper finds the strongly connected components instead, each dataflow's in one task
+(``method="local"``) or by GraphX's own SCC (``"pregel"``). All agree with
+``tracker.structure.find_cycles``.
 
 >>> # find_cycles_for_graph(get_spark(), graph) == tracker.structure.find_cycles(graph)
 """
@@ -16,8 +18,8 @@ from __future__ import annotations
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from spark_jobs import graphx
 from spark_jobs.frames import Graphs, Progress, cut, decode_code, is_zero, transitions_of
-from spark_jobs.session import has_graphframes_jvm
 from tracker.graph import Graph, Transition
 from tracker.timestamp import PathSummary
 
@@ -65,30 +67,6 @@ def _closure_cycles(core: DataFrame, progress: Progress) -> DataFrame:
     return core.join(back, ["dataflow_id", "src", "dst"], "left_semi")
 
 
-def _graphframes_cycles(spark: SparkSession, core: DataFrame) -> DataFrame:
-    """Core transitions whose ends share a strongly connected component (GraphFrames)."""
-    from graphframes import GraphFrame
-
-    vid = F.concat_ws(":", F.col("dataflow_id"), F.col("loc").cast("string"))
-    vertices = (
-        core.select("dataflow_id", F.col("src").alias("loc"))
-        .unionByName(core.select("dataflow_id", F.col("dst").alias("loc")))
-        .distinct()
-        .withColumn("id", vid)
-    )
-    edges = core.select(
-        F.concat_ws(":", "dataflow_id", F.col("src").cast("string")).alias("src"),
-        F.concat_ws(":", "dataflow_id", F.col("dst").cast("string")).alias("dst"),
-    )
-    components = (
-        GraphFrame(vertices, edges).stronglyConnectedComponents(maxIter=100).select("dataflow_id", "loc", "component")
-    )
-    src = components.withColumnRenamed("loc", "src").withColumnRenamed("component", "c1")
-    dst = components.withColumnRenamed("loc", "dst").withColumnRenamed("component", "c2")
-    joined = core.join(src, ["dataflow_id", "src"]).join(dst, ["dataflow_id", "dst"])
-    return joined.where(F.col("c1") == F.col("c2")).select("dataflow_id", "src", "dst")
-
-
 def _doubling_cycles(zero: DataFrame, progress: Progress) -> DataFrame:
     """Zero transitions ``a -> b`` such that ``b`` reaches ``a`` along zero transitions, from the
     transitive closure of the zero subgraph by path doubling: each round composes the known
@@ -113,42 +91,45 @@ def _doubling_cycles(zero: DataFrame, progress: Progress) -> DataFrame:
 
 
 def find_cycles(
-    transitions: DataFrame, progress: Progress | None = None, use_graphframes: bool | None = None,
-    method: str = "doubling",
+    transitions: DataFrame, progress: Progress | None = None, engine: graphx.Engine | None = None,
+    method: str | None = None,
 ) -> DataFrame:
     """``(dataflow_id, src, dst)`` of every zero-summary transition on a non-incrementing cycle.
 
-    ``use_graphframes=None`` uses GraphFrames' strongly connected components iff its JVM
-    package loads; otherwise ``method`` picks the DataFrame path: ``"doubling"`` (closure by
-    path doubling, the default) or ``"prune"`` (prune both ways, then a semi-naive closure of
-    what is left). All paths agree.
+    ``engine`` (default: :func:`spark_jobs.graphx.engine_choice`, ``TRACKER_GRAPH_ENGINE``)
+    ``"graphx"`` takes ``method`` ``"local"`` (default) or ``"pregel"`` (GraphX's SCC);
+    ``"dataframe"`` takes ``"doubling"`` (closure by path doubling, default) or ``"prune"``
+    (prune both ways, then a semi-naive closure of what is left). All paths agree.
     """
     progress = progress or Progress(label="cycles")
     zero = transitions.where(is_zero(F.col("summary")))
-    spark = transitions.sparkSession
-    if use_graphframes is None:
-        use_graphframes = has_graphframes_jvm(spark)
-    if use_graphframes:
-        return _graphframes_cycles(spark, zero.select("dataflow_id", "src", "dst").distinct())
-    if method == "doubling":
+    engine = engine or graphx.engine_choice()
+    if engine == "graphx":
+        found = graphx.cycles(zero, "pregel" if method == "pregel" else "local")
+        progress.round(found.count(), found)
+        return found
+    if method in (None, "doubling"):
         return _doubling_cycles(zero, progress)
     return _closure_cycles(prune(zero, progress), progress)
 
 
-def find_cycles_for_graph(spark: SparkSession, graph: Graph, progress: Progress | None = None) -> list[Transition]:
+def find_cycles_for_graph(spark: SparkSession, graph: Graph, progress: Progress | None = None,
+                          engine: graphx.Engine | None = None, method: str | None = None) -> list[Transition]:
     """The transitions of ``graph`` on non-incrementing cycles, computed by Spark; sorted, and
     equal to :func:`tracker.structure.find_cycles`. Empty iff the graph is acceptable.
 
     >>> # find_cycles_for_graph(spark, loop_without_increment) -> [(0,0,source) -> (0,0,target) +(0,), ...]
     """
-    return find_cycles_for_graphs(spark, {"mem": graph}, progress)["mem"]
+    return find_cycles_for_graphs(spark, {"mem": graph}, progress, engine, method)["mem"]
 
 
 def find_cycles_for_graphs(
-    spark: SparkSession, graphs: Graphs, progress: Progress | None = None
+    spark: SparkSession, graphs: Graphs, progress: Progress | None = None, engine: graphx.Engine | None = None,
+    method: str | None = None,
 ) -> dict[str, list[Transition]]:
-    """:func:`find_cycles_for_graph` for many graphs (by dataflow id) in one Spark job."""
-    rows = find_cycles(transitions_of(spark, graphs), progress).collect()
+    """:func:`find_cycles_for_graph` for many graphs (by dataflow id) in one Spark job
+    (``engine`` and ``method`` as :func:`find_cycles`)."""
+    rows = find_cycles(transitions_of(spark, graphs), progress, engine, method).collect()
     found: dict[str, set[Transition]] = {i: set() for i in graphs}
     for r in rows:
         zero = PathSummary.zero(graphs[r["dataflow_id"]].arity)

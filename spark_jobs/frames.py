@@ -115,6 +115,11 @@ class Progress:
     started: float = field(default_factory=time.perf_counter)
     callback: Callable[[str, int, int, float], None] | None = None
 
+    def step(self, what: str) -> None:
+        """Say what the job starts doing now, with the seconds since it started (when echoing)."""
+        if self.echo:
+            print(f"[{self.label}] {what} ({time.perf_counter() - self.started:.1f}s)", file=sys.stderr, flush=True)
+
     def round(self, new_rows: int, state: DataFrame | None = None, query: DataFrame | None = None) -> None:
         """Record one finished round that produced ``new_rows`` new rows; ``state`` is what the
         round left behind, ``query`` the work it ran (both plans are recorded)."""

@@ -23,6 +23,7 @@ from typing import NamedTuple
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from spark_jobs import graphx
 from spark_jobs.frames import KEYS, all_arity_one, cut, decode_code, encode, locations_of, transitions_of
 from spark_jobs.propagate import Counts, propagate_with_psi
 from spark_jobs.summaries import summarize
@@ -49,12 +50,24 @@ def _active(points: DataFrame) -> DataFrame:
 
 
 def incremental(
-    psi: DataFrame, points: DataFrame, batch: DataFrame, frontiers: DataFrame, arity_one: bool = False
+    psi: DataFrame, points: DataFrame, batch: DataFrame, frontiers: DataFrame, arity_one: bool = False,
+    engine: graphx.Engine | None = None,
 ) -> IncrementalResult:
     """Apply ``batch`` (``dataflow_id, loc, time, delta``) to ``points`` (``..., count``) and
     update ``frontiers`` (``dataflow_id, loc, time``), touching only locations reachable from a
     location whose active set changed. Changes are exact: ``+1`` for a time entering a frontier,
-    ``-1`` for one leaving it, nothing for frontiers that end up equal."""
+    ``-1`` for one leaving it, nothing for frontiers that end up equal.
+
+    ``engine`` (default ``TRACKER_GRAPH_ENGINE``): ``"graphx"`` runs the helper, each dataflow
+    in one task, everything materialised in one Spark job; ``"dataframe"`` the joins below
+    (broadcasts of the batch's and the affected locations, a few jobs).
+    """
+    if (engine or graphx.engine_choice()) == "graphx":
+        tagged = graphx.incremental(psi, points, batch, frontiers)
+        tag = F.col("tag")
+        return IncrementalResult(tagged.where(tag == "p").select(*KEYS, "time", F.col("value").alias("count")),
+                                 tagged.where(tag == "c").select(*KEYS, "time", F.col("value").alias("diff")),
+                                 tagged.where(tag == "f").select(*KEYS, "time"))
     deltas = batch.select(*KEYS, "time", F.col("delta").alias("count"))
     new_points = (
         points.select(*KEYS, "time", "count")

@@ -18,12 +18,12 @@ a flat graph of its own, and the jobs' answers are those of the flattened datafl
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass, field
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from spark_jobs import graphx
 from spark_jobs.cycles import transition_key
 from spark_jobs.frames import KEYS, Progress, code_col, cut, decode, decode_code
 from spark_jobs.incremental import IncrementalResult, incremental
@@ -73,22 +73,26 @@ class Inputs:
         return self.structure.depth > 0
 
 
-def read_inputs(wh: Warehouse, ids: list[str]) -> Inputs:
+def _say(progress: Progress | None, what: str) -> None:
+    if progress is not None:
+        progress.step(what)
+
+
+def read_inputs(wh: Warehouse, ids: list[str], progress: Progress | None = None) -> Inputs:
     """Scopes, transitions and locations of ``ids`` (each must be registered:
     ``UnknownDataflowError``)."""
+    _say(progress, f"reading the graphs of {len(ids)} dataflow(s)")
     known = {r["dataflow_id"] for r in wh.spark_read("dataflows", ids).select("dataflow_id").distinct().collect()}
     unknown = sorted(set(ids) - known)
     if unknown:
         raise UnknownDataflowError(f"unknown dataflow {', '.join(unknown[:5])} in warehouse {wh.root}")
-    scopes = wh.spark_read("scopes", ids).localCheckpoint()
-    without = sorted(set(ids) - {r["dataflow_id"] for r in scopes.select("dataflow_id").distinct().collect()})
+    structure = structure_from_tables(wh.spark_read("scopes", ids), wh.spark_read("nodes", ids),
+                                      wh.spark_read("connections", ids), wh.spark_read("edges", ids))
+    without = sorted(set(ids) - {split(key)[0] for key in structure.arity})
     if without:
         raise UnknownDataflowError(f"dataflow {', '.join(without[:5])} has no rows in the `scopes` table of "
                                    f"warehouse {wh.root}")
-    structure = structure_from_tables(scopes, wh.spark_read("nodes", ids), wh.spark_read("connections", ids),
-                                      wh.spark_read("edges", ids))
-    arity = {r["dataflow_id"]: r["arity"] for r in structure.scopes.select("dataflow_id", "arity").collect()}
-    return Inputs(ids, structure, arity)
+    return Inputs(ids, structure, dict(structure.arity))
 
 
 def _located(df: DataFrame) -> DataFrame:
@@ -100,7 +104,8 @@ def cycles_job(wh: Warehouse, ids: list[str], progress: Progress | None = None
                ) -> dict[str, list[tuple[ScopePath, Transition]]]:
     """Per dataflow, the transitions lying on non-incrementing cycles with their scope paths
     (empty: acceptable); in each scope, scope nodes carry their computed summaries."""
-    inputs = read_inputs(wh, ids)
+    inputs = read_inputs(wh, ids, progress)
+    _say(progress, "finding the cycles that do not advance time")
     _, _, cycles = summarize_scoped(inputs.structure, progress, cycles=True)
     assert cycles is not None
     found: dict[str, set[tuple[ScopePath, Transition]]] = {i: set() for i in ids}
@@ -118,9 +123,11 @@ def summaries_job(wh: Warehouse, ids: list[str], progress: Progress | None = Non
     Returns ``(rows written, scope summaries)``: every nested scope's summaries as an operator
     in its parent's time, ``(dataflow_id, scope, node, input_port, output_port, summary)`` with
     ``scope`` the parent's path and ``node`` the scope node (no rows for a flat dataflow)."""
-    inputs = read_inputs(wh, ids)
+    inputs = read_inputs(wh, ids, progress)
+    _say(progress, "computing Psi")
     psi, operators, _ = summarize_scoped(inputs.structure, progress)
     rows = summary_rows(psi)
+    _say(progress, "writing `summaries`")
     wh.spark_write("summaries", rows.select(*split_key(F.col("dataflow_id")), *rows.columns[1:]), ids)
     scope = operators.select(*split_key(F.col("dataflow_id")), F.shiftright("src", 32).cast("int").alias("node"),
                              F.shiftright(F.col("src").bitwiseAND(F.lit(0xFFFFFFFF)), 1).cast("int")
@@ -156,24 +163,32 @@ def propagate_job(wh: Warehouse, ids: list[str], progress: Progress | None = Non
     """Recompute the frontiers of ``ids`` from ``pointstamps`` and replace their ``frontiers``
     rows in one commit; returns the number of frontier rows.
 
-    ``method="auto"``: one join of the active times with ``Psi`` when ``summaries`` holds every
-    dataflow's (depth-independent), else the semi-naive iteration (rounds follow the depth);
-    ``"psi"`` or ``"semi-naive"`` force one. Nested dataflows always go through ``Psi``, one
-    join per scope depth and direction (:func:`spark_jobs.scopes.propagate_scoped`)."""
-    inputs = read_inputs(wh, ids)
+    ``method="auto"``: on the GraphX engine, the helper's propagation (each dataflow's fixed
+    point in one task; no ``Psi`` needed); on the DataFrame engine, one join of the active times
+    with ``Psi``, read from ``summaries`` when it holds every dataflow's, else computed by path
+    doubling (rounds follow ``log2`` of the depth). ``"psi"``, ``"graphx"`` or ``"semi-naive"``
+    (the DataFrame iteration, rounds follow the depth) force one. Nested dataflows always go
+    through ``Psi``, one join per scope depth and direction
+    (:func:`spark_jobs.scopes.propagate_scoped`)."""
+    inputs = read_inputs(wh, ids, progress)
+    _say(progress, "reading `pointstamps`")
     times = active_times(_located(wh.spark_read("pointstamps", ids))).localCheckpoint()
-    stored = _stored_psi(wh, inputs) if method in ("auto", "psi") or inputs.nested else None
-    if stored is None and (method == "psi" or inputs.nested):
-        stored = summarize_scoped(inputs.structure)[0]
-    if stored is not None:
-        if progress is not None and progress.echo:
-            print(f"[{progress.label}] joins over Psi, {inputs.structure.depth + 1} scope level(s)",
-                  file=sys.stderr, flush=True)
+    if method == "auto":
+        method = "graphx" if graphx.engine_choice() == "graphx" and not inputs.nested else "psi"
+    if method == "psi" or inputs.nested:
+        stored = _stored_psi(wh, inputs)
+        if stored is None:
+            _say(progress, "computing Psi (`summaries` does not hold every dataflow's)")
+            stored = summarize_scoped(inputs.structure, progress)[0]
+        _say(progress, f"joining the active times with Psi, {inputs.structure.depth + 1} scope level(s)")
         frontier = propagate_scoped(inputs.structure, stored, times).localCheckpoint()
         if progress is not None:
             progress.round(frontier.count(), frontier)
     else:
-        frontier = propagate(inputs.transitions, times, inputs.arity_one, progress)
+        engine: graphx.Engine = "graphx" if method == "graphx" else "dataframe"
+        _say(progress, f"propagating ({'GraphX helper' if engine == 'graphx' else 'semi-naive iteration'})")
+        frontier = propagate(inputs.transitions, times, inputs.arity_one, progress, engine)
+    _say(progress, "writing `frontiers`")
     wh.spark_write("frontiers", unkeyed(frontier, "time"), ids)
     return frontier.count()
 
@@ -211,10 +226,11 @@ def incremental_job(wh: Warehouse, ids: list[str], progress: Progress | None = N
     so that no change is ever appended twice. A crash after the last commit but one leaves
     ``frontiers`` stale; ``propagate`` (or the next run) repairs it.
     """
+    _say(progress, "reading the watermarks")
     logged = _max_versions(wh, "frontier_changes", ids)
     marks = {i: resume_after(wh, i, logged) for i in ids}
     ahead = {i: logged[i] for i, mark in marks.items() if i in logged and logged[i] > mark}
-    inputs = read_inputs(wh, ids)
+    inputs = read_inputs(wh, ids, progress)
     applied = 0
     if ahead:  # catch up to what frontier_changes holds, appending nothing
         applied += _incremental_step(wh, inputs, {i: marks[i] for i in ahead}, ahead, None, append=False)[0]
@@ -233,6 +249,7 @@ def _incremental_step(wh: Warehouse, inputs: Inputs, after: dict[str, int], upto
         lower = F.when(F.col("dataflow_id") == i, F.lit(after[i])).otherwise(lower)
         if i in upto:
             upper = F.when(F.col("dataflow_id") == i, F.lit(upto[i])).otherwise(upper)
+    _say(progress, "reading `progress` past the watermarks")
     rows = wh.spark_read("progress", ids)
     window = (F.col("version") > lower) & (upper.isNull() | (F.col("version") <= upper))
     window_rows = rows.where(window).localCheckpoint()
@@ -244,6 +261,7 @@ def _incremental_step(wh: Warehouse, inputs: Inputs, after: dict[str, int], upto
     batch = pending.select(*KEYS, "time", "delta")
     points = _located(wh.spark_read("pointstamps", ids)).select(*KEYS, "time", "count")
     frontiers = _located(wh.spark_read("frontiers", ids)).select(*KEYS, "time")
+    _say(progress, "applying the batch")
     result = _apply(inputs, _psi(wh, inputs), points, batch, frontiers)
     applied = pending.count()
     # Materialise the changes before any write: with delta-spark the old frontiers are a lazy
@@ -266,6 +284,7 @@ def _incremental_step(wh: Warehouse, inputs: Inputs, after: dict[str, int], upto
     points_rows = points_rows.where(points_rows.dataflow_id.isin(touched))
     frontier_rows = unkeyed(result.frontiers, "time")
     frontier_rows = frontier_rows.where(frontier_rows.dataflow_id.isin(touched))
+    _say(progress, "writing `frontier_changes`, `pointstamps` and `frontiers`")
     if append and changed:
         wh.spark_write("frontier_changes", changes)
     wh.spark_write("pointstamps", points_rows, touched, {POINTSTAMPS_APP + i: v for i, v in last.items()})

@@ -19,6 +19,7 @@ from typing import Literal
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from spark_jobs import graphx
 from spark_jobs.frames import (
     KEYS,
     TIMES_SCHEMA,
@@ -48,14 +49,22 @@ def active_times(pointstamps: DataFrame) -> DataFrame:
 
 
 def propagate(
-    transitions: DataFrame, times: DataFrame, arity_one: bool = False, progress: Progress | None = None
+    transitions: DataFrame, times: DataFrame, arity_one: bool = False, progress: Progress | None = None,
+    engine: graphx.Engine | None = None, method: graphx.Method = "local",
 ) -> DataFrame:
     """``(dataflow_id, loc, time)`` rows, the lower envelope of every time
-    reachable from ``times`` along ``transitions``. Semi-naive; each round's lineage is cut.
+    reachable from ``times`` along ``transitions``.
 
     ``times``: ``(dataflow_id, loc, time)`` active times. Locations reached by nothing are absent.
+    ``engine`` (default ``TRACKER_GRAPH_ENGINE``): ``"graphx"`` runs the helper (``method``
+    ``"local"``, each dataflow's fixed point in one task, or ``"pregel"``); ``"dataframe"`` the
+    semi-naive iteration, each round's lineage cut.
     """
     progress = progress or Progress(label="propagate")
+    if (engine or graphx.engine_choice()) == "graphx":
+        frontier = graphx.propagate(transitions, times, method)
+        progress.round(frontier.count(), frontier)
+        return frontier
     start = envelope(times, KEYS, "time", arity_one)
     steps = transitions.select("dataflow_id", F.col("src").alias("loc"), "dst", "summary")
 
@@ -111,13 +120,14 @@ def frontiers_for(
     counts: Counts,
     method: Literal["semi-naive", "psi"] = "semi-naive",
     progress: Progress | None = None,
+    engine: graphx.Engine | None = None,
 ) -> dict[Location, list[Timestamp]]:
     """Every location's frontier computed by Spark (empty list where nothing can arrive); only
     positive counts are active. Equal to :func:`tracker.oracle.frontiers`.
 
     >>> # frontiers_for(spark, g, {(Location.source(0, 0), (3,)): 1})[Location.target(1, 0)] == [(3,)]
     """
-    return frontiers_for_graphs(spark, {"mem": graph}, {"mem": counts}, method, progress)["mem"]
+    return frontiers_for_graphs(spark, {"mem": graph}, {"mem": counts}, method, progress, engine)["mem"]
 
 
 def frontiers_for_graphs(
@@ -126,8 +136,10 @@ def frontiers_for_graphs(
     counts: Mapping[str, Counts],
     method: Literal["semi-naive", "psi"] = "semi-naive",
     progress: Progress | None = None,
+    engine: graphx.Engine | None = None,
 ) -> dict[str, dict[Location, list[Timestamp]]]:
-    """:func:`frontiers_for` for many graphs (counts by dataflow id) in one Spark job."""
+    """:func:`frontiers_for` for many graphs (counts by dataflow id) in one Spark job;
+    ``"semi-naive"`` means :func:`propagate` on ``engine``."""
     times = times_of(spark, counts)
     transitions = transitions_of(spark, graphs)
     arity_one = all_arity_one(graphs)
@@ -136,4 +148,4 @@ def frontiers_for_graphs(
 
         psi = summarize(transitions, locations_of(spark, graphs), arity_one, progress=progress)
         return collect_frontiers(graphs, propagate_with_psi(psi, times, arity_one))
-    return collect_frontiers(graphs, propagate(transitions, times, arity_one, progress))
+    return collect_frontiers(graphs, propagate(transitions, times, arity_one, progress, engine))

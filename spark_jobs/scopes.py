@@ -29,7 +29,7 @@ One Spark round per depth and direction, whatever the number of dataflows.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import reduce
 
 from pyspark.sql import Column, DataFrame
@@ -112,6 +112,8 @@ class Structure:
     """The deepest scope's depth (0: every dataflow is flat)."""
     arity_one: bool
     """Every scope's times have one coordinate (envelopes may use ``min``)."""
+    arity: dict[str, int] = field(default_factory=dict)
+    """Each scope key's arity (every scope of :attr:`scopes`)."""
 
 
 def structure_from_tables(scopes: DataFrame, nodes: DataFrame, connections: DataFrame, edges: DataFrame
@@ -127,7 +129,9 @@ def structure_from_tables(scopes: DataFrame, nodes: DataFrame, connections: Data
         F.col("arity").cast("int").alias("arity"),
         size.alias("depth"),
     ).localCheckpoint()
-    stats = info.agg(F.max("depth").alias("depth"), F.max("arity").alias("most")).collect()[0]
+    # One row per scope: what the jobs need to know of them comes to the driver in one go.
+    known = info.select("dataflow_id", "arity", "depth").collect()
+    arities = {r["dataflow_id"]: int(r["arity"]) for r in known}
     arity = info.select("dataflow_id", "arity")
     internal = keyed(connections).select(
         "dataflow_id",
@@ -151,7 +155,8 @@ def structure_from_tables(scopes: DataFrame, nodes: DataFrame, connections: Data
     locations = ports("inputs", "target").unionByName(ports("outputs", "source")).join(arity, "dataflow_id").select(
         "dataflow_id", code_col(F.col("node"), F.col("port"), F.col("kind")).alias("loc"), "arity")
     return Structure(info, internal.unionByName(channel).localCheckpoint(), locations.localCheckpoint(),
-                     int(stats["depth"] or 0), (stats["most"] or 1) == 1)
+                     max((int(r["depth"]) for r in known), default=0), max(arities.values(), default=1) == 1,
+                     arities)
 
 
 def _at_depth(df: DataFrame, st: Structure, depth: int) -> DataFrame:

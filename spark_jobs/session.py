@@ -12,6 +12,10 @@ driver; when delta-spark is among them, Delta's SQL extension and catalog are co
 DataFrame cycle closure). The classes are still *detected* by loading them (``has_delta_jvm``,
 ``has_graphframes_jvm``), so jars put on the classpath by other means count too.
 
+The GraphX helper (:mod:`spark_jobs.graphx`) goes on ``spark.jars`` too, unless
+``TRACKER_GRAPH_ENGINE=dataframe``; :func:`graph_engine` says which engine runs the graph work.
+A missing helper stops the session from starting, with one line (:class:`HelperMissing`).
+
 The JVM this process launches dies with it, however it ends: pyspark's gateway exits when its
 stdin closes, but only after Spark's shutdown hooks, which wait for running jobs (minutes, holding
 gigabytes). A watchdog process (:func:`tie_to_parent`) reads a pipe from this process and, once
@@ -21,6 +25,7 @@ Example (starts a JVM, so not run as a doctest)::
 
     spark = get_spark("local[2]")
     has_delta_jvm(spark), has_graphframes_jvm(spark)   # (True, False): GraphFrames is not served
+    graph_engine(spark)                                # 'graphx (helper /root/.cache/...)'
 """
 
 from __future__ import annotations
@@ -36,6 +41,8 @@ from pathlib import Path
 from typing import Any
 
 from pyspark.sql import SparkSession
+
+from spark_jobs.graphx import ENTRY_CLASS, HelperMissing, engine_choice, helper_jars
 
 _LOCK = threading.Lock()
 _SESSION: SparkSession | None = None
@@ -156,7 +163,7 @@ def get_spark(master: str | None = None) -> SparkSession:
             # An embedded session (or a cluster on this machine's loopback) talks only to this
             # machine: keep the driver on loopback rather than whatever the hostname resolves to.
             builder = builder.config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
-        jars = package_jars()
+        jars = package_jars() + helper_jars()  # raises HelperMissing before any JVM starts
         if jars:
             builder = builder.config("spark.jars", ",".join(jars))
         if delta_jars_present():
@@ -226,8 +233,32 @@ def has_delta_jvm(spark: SparkSession) -> bool:
 
 
 def has_graphframes_jvm(spark: SparkSession) -> bool:
-    """True iff GraphFrames' JVM package loads in this session (then SCC may use it)."""
+    """True iff GraphFrames' JVM package loads in this session (it is not served: nothing uses
+    it; the GraphX helper runs the graph work)."""
     return _has_class(spark, GRAPHFRAMES_CLASS)
+
+
+def graph_engine(spark: SparkSession | None = None) -> str:
+    """Which graph engine runs the cycle check and propagation, and why, in one line:
+    ``"graphx (helper <jar>)"`` or ``"dataframe (TRACKER_GRAPH_ENGINE=dataframe)"``. With
+    ``spark``, also checks that the helper's classes load in that session.
+
+    Raises:
+        HelperMissing: GraphX is chosen but its helper is not built, or does not load in
+            ``spark`` (one line; a set-up error, never a silent fallback).
+        ValueError: ``TRACKER_GRAPH_ENGINE`` names no engine.
+
+    >>> import os; os.environ["TRACKER_GRAPH_ENGINE"] = "dataframe"
+    >>> graph_engine()
+    'dataframe (TRACKER_GRAPH_ENGINE=dataframe)'
+    >>> del os.environ["TRACKER_GRAPH_ENGINE"]
+    """
+    if engine_choice() == "dataframe":
+        return "dataframe (TRACKER_GRAPH_ENGINE=dataframe)"
+    [jar] = helper_jars()
+    if spark is not None and not _has_class(spark, ENTRY_CLASS):
+        raise HelperMissing(f"the GraphX helper {jar} does not load in this Spark session")
+    return f"graphx (helper {jar})"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -243,12 +274,19 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     spark = get_spark("local[1]")
     loaded = {"delta-spark": has_delta_jvm(spark), "graphframes": has_graphframes_jvm(spark)}
-    spark.stop()
+    try:
+        engine = graph_engine(spark)
+    except HelperMissing as error:
+        print(f"[setup] graph engine: {error}", file=sys.stderr)
+        return 1
+    finally:
+        spark.stop()
+    print(f"[setup] graph engine: {engine}", file=sys.stderr)
     wanted = {name for name in loaded if any(name in c for c in result["fetched"])}
     for name, ok in loaded.items():
         state = "loaded" if ok else "fetched but does not load" if name in wanted else "not served"
         if name == "graphframes" and not ok:
-            state += "; the DataFrame path does the cycle check"
+            state += "; GraphX runs the graph work through the helper instead"
         print(f"[setup] {name}: {state}", file=sys.stderr)
     missing = [name for name in wanted if not loaded[name]]
     if missing:

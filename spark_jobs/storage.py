@@ -324,7 +324,9 @@ class Warehouse:
     def _spark_df(self, data: pa.Table, table: str) -> DataFrame:
         from spark_jobs.frames import arrow_to_spark
 
-        return arrow_to_spark(self._session(), data, TABLES[table])
+        # Rows from the driver: one task writes them (one file per dataflow), which measured
+        # twice as fast as the default parallelism's one file per dataflow per task.
+        return arrow_to_spark(self._session(), data, TABLES[table]).coalesce(1)
 
     # -- reads ----------------------------------------------------------------------------------
 
@@ -422,6 +424,10 @@ class Warehouse:
         from spark_jobs import commits
 
         path = self.path(table)
+        if data._jdf.rdd().getNumPartitions() > 1:
+            # Each task writes one file per dataflow it holds: gather each dataflow's rows in one
+            # task first (fewer, larger files; measured 1.5x faster for small tables).
+            data = data.repartition("dataflow_id")
         with _LOCKS[path]:
             if dataflow_ids is None:
                 return commits.append(self._session(), path, data)

@@ -22,6 +22,7 @@ from typing import Literal
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from spark_jobs import graphx
 from spark_jobs.frames import (
     PAIR_KEYS,
     Graphs,
@@ -67,13 +68,20 @@ def summarize(
     arity_one: bool = False,
     method: Method = "doubling",
     progress: Progress | None = None,
+    engine: graphx.Engine | None = None,
 ) -> DataFrame:
     """``Psi`` as rows ``(dataflow_id, src, dst, summary)``: for each connected pair (``(l, l)``
     included, zero summary), its minimal path summaries. The graph must pass the cycle check.
 
     ``locations``: ``(dataflow_id, loc, arity)``; ``arity_one`` only if every arity is 1.
+    ``engine`` (default ``TRACKER_GRAPH_ENGINE``): ``"graphx"`` runs the helper (each
+    dataflow's ``Psi`` in one task); ``"dataframe"`` iterates by ``method``.
     """
     progress = progress or Progress(label=f"summaries/{method}")
+    if (engine or graphx.engine_choice()) == "graphx":
+        psi = graphx.psi(transitions, locations)
+        progress.round(psi.count(), psi)
+        return psi
     identity = _identity(locations)
     if method == "linear":
         return fixed_point(
@@ -145,20 +153,23 @@ def collect_psi(psi: DataFrame) -> dict[str, dict[tuple[Location, Location], Ant
 
 
 def summaries_for_graph(
-    spark: SparkSession, graph: Graph, method: Method = "doubling", progress: Progress | None = None
+    spark: SparkSession, graph: Graph, method: Method = "doubling", progress: Progress | None = None,
+    engine: graphx.Engine | None = None,
 ) -> dict[tuple[Location, Location], Antichain[PathSummary]]:
     """``Psi`` of ``graph`` computed by Spark; equal to :func:`tracker.structure.path_summaries`
     (``(l, l)`` included with the zero summary).
 
     >>> # summaries_for_graph(spark, g)[(Location.target(0, 0), Location.source(0, 0))] == Antichain([(0,)])
     """
-    return summaries_for_graphs(spark, {"mem": graph}, method, progress)["mem"]
+    return summaries_for_graphs(spark, {"mem": graph}, method, progress, engine)["mem"]
 
 
 def summaries_for_graphs(
-    spark: SparkSession, graphs: Graphs, method: Method = "doubling", progress: Progress | None = None
+    spark: SparkSession, graphs: Graphs, method: Method = "doubling", progress: Progress | None = None,
+    engine: graphx.Engine | None = None,
 ) -> dict[str, dict[tuple[Location, Location], Antichain[PathSummary]]]:
     """:func:`summaries_for_graph` for many graphs (by dataflow id) in one Spark job."""
-    psi = summarize(transitions_of(spark, graphs), locations_of(spark, graphs), all_arity_one(graphs), method, progress)
+    psi = summarize(transitions_of(spark, graphs), locations_of(spark, graphs), all_arity_one(graphs), method, progress,
+                    engine)
     collected = collect_psi(psi)
     return {i: collected.get(i, {}) for i in graphs}

@@ -86,8 +86,9 @@ def test_image_fetches_jars_matching_the_python_packages() -> None:
     from spark_jobs import jars
 
     dockerfile = (ROOT / "docker" / "Dockerfile").read_text()
-    assert "FROM python:3.11" in dockerfile and "openjdk-17-jre-headless" in dockerfile
-    assert "RUN python -m spark_jobs.session --verify" in dockerfile
+    assert "FROM python:3.11" in dockerfile and "openjdk-17-jdk-headless" in dockerfile
+    assert "RUN python -m spark_jobs.graphx && python -m spark_jobs.session --verify" in dockerfile
+    assert "-m spark_jobs.graphx" in (ROOT / "bin" / "_setup.sh").read_text()
     assert "-m spark_jobs.jars" in (ROOT / "bin" / "_setup.sh").read_text()
     import pyspark
 

@@ -133,3 +133,46 @@ def test_jobs_end_to_end(spark, tmp_path: Path, capsys) -> None:
     assert main(["jobs", "propagate", *args, "--dataflow", "good"]) == 0
     assert wh.read_frontiers("good") == expected
     assert "frontiers:" in capsys.readouterr().out
+
+
+def test_names_resolve_and_the_job_says_what_it_does(spark, tmp_path: Path, capsys) -> None:
+    """``--dataflow`` takes a name that one dataflow has; a name several have is one line
+    listing them; the first lines say what happens before Spark is asked for anything."""
+    wh = Warehouse(tmp_path)
+    wh.write_dataflow("id-1", "twin", chain(2))
+    wh.write_dataflow("id-2", "twin", chain(2))
+    wh.write_dataflow("id-3", "single", chain(3))
+    args = ["--warehouse", str(tmp_path), "--master", "local[2]"]
+    assert main(["jobs", "cycles", *args, "--dataflow", "twin"]) == 2
+    err = capsys.readouterr().err
+    assert "2 dataflows are named 'twin' (id-1, id-2): give one id" in err and "Traceback" not in err
+    assert main(["jobs", "cycles", *args, "--dataflow", "single"]) == 0
+    out = capsys.readouterr()
+    assert "id-3: no non-incrementing cycle" in out.out
+    said = [line for line in out.err.splitlines() if line.startswith("[cycles]")]
+    assert said[0] == f"[cycles] checking the warehouse {tmp_path}..." and "starting Spark" in said[1]
+    assert any("graph engine: graphx" in line for line in said) and "done in" in said[-1]
+    import os
+
+    try:  # the DataFrame path, chosen explicitly, answers the same
+        assert main(["jobs", "cycles", *args, "--dataflow", "single", "--graph-engine", "dataframe"]) == 0
+        out = capsys.readouterr()
+        assert "id-3: no non-incrementing cycle" in out.out and "graph engine: dataframe" in out.err
+    finally:
+        os.environ.pop("TRACKER_GRAPH_ENGINE", None)
+
+
+def test_spark_local_ip_defaults_to_loopback_for_local_masters(monkeypatch) -> None:
+    from spark_jobs.cli import local_ip_default
+
+    monkeypatch.delenv("SPARK_LOCAL_IP", raising=False)
+    monkeypatch.delenv("SPARK_MASTER", raising=False)
+    local_ip_default("spark://10.1.2.3:7077")
+    import os
+
+    assert "SPARK_LOCAL_IP" not in os.environ  # a remote master's executors call the driver back
+    local_ip_default(None)
+    assert os.environ["SPARK_LOCAL_IP"] == "127.0.0.1"
+    monkeypatch.setenv("SPARK_LOCAL_IP", "127.0.0.2")
+    local_ip_default("local[2]")
+    assert os.environ["SPARK_LOCAL_IP"] == "127.0.0.2"

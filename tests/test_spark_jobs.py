@@ -63,14 +63,15 @@ def test_cycles_blame_only_the_cycle_not_what_hangs_off_it(spark) -> None:
 @given(st.lists(acyclic_graphs(), min_size=PER_EXAMPLE, max_size=PER_EXAMPLE))
 def test_psi_equals_native_and_oracle(spark, graphs: list[Graph]) -> None:
     psi = summaries_for_graphs(spark, by_id(graphs))
+    doubling = summaries_for_graphs(spark, by_id(graphs), engine="dataframe")
     for key, graph in by_id(graphs).items():
-        assert psi[key] == path_summaries(graph) == oracle.path_summaries(graph), graph
+        assert psi[key] == doubling[key] == path_summaries(graph) == oracle.path_summaries(graph), graph
 
 
 @settings(max_examples=1, deadline=None, suppress_health_check=list(HealthCheck))
 @given(st.lists(acyclic_graphs(arity=2), min_size=PER_EXAMPLE, max_size=PER_EXAMPLE))
 def test_linear_summarize_equals_doubling(spark, graphs: list[Graph]) -> None:
-    linear = summaries_for_graphs(spark, by_id(graphs), method="linear")
+    linear = summaries_for_graphs(spark, by_id(graphs), method="linear", engine="dataframe")
     for key, graph in by_id(graphs).items():
         assert linear[key] == path_summaries(graph), graph
 
@@ -86,13 +87,14 @@ def graphs_with_counts(draw: st.DrawFn) -> tuple[Graph, dict]:
 def test_frontiers_equal_native_and_oracle(spark, cases: list[tuple[Graph, dict]]) -> None:
     graphs = by_id([g for g, _ in cases])
     counts = {key: c for key, (_, c) in zip(graphs, cases, strict=True)}
-    semi_naive = frontiers_for_graphs(spark, graphs, counts)
+    default = frontiers_for_graphs(spark, graphs, counts)
+    semi_naive = frontiers_for_graphs(spark, graphs, counts, engine="dataframe")
     via_psi = frontiers_for_graphs(spark, graphs, counts, method="psi")
     for key, graph in graphs.items():
         tracker = Tracker(graph)
         tracker.apply([(loc, t, c) for (loc, t), c in counts[key].items()])
         expected = oracle.frontiers(graph, counts[key])
-        assert semi_naive[key] == expected == tracker.frontiers(), graph
+        assert semi_naive[key] == default[key] == expected == tracker.frontiers(), graph
         assert via_psi[key] == expected, graph
 
 
@@ -108,11 +110,12 @@ def test_timely_worked_example(spark) -> None:
 
 
 def test_iterations_keep_a_flat_plan(spark) -> None:
-    """30 rounds of propagation: the analysed plan of the state is the same size every round,
+    """30 rounds of the DataFrame path's propagation: the analysed plan of the state is the same size every round,
     because each round ends with an eager localCheckpoint (lineage cut)."""
     graph = chain(14)
     progress = Progress(label="flat")
-    frontiers = frontiers_for(spark, graph, {(Location.source(0, 0), (0,)): 1}, progress=progress)
+    frontiers = frontiers_for(spark, graph, {(Location.source(0, 0), (0,)): 1}, progress=progress,
+                              engine="dataframe")
     assert frontiers == oracle.frontiers(graph, {(Location.source(0, 0), (0,)): 1})
     assert progress.rounds >= 25
     assert len(set(progress.plan_sizes)) == 1, progress.plan_sizes
@@ -143,13 +146,14 @@ def test_scope_summaries_equal_psi_into_operator_zero_inputs(spark, graphs: list
 @settings(max_examples=1, deadline=None, suppress_health_check=list(HealthCheck))
 @given(st.lists(raw_graphs(), min_size=PER_EXAMPLE, max_size=PER_EXAMPLE))
 def test_cycle_paths_agree(spark, graphs: list[Graph]) -> None:
-    """Path doubling (default) and prune-then-close find the same transitions."""
+    """The DataFrame path's two methods, path doubling (its default) and prune-then-close, find
+    the same transitions."""
     from spark_jobs.cycles import find_cycles as spark_cycles
     from spark_jobs.frames import transitions_of
 
     transitions = transitions_of(spark, by_id(graphs)).localCheckpoint()
-    doubling = sorted(map(tuple, spark_cycles(transitions, use_graphframes=False).collect()))
-    pruned = sorted(map(tuple, spark_cycles(transitions, use_graphframes=False, method="prune").collect()))
+    doubling = sorted(map(tuple, spark_cycles(transitions, engine="dataframe").collect()))
+    pruned = sorted(map(tuple, spark_cycles(transitions, engine="dataframe", method="prune").collect()))
     assert doubling == pruned
 
 

@@ -40,10 +40,11 @@ def test_delta_spark_is_loaded_from_the_fetched_jars(spark) -> None:
     assert spark.conf.get("spark.sql.extensions") == "io.delta.sql.DeltaSparkSessionExtension"
 
 
-def test_graphframes_path_agrees_or_is_recorded_as_not_served(spark) -> None:
-    """GraphFrames' SCC and the DataFrame closure agree when GraphFrames loads; when it does not,
-    it is because Maven Central did not serve it (the manifest says so), never silently."""
+def test_graphframes_is_recorded_as_not_served_and_graphx_runs_instead(spark) -> None:
+    """GraphFrames' JVM package is not served (the manifest says so, never silently); the cycle
+    check runs on GraphX through the helper, and agrees with the DataFrame path."""
     from spark_jobs.jars import installed_coordinates, manifest
+    from spark_jobs.session import graph_engine
 
     bad = Graph.build(
         1,
@@ -53,11 +54,10 @@ def test_graphframes_path_agrees_or_is_recorded_as_not_served(spark) -> None:
     if not has_graphframes_jvm(spark):
         found = manifest()
         assert found is not None and installed_coordinates()[1] in found["not_served"], found
-        transitions = transitions_of(spark, bad)
-        assert len(find_cycles(transitions).collect()) == 4  # the fallback answers
-        return
+    assert graph_engine(spark).startswith("graphx")
     for graph in (bad, chain(3)):
         transitions = transitions_of(spark, graph)
-        ours = sorted(map(tuple, find_cycles(transitions, use_graphframes=False).collect()))
-        theirs = sorted(map(tuple, find_cycles(transitions, use_graphframes=True).collect()))
+        ours = sorted(map(tuple, find_cycles(transitions, engine="dataframe").collect()))
+        theirs = sorted(map(tuple, find_cycles(transitions, engine="graphx").collect()))
         assert ours == theirs
+    assert len(find_cycles(transitions_of(spark, bad)).collect()) == 4
