@@ -87,7 +87,7 @@ def run_job(args: argparse.Namespace) -> int:
     lock = None
     if args.job in WRITES:
         try:
-            lock = WarehouseLock.acquire(warehouse, f"tracker jobs {args.job}")
+            lock = WarehouseLock.acquire_all(warehouse, f"tracker jobs {args.job}")
         except WarehouseBusy as busy:
             return _fail(f"{busy}. `{args.job}` writes {WRITES[args.job]}, which the live service keeps up to "
                          "date itself; stop the service first (its state is safe in the tables and its log), "

@@ -31,17 +31,20 @@ from __future__ import annotations
 
 import math
 import os
+import random
 import threading
+import time
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+from deltalake.exceptions import CommitFailedError, DeltaError
 
 from spark_jobs.rows import (
     AnyLocation,
@@ -69,6 +72,31 @@ _LOCKS: dict[str, threading.Lock] = defaultdict(threading.Lock)
 POINTSTAMPS_APP = "tracker-pointstamps:"
 """Prefix of the Delta app id under which ``pointstamps`` commits record the progress version
 they include (one app id per dataflow): see :meth:`Warehouse.pointstamps_version`."""
+
+
+COMMIT_ATTEMPTS = 8
+"""How many times one delta-rs write is tried when other writers' commits conflict with it."""
+_T = TypeVar("_T")
+
+
+def _retrying(commit: Callable[[], _T]) -> _T:
+    """``commit()`` (one delta-rs write), tried again after a short random pause while it fails
+    because another writer committed first in a way delta-rs does not reconcile by itself:
+    several processes (the shards, the Spark process) share the warehouse, and the first
+    writes to a new table race to create it. delta-rs raises these before its commit exists
+    (``CommitFailedError``; "already exists" for a table created meanwhile), so the write is
+    not in the table and trying again can neither lose nor duplicate a row. Appends to
+    different partitions, and replacements of disjoint partitions, are reconciled by delta-rs
+    itself (its own retries over newer versions)."""
+    for attempt in range(1, COMMIT_ATTEMPTS + 1):
+        try:
+            return commit()
+        except (CommitFailedError, DeltaError) as error:
+            created = not isinstance(error, CommitFailedError) and "already exists" in str(error)
+            if attempt == COMMIT_ATTEMPTS or not (isinstance(error, CommitFailedError) or created):
+                raise
+            time.sleep(random.uniform(0.005, 0.02) * attempt)
+    raise AssertionError("unreachable")
 
 
 def _forbid_delta_rs(backend: str) -> None:
@@ -205,9 +233,10 @@ class Warehouse:
         if self.backend == "delta-spark":
             return self.spark_write(table, self._spark_df(data, table))
         _forbid_delta_rs(self.backend)
-        with _LOCKS[self.path(table)]:
-            write_deltalake(self.path(table), data, mode="append", partition_by=["dataflow_id"])
-            return DeltaTable(self.path(table)).version()
+        path = self.path(table)
+        with _LOCKS[path]:
+            _retrying(lambda: write_deltalake(path, data, mode="append", partition_by=["dataflow_id"]))
+            return DeltaTable(path).version()
 
     def replace_partition(self, table: str, dataflow_id: str, rows: Rows) -> int:
         """Atomically replace every row of ``dataflow_id`` by ``rows`` (one commit); new version.
@@ -234,21 +263,19 @@ class Warehouse:
         path = self.path(table)
         if self.backend == "delta-spark":
             return self.spark_write(table, self._spark_df(data, table), ids, watermarks)
-        with _LOCKS[path]:
-            commit = CommitProperties(app_transactions=[Transaction(a, v) for a, v in (watermarks or {}).items()])
+        commit = CommitProperties(app_transactions=[Transaction(a, v) for a, v in (watermarks or {}).items()])
+
+        def replace() -> None:
             if data.num_rows == 0 and DeltaTable.is_deltatable(path):
                 DeltaTable(path).delete(predicate, commit_properties=commit)
             elif data.num_rows == 0:
                 DeltaTable.create(path, TABLES[table], partition_by=["dataflow_id"], commit_properties=commit)
             else:
-                write_deltalake(
-                    path,
-                    data,
-                    mode="overwrite",
-                    predicate=predicate,
-                    partition_by=["dataflow_id"],
-                    commit_properties=commit,
-                )
+                write_deltalake(path, data, mode="overwrite", predicate=predicate, partition_by=["dataflow_id"],
+                                commit_properties=commit)
+
+        with _LOCKS[path]:
+            _retrying(replace)
             return DeltaTable(path).version()
 
     @contextmanager
@@ -285,7 +312,8 @@ class Warehouse:
         if not DeltaTable.is_deltatable(path) or not dataflow_ids:
             return {"added": 0, "removed": 0}
         with _LOCKS[path]:
-            merged = DeltaTable(path).optimize.compact(partition_filters=[("dataflow_id", "in", list(dataflow_ids))])
+            merged = _retrying(lambda: DeltaTable(path).optimize.compact(
+                partition_filters=[("dataflow_id", "in", list(dataflow_ids))]))
         return {"added": int(merged.get("numFilesAdded", 0)), "removed": int(merged.get("numFilesRemoved", 0))}
 
     def vacuum(self, table: str, retention_hours: float = 24, full: bool = False) -> int:
