@@ -34,6 +34,9 @@ LIMITS = ("register_rate", "register_burst", "max_dataflows", "max_subscribers",
           "max_header_bytes", "header_timeout", "send_buffer")
 """The settings of the service's limits, each a ``tracker serve`` option (``--max-dataflows``) and
 an environment variable (``TRACKER_MAX_DATAFLOWS``)."""
+SHARDING = ("shards", "shard_hosts", "shard_port", "advertise_host", "proxy")
+"""The settings of the service's shards, each a ``tracker serve`` option (``--shard-hosts``) and
+an environment variable (``TRACKER_SHARD_HOSTS``)."""
 
 
 def native_problem() -> str | None:
@@ -110,6 +113,15 @@ class Settings:
     max_header_bytes: int = 64 * 1024  # TRACKER_MAX_HEADER_BYTES: request line + headers (431 beyond)
     header_timeout: float = 10.0  # TRACKER_HEADER_TIMEOUT: seconds to receive a request's head
     send_buffer: int = SEND_BUFFER  # TRACKER_SEND_BUFFER: each connection's kernel send buffer (0: autotuned)
+    # Shards (docs/service.md, "Shards").
+    shards: int | None = None  # TRACKER_SHARDS: shards run here (None: one per two cores, at least one)
+    shard_hosts: str = ""  # TRACKER_SHARD_HOSTS: shards on other hosts, "K=http://HOST:PORT,..."
+    shard_port: int | None = None  # TRACKER_SHARD_PORT: the first local shard's port (None: --port + 101; 0: any)
+    advertise_host: str | None = None  # TRACKER_ADVERTISE_HOST: the host name in the shards' endpoints
+    proxy: str = "auto"  # TRACKER_PROXY: auto (run HAProxy if installed) | none (an external proxy routes)
+    shard: int = 0  # this hot-path process's shard (set by the supervisor, not by users)
+    endpoint: str | None = None  # this shard's base URL as workers reach it (set by the supervisor)
+    sharded: bool = False  # whether the service has more than one shard (set by the supervisor)
 
     @classmethod
     def from_env(cls, args: argparse.Namespace | None = None) -> Settings:
@@ -152,6 +164,11 @@ class Settings:
             max_header_bytes=_env_int("TRACKER_MAX_HEADER_BYTES", 64 * 1024),
             header_timeout=_env_float("TRACKER_HEADER_TIMEOUT", 10.0),
             send_buffer=_env_int("TRACKER_SEND_BUFFER", SEND_BUFFER),
+            shards=_env_int("TRACKER_SHARDS", 0) if env.get("TRACKER_SHARDS") else None,
+            shard_hosts=env.get("TRACKER_SHARD_HOSTS", ""),
+            shard_port=_env_int("TRACKER_SHARD_PORT", 0) if env.get("TRACKER_SHARD_PORT") else None,
+            advertise_host=env.get("TRACKER_ADVERTISE_HOST") or None,
+            proxy=env.get("TRACKER_PROXY", "auto"),
         )
         if args is not None:
             settings.host = args.host
@@ -167,7 +184,7 @@ class Settings:
                 if getattr(args, name, None) is not None:
                     setattr(settings, name, getattr(args, name))
             settings.metrics_per_dataflow |= bool(getattr(args, "metrics_per_dataflow", False))
-            for name in LIMITS:  # `tracker serve` options; a namespace built elsewhere may lack them
+            for name in (*LIMITS, *SHARDING):  # `tracker serve` options; a namespace built elsewhere may lack them
                 if getattr(args, name, None) is not None:
                     setattr(settings, name, getattr(args, name))
         if settings.max_header_bytes and settings.max_header_bytes < 1024:
@@ -183,6 +200,10 @@ class Settings:
             raise ValueError(f"--engine must be native, reference or spark, got {settings.engine!r}")
         if settings.engine == "native" and (problem := native_problem()) is not None:
             raise ValueError(problem)
+        if settings.proxy not in ("auto", "none"):
+            raise ValueError(f"--proxy / TRACKER_PROXY must be auto or none, got {settings.proxy!r}")
+        if settings.shard_port is not None and settings.shard_port > 65535:
+            raise ValueError("--shard-port / TRACKER_SHARD_PORT must be a TCP port (0: any free port)")
         if settings.spark_nice > 19:
             raise ValueError("--spark-nice / TRACKER_SPARK_NICE must be from 0 to 19")
         if settings.engine == "spark":

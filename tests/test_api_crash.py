@@ -116,7 +116,7 @@ def test_kill_9_loses_no_acknowledged_batch_and_applies_none_twice(start_service
     from_delta = {(Location(r["node"], r["port"], r["kind"]), tuple(r["time"])): r["delta"]
                   for r in delta_counts.to_dicts() if r["delta"] != 0}
     assert from_delta == counts
-    segments = sorted((service.warehouse / "_wal").glob("wal-*.log"))
+    segments = sorted(service.log_directory().glob("wal-*.log"))
     assert segments and int(segments[-1].stem.split("-")[1]) > 1, "the log never rotated"
 
 
@@ -131,7 +131,7 @@ def test_a_torn_log_tail_is_cut_off_and_logging_continues(start_service: Service
             assert client.post(url, json={"worker": "w", "seq": seq,
                                           "updates": [update(1, 0, "target", [seq], 1)]}).status_code == 200
     service.kill9()
-    [segment] = sorted((service.warehouse / "_wal").glob("wal-*.log"))
+    [segment] = sorted(service.log_directory().glob("wal-*.log"))
     intact = segment.stat().st_size
     with open(segment, "ab") as handle:  # a record header promising more bytes than follow
         handle.write(b"\x00\x10\x00\x00\x12\x34\x56\x78{\"t\":\"batch\",\"df\":")

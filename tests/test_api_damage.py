@@ -75,7 +75,7 @@ def test_a_damaged_record_refuses_its_dataflow_alone_and_nothing_is_cut(start_se
                 _send(client, dataflow_id, "w", step, updates)
                 sent[dataflow_id].append(updates)
     service.kill9()
-    [segment] = sorted((service.warehouse / "_wal").glob("wal-*.log"))
+    [segment] = sorted(service.log_directory().glob("wal-*.log"))
     original = segment.read_bytes()
     frames = scan(original).payloads
     batches = [(offset, decode(payload)) for offset, payload in frames if isinstance(decode(payload), Batch)]
@@ -168,7 +168,7 @@ def test_each_delta_table_lost_in_turn_under_load_then_kill_9_keeps_exactly_once
             service.restart()
         time.sleep(0.5)
         assert stop_writers(workers) == []
-        assert len(list((warehouse / "_wal").glob("wal-*.log"))) >= 1
+        assert len(list(service.log_directory().glob("wal-*.log"))) >= 1
         with service.client() as client:
             for worker in workers:
                 counts = oracle.accumulate([initial, *(as_updates(b) for b in worker.acked)])
@@ -183,7 +183,7 @@ def test_each_delta_table_lost_in_turn_under_load_then_kill_9_keeps_exactly_once
             assert _send(client, idle, "w0", 2, []) == 3
             assert httpx.get(service.url + "/healthz").json()["status"] in ("ok", "degraded")
             assert "damaged" not in httpx.get(service.url + "/healthz").json()
-        rotated = max(int(p.stem.split("-")[1]) for p in (warehouse / "_wal").glob("wal-*.log"))
+        rotated = max(int(p.stem.split("-")[1]) for p in service.log_directory().glob("wal-*.log"))
         assert rotated > 1, "the log never rotated: the checkpoints were not exercised"
     finally:
         for worker in workers:

@@ -5,8 +5,15 @@ Guarantees: a step never rewrites what a reader of a retained table version need
 superseded versions are kept ``vacuum_hours``, the reach of Delta time travel); the first
 ``VACUUM`` of each table after a start also looks for files a crash left behind.
 
+With several shards sharing the warehouse, each ``OPTIMIZE`` is scoped to this shard's own
+partitions (its dataflows), and only shard 0 runs ``VACUUM``, which lists whole tables: two
+shards never tidy the same files, and a ``VACUUM`` keeps files written in the last hour at
+least, so that it cannot delete the files of another shard's commit in progress.
+
 >>> Tidier(None, None, 24.0).plan(["a", "b"])[:2]
 [('optimize', 'progress', ['a', 'b']), ('optimize', 'frontier_changes', ['a', 'b'])]
+>>> Tidier(None, None, 24.0, vacuum=False).plan(["a"])[-1]
+('optimize', 'frontier_changes', ['a'])
 """
 
 from __future__ import annotations
@@ -31,21 +38,23 @@ per flush (60 a minute), so a step merges about 500."""
 class Tidier:
     """Plans and runs tidy steps on the Delta thread."""
 
-    def __init__(self, store: Store | None, pool: Executor | None, vacuum_hours: float) -> None:
+    def __init__(self, store: Store | None, pool: Executor | None, vacuum_hours: float, *, vacuum: bool = True,
+                 shared: bool = False) -> None:
         self.store = store
         self.pool = pool
-        self.vacuum_hours = vacuum_hours
+        self.vacuum_hours = max(vacuum_hours, 1.0) if shared else vacuum_hours
+        self.vacuums = vacuum
         self._vacuumed_fully: set[str] = set()  # tables vacuumed in full mode since the start
 
-    @staticmethod
-    def plan(dataflow_ids: list[str]) -> list[tuple[str, str, list[str]]]:
+    def plan(self, dataflow_ids: list[str]) -> list[tuple[str, str, list[str]]]:
         """The steps of one pass, ``(action, table, dataflow ids)``: ``OPTIMIZE`` of the
         append-only tables a slice of dataflows at a time (the tables whose partitions are
-        replaced keep one file per partition anyway), then ``VACUUM`` of every table."""
+        replaced keep one file per partition anyway), then, if this process vacuums,
+        ``VACUUM`` of every table."""
         ids = sorted(dataflow_ids)
         steps = [("optimize", table, ids[i:i + TIDY_SLICE])
                  for table in ("progress", "frontier_changes") for i in range(0, len(ids), TIDY_SLICE)]
-        return steps + [("vacuum", table, []) for table in sorted(TABLES)]
+        return steps + [("vacuum", table, []) for table in sorted(TABLES) if self.vacuums]
 
     async def step(self, action: str, table: str, dataflow_ids: list[str]) -> None:
         """Run one step of :meth:`plan`

@@ -6,5 +6,5 @@ Guarantees: a batch is answered only once durable and published only once durabl
 applies every acknowledged batch exactly once, or refuses that dataflow alone.
 
 May import: api.config, api.metrics, api.schema, api.live, api.durability, api.streams,
-api.delta, api.channel, api.background, tracker.
+api.delta, api.channel, api.background, api.shards, tracker.
 """

@@ -17,7 +17,6 @@ import contextlib
 import gc
 import logging
 import time
-import uuid
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 
@@ -40,6 +39,8 @@ from api.live.state import Counts
 from api.metrics import Metrics
 from api.schema.models import RegisterRequest
 from api.schema.registration import RegistrationError, build_graph, is_nested, registration_record
+from api.shards.ids import new_id
+from api.shards.layout import adopt_legacy_log, wal_directory
 from tracker.graph import GraphError, Location, Update
 from tracker.scope import ScopedLocation
 from tracker.structure import release
@@ -59,7 +60,7 @@ class Service:
         self.admin_hash = token_hash(admin_token)
         self.dataflows: dict[str, Tenant] = {}
         self.token_index: dict[str, str] = {}
-        self.wal = WriteAheadLog(settings.warehouse / "_wal", on_sync=self.metrics.on_sync)
+        self.wal = WriteAheadLog(wal_directory(settings.warehouse, settings.shard), on_sync=self.metrics.on_sync)
         self.store = store
         self.delta_pool = ThreadPoolExecutor(1, thread_name_prefix="delta")
         self.background = SparkLink(settings, self.metrics, self.dataflows, self._remember_check)
@@ -70,7 +71,8 @@ class Service:
         self.deletions: dict[str, Delete] = {}  # dataflow id -> its logged deletion
         self.syncer = Syncer(store, self.delta_pool, self.wal, self.metrics, self.dataflows, self.log_header,
                              segment_bytes=settings.segment_bytes,
-                             tidier=Tidier(store, self.delta_pool, settings.vacuum_hours))
+                             tidier=Tidier(store, self.delta_pool, settings.vacuum_hours,
+                                           vacuum=settings.shard == 0, shared=settings.sharded))
         self.graphs = GraphWriter(store, self.delta_pool, self.metrics)
         self.build = Builder(settings, store is not None)
         self._unstored: list[Tenant] = []  # recovered without their graph tables: write them
@@ -125,7 +127,7 @@ class Service:
             tracker = await asyncio.to_thread(self.build.engine, graph, initial)
         token = new_token()
         record = Register(name=spec.name, arity=spec.arity, nodes=spec.nodes, edges=spec.edges,
-                          initial=spec.initial, last_epoch=spec.last_epoch, df=uuid.uuid4().hex,
+                          initial=spec.initial, last_epoch=spec.last_epoch, df=new_id(self.settings.shard),
                           token=token_hash(token), created_at=datetime.now(UTC).isoformat())
         # Its frontier copy and Publication are O(graph): off the loop too (nothing there awaits).
         tenant = await asyncio.to_thread(self.build.tenant, record, graph, tracker, initial, hosting)
@@ -217,6 +219,8 @@ class Service:
         Raises:
             api.durability.segments.UnreadableLog: log bytes that cannot be attributed to a dataflow.
         """
+        if self.settings.shard == 0 and (moved := adopt_legacy_log(self.settings.warehouse)):
+            log.info("the log from before shards is shard 0's now", extra={"segments": moved})
         evidence, self.checks, self.deletions = gather(self.wal.recover())
         store = self.store
         with store.warehouse.pinned() if store is not None else contextlib.nullcontext():

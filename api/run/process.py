@@ -141,6 +141,10 @@ class ServiceProcess:
         """The pid of the (first) process of ``role`` (``hot`` or ``spark``)."""
         return next(int(p["pid"]) for p in self.processes() if p["role"] == role)
 
+    def log_directory(self, shard: int = 0) -> Path:
+        """Shard ``shard``'s write-ahead log directory in the warehouse."""
+        return self.warehouse / "_wal" / f"shard-{shard}"
+
     def stop(self) -> None:
         """Graceful stop (SIGTERM), then SIGKILL if it lingers."""
         if self.process is not None and self.process.poll() is None:
