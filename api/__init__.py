@@ -22,6 +22,8 @@ background the hot path's side of Spark's work: checks, audits, micro-batches as
            channel, their answers landing in each dataflow's state
 spark      the Spark process: its session and thread, registration checks, audits, micro-batches
 host       the hosted dataflows: the tenant, the ingest use case, registration, recovery, tokens
+shards     a dataflow's shard (in its id), the shards' layout and logs, HAProxy's configuration, the
+           front's merges of the shards' answers (lists, metrics, health)
 ops        operating the service: lag and blame, explain, progress estimates, the dashboard's
            frames, the metrics' scrape, ``tracker watch``
 web        the HTTP surface (the only FastAPI importer): the app, routes, WebSocket, bearer

@@ -20,6 +20,12 @@ if ! command -v java >/dev/null || ! command -v javac >/dev/null; then
   _apt_install openjdk-17-jdk-headless
 fi
 
+# HAProxy routes each dataflow's requests to its shard when `tracker serve` runs several
+# (docs/service.md, "Shards"); Debian installs it in /usr/sbin.
+if ! command -v haproxy >/dev/null && [ ! -x /usr/sbin/haproxy ]; then
+  _apt_install haproxy || true
+fi
+
 # Reinstall when pyproject.toml changed since the last install. A dev install (bin/test) is a
 # superset of the plain one (bin/serve), so it satisfies both.
 HASH="$(sha1sum "$ROOT/pyproject.toml" | cut -c1-12)"

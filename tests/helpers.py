@@ -59,15 +59,19 @@ class ServiceStarter:
         self.root = root
         self.started: list[ServiceProcess] = []
 
-    def __call__(self, *, spark: bool = False, engine: str = "native", **env: str) -> ServiceProcess:
+    def __call__(self, *, spark: bool = False, engine: str = "native", shards: int = 1, shard_hosts: str = "",
+                 proxy: str = "auto", **env: str) -> ServiceProcess:
         """Start a service on a fresh warehouse and wait until it answers ``/healthz``.
 
         ``env`` is added to the service's environment (``TRACKER_FLUSH_SECONDS="0.2"``...);
         ``spark=True`` lets it start its Spark session, ``engine="spark"`` keeps frontiers in
-        Spark. The first warehouse is ``root / "warehouse"``, any later one ``warehouse-2``...
-        A restart on the same warehouse, or ``kill -9``, are the process's own methods."""
+        Spark, ``shards=N`` runs N shards behind HAProxy (``proxy="none"``: without it;
+        ``shard_hosts``: shards said to run elsewhere, ``--shard-hosts``). The first warehouse
+        is ``root / "warehouse"``, any later one ``warehouse-2``... A restart on the same
+        warehouse, or ``kill -9``, are the process's own methods."""
         name = "warehouse" if not self.started else f"warehouse-{len(self.started) + 1}"
-        service = ServiceProcess(self.root / name, spark=spark, engine=engine, env=env)
+        service = ServiceProcess(self.root / name, spark=spark, engine=engine, env=env, shards=shards,
+                                 shard_hosts=shard_hosts, proxy=proxy)
         self.started.append(service)  # before start(): one that never got healthy is stopped too
         return service.start()
 
@@ -175,6 +179,9 @@ class BatchWriter(threading.Thread):
                             self.errors.append(f"seq {seq}: no answer for 90 s")
                             return
                         time.sleep(0.02)
+                        continue
+                    if answer.status_code in (502, 503) and "shard_unavailable" in answer.text:
+                        time.sleep(0.02)  # the shard restarts: as after a transport error, resend it
                         continue
                     if answer.status_code != 200:
                         self.errors.append(f"seq {seq}: {answer.status_code} {answer.text}")

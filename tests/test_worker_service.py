@@ -26,7 +26,8 @@ import pytest
 
 from tests.helpers import ADMIN_TOKEN, ROOT, ServiceProcess, free_port, violations
 from tracker.graph import Location
-from tracker.worker.cluster import launch, load_example, register
+from tracker.worker.client import register
+from tracker.worker.cluster import launch, load_example
 from tracker.worker.link import LinkFailure, ServiceLink
 
 # Delta flushing off: these tests are about workers, and the machine's 2 cores are shared.

@@ -27,6 +27,16 @@ def _serve(args: argparse.Namespace) -> int:
     return serve(args)
 
 
+def _shard(args: argparse.Namespace) -> int:
+    try:
+        from api.run.supervisor import supervise_shard
+    except ImportError as error:
+        from tracker.cli import needs_extra
+
+        return needs_extra("shard", "service", error)
+    return supervise_shard(args)
+
+
 def _watch(args: argparse.Namespace) -> int:
     from api.ops.watch import watch  # httpx only, a base dependency: works with any extra
 
@@ -105,9 +115,49 @@ _LIMIT_OPTIONS: list[tuple[str, object, str]] = [
 
 
 def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add ``serve`` and ``watch`` to the ``tracker`` command's sub-parsers."""
-    serve = commands.add_parser("serve", help="run the service: a supervisor of its hot-path process (FastAPI + "
-                                "uvicorn) and its Spark process")
+    """Add ``serve``, ``shard`` and ``watch`` to the ``tracker`` command's sub-parsers."""
+    serve = commands.add_parser("serve", help="run the service: a supervisor of its hot-path processes (FastAPI + "
+                                "uvicorn, one per shard), the front and HAProxy when sharded, and its Spark process")
+    _service_options(serve)
+    sharding = serve.add_argument_group("shards", "see docs/service.md, \"Shards\"")
+    sharding.add_argument("--shards", type=count, default=None, metavar="N",
+                          help="hot-path processes (shards) run here, each owning its dataflows, its log and its "
+                               "port (env TRACKER_SHARDS; default one per two cores, at least 1)")
+    sharding.add_argument("--shard-port", type=count, default=None, metavar="PORT",
+                          help="the first shard's port when several run, the next ones above it (env "
+                               "TRACKER_SHARD_PORT; default --port + 101; 0: any free ports)")
+    sharding.add_argument("--shard-hosts", default=None, metavar="K=URL,...",
+                          help="shards run elsewhere by `tracker shard K` (env TRACKER_SHARD_HOSTS), e.g. "
+                               "2=http://10.0.0.2:8101")
+    sharding.add_argument("--advertise-host", default=None, metavar="HOST",
+                          help="the host name workers reach the shards at, in each dataflow's endpoint (env "
+                               "TRACKER_ADVERTISE_HOST; default --host)")
+    sharding.add_argument("--proxy", choices=["auto", "none"], default=None,
+                          help="auto: run HAProxy on the public address when installed; none: an external proxy "
+                               "routes, and the front takes the public address (env TRACKER_PROXY; default auto)")
+    serve.set_defaults(func=_serve)
+    shard = commands.add_parser("shard", help="run one shard of a `tracker serve` on another host (its --shard-hosts "
+                                "lists this one)")
+    shard.add_argument("index", type=count, metavar="K", help="the shard's index (never 0-N-1 of the serve's --shards)")
+    _service_options(shard)
+    shard.add_argument("--advertise-host", default=None, metavar="HOST",
+                       help="the host name workers reach this shard at (env TRACKER_ADVERTISE_HOST; default --host)")
+    shard.set_defaults(func=_shard)
+    watch = commands.add_parser("watch", help="a live terminal view of a dataflow: frontiers, lag, what holds them")
+    watch.add_argument("dataflow", metavar="ID_OR_NAME", help="the dataflow's id (or a prefix of 6+) or its name")
+    watch.add_argument("--url", help="the service (env TRACKER_URL, else the URL in <warehouse>/service-url; default "
+                       "http://127.0.0.1:8000)")
+    watch.add_argument("--token", help="the admin token or the dataflow's (default: env TRACKER_TOKEN, else "
+                       "TRACKER_ADMIN_TOKEN, else <warehouse>/admin-token)")
+    watch.add_argument("--warehouse", help="where to find the service's URL and the generated admin token when "
+                       "not given (env TRACKER_WAREHOUSE; default ./warehouse)")
+    watch.add_argument("--interval", type=_interval, default=1.0, help="seconds between refreshes (default 1)")
+    watch.add_argument("--once", action="store_true", help="print one frame and exit")
+    watch.set_defaults(func=_watch)
+
+
+def _service_options(serve: argparse.ArgumentParser) -> None:
+    """The options ``tracker serve`` and ``tracker shard`` share."""
     serve.add_argument("--host", default=os.environ.get("TRACKER_HOST", "127.0.0.1"),
                        help="interface to listen on (env TRACKER_HOST; default 127.0.0.1)")
     serve.add_argument("--port", type=port, default=os.environ.get("TRACKER_PORT", "8000"),
@@ -140,15 +190,3 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     limits = serve.add_argument_group("limits", "0 means no limit; see docs/service.md, \"Limits\"")
     for flag, kind, text in _LIMIT_OPTIONS:
         limits.add_argument(flag, type=kind, default=None, help=text)  # type: ignore[arg-type]
-    serve.set_defaults(func=_serve)
-    watch = commands.add_parser("watch", help="a live terminal view of a dataflow: frontiers, lag, what holds them")
-    watch.add_argument("dataflow", metavar="ID_OR_NAME", help="the dataflow's id (or a prefix of 6+) or its name")
-    watch.add_argument("--url", help="the service (env TRACKER_URL, else the URL in <warehouse>/service-url; default "
-                       "http://127.0.0.1:8000)")
-    watch.add_argument("--token", help="the admin token or the dataflow's (default: env TRACKER_TOKEN, else "
-                       "TRACKER_ADMIN_TOKEN, else <warehouse>/admin-token)")
-    watch.add_argument("--warehouse", help="where to find the service's URL and the generated admin token when "
-                       "not given (env TRACKER_WAREHOUSE; default ./warehouse)")
-    watch.add_argument("--interval", type=_interval, default=1.0, help="seconds between refreshes (default 1)")
-    watch.add_argument("--once", action="store_true", help="print one frame and exit")
-    watch.set_defaults(func=_watch)

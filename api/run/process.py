@@ -71,12 +71,17 @@ class ServiceProcess:
     ``env`` is added to the child's environment last, so it may override ``TRACKER_ADMIN_TOKEN``,
     ``TRACKER_SPARK`` and ``TRACKER_SPARK_NICE`` (``0`` here: the Spark process at the service's
     priority, unlike ``tracker serve``'s default of 10). The child's output goes to
-    :attr:`log_path`, next to the warehouse.
+    :attr:`log_path`, next to the warehouse. ``shards`` (``--shards``, 1 unless given, whatever
+    the machine's cores) run on free ports, behind HAProxy unless ``proxy="none"``;
+    ``shard_hosts`` is ``--shard-hosts`` (shards said to run elsewhere: not waited for).
     """
 
     def __init__(self, warehouse: Path, *, spark: bool = False, env: dict[str, str] | None = None,
-                 engine: str = "native") -> None:
+                 engine: str = "native", shards: int = 1, shard_hosts: str = "", proxy: str = "auto") -> None:
         self.warehouse = Path(warehouse)
+        self.shards = shards
+        self.shard_hosts = shard_hosts
+        self.proxy = proxy
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.ws_url = f"ws://127.0.0.1:{self.port}"
@@ -102,7 +107,8 @@ class ServiceProcess:
         log = open(self.log_path, "ab")  # noqa: SIM115 - the child keeps writing to it
         self.process = subprocess.Popen(
             [sys.executable, "-m", "tracker.cli", "serve", "--host", "127.0.0.1", "--port", str(self.port),
-             "--warehouse", str(self.warehouse), "--engine", self.engine],
+             "--warehouse", str(self.warehouse), "--engine", self.engine, "--shards", str(self.shards),
+             "--shard-port", "0", "--proxy", self.proxy, "--shard-hosts", self.shard_hosts],
             cwd=SOURCE_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
         )
         log.close()
@@ -111,12 +117,17 @@ class ServiceProcess:
             if self.process.poll() is not None:
                 raise RuntimeError(f"service exited with {self.process.returncode}:\n{self.log_tail()}")
             try:
-                if httpx.get(self.url + "/healthz", timeout=1.0).status_code == 200:
+                health = httpx.get(self.url + "/healthz", timeout=1.0)
+                if health.status_code == 200 and self._local_shards_up(health.json()):
                     return self
             except httpx.HTTPError:
                 pass
             time.sleep(0.05)
         raise RuntimeError(f"service did not start within {timeout}s:\n{self.log_tail()}")
+
+    def _local_shards_up(self, health: dict[str, Any]) -> bool:
+        """Whether every shard run here answered the front's ``/healthz`` (one shard: no front)."""
+        return all(s["status"] != "unavailable" for s in health.get("shards", []) if s["shard"] < self.shards)
 
     def kill9(self) -> None:
         """``kill -9`` of ``tracker serve`` (the supervisor): no shutdown code runs; its children die
@@ -137,9 +148,14 @@ class ServiceProcess:
         found: list[dict[str, Any]] = answer.json()
         return found
 
-    def pid_of(self, role: str) -> int:
-        """The pid of the (first) process of ``role`` (``hot`` or ``spark``)."""
-        return next(int(p["pid"]) for p in self.processes() if p["role"] == role)
+    def pid_of(self, role: str, shard: int | None = None) -> int:
+        """The pid of the (first) process of ``role`` (``hot`` or ``spark``), of shard ``shard`` if given."""
+        return next(int(p["pid"]) for p in self.processes()
+                    if p["role"] == role and (shard is None or p.get("shard") == shard))
+
+    def endpoint(self, shard: int) -> str:
+        """Shard ``shard``'s base URL (its hot-path process, no proxy in between)."""
+        return next(str(p["endpoint"]) for p in self.processes() if p["role"] == "hot" and p.get("shard") == shard)
 
     def log_directory(self, shard: int = 0) -> Path:
         """Shard ``shard``'s write-ahead log directory in the warehouse."""

@@ -1,11 +1,12 @@
 """``tracker serve``'s parts: structured logging, the warehouse and the admin token
-(:func:`prepare`, in the supervisor), the listening socket (:func:`listen`, in the supervisor),
+(:func:`prepare`, in the supervisor), the listening sockets (:func:`listen`, in the supervisor),
 and uvicorn running the app in a hot-path process (:func:`serve_hot`).
 
-Guarantees: one process at a time serves a warehouse (a lock held by the supervisor and
-inherited by its hot-path processes); a warehouse that cannot be used, or a port another
-process listens on, stops the start with one line and exit code 2, not a traceback (the port is
-taken before anything else starts: no recovery, no Spark).
+Guarantees: one ``tracker serve`` at a time serves a warehouse (a lock held by the supervisor),
+and one process at a time serves each shard (a lock per shard, inherited by its hot-path
+process); a warehouse that cannot be used, or a port another process listens on, stops the
+start with one line and exit code 2, not a traceback (the ports are taken before anything else
+starts: no recovery, no Spark).
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ import errno
 import logging
 import socket
 import sys
-from pathlib import Path
 from typing import Any
 
 import uvicorn
@@ -24,6 +24,7 @@ from api.config import Settings
 from api.host.tokens import load_admin_token
 from api.logs import JsonFormatter as BaseFormatter
 from api.logs import configure_logging as json_lines
+from api.shards.layout import url_of
 from api.web.app import create_app
 from api.web.protocol import guarded_http
 from api.web.security import HEADERS, redact
@@ -57,9 +58,10 @@ class StartupError(Exception):
     """The service cannot start for a reason the user can fix; the message says which."""
 
 
-def prepare(settings: Settings) -> tuple[Any, str]:
-    """Logging set up, the warehouse made and taken (its lock: held by whoever keeps the returned
-    object, and by the processes that inherit its descriptor) and its layout checked; the lock and
+def prepare(settings: Settings, warehouse_lock: bool = True) -> tuple[Any, str]:
+    """Logging set up, the warehouse made and (``warehouse_lock``) taken (its lock: held by
+    whoever keeps the returned object, and by the processes that inherit its descriptor; a
+    shard's lock is :mod:`api.run.topology`'s) and its layout checked; the lock (or ``None``) and
     the admin token. Raises :class:`StartupError` (a clear message) if the warehouse cannot be used."""
     from spark_jobs.ownership import WarehouseBusy, WarehouseLock
 
@@ -70,10 +72,12 @@ def prepare(settings: Settings) -> tuple[Any, str]:
         raise StartupError(f"the warehouse {settings.warehouse} exists and is not a directory") from None
     except OSError as error:
         raise StartupError(f"cannot create the warehouse {settings.warehouse}: {error.strerror}") from None
+    lock = None
     try:
-        lock = WarehouseLock.acquire(settings.warehouse, f"tracker serve on port {settings.port}")
+        if warehouse_lock:
+            lock = WarehouseLock.acquire(settings.warehouse, f"tracker serve on port {settings.port}")
     except WarehouseBusy as busy:
-        raise StartupError(f"{busy}; one process at a time may write a warehouse, stop it first") from None
+        raise StartupError(f"{busy}; one `tracker serve` at a time may serve a warehouse, stop it first") from None
     if settings.delta:
         from spark_jobs.storage import LegacyWarehouseError, Warehouse
 
@@ -85,11 +89,18 @@ def prepare(settings: Settings) -> tuple[Any, str]:
 
 
 def build(settings: Settings) -> Any:
-    """The app for ``settings`` in this one process (no supervisor, no Spark process: Spark's
-    work waits), after :func:`prepare`."""
+    """The app for ``settings`` in this one process, as shard 0 of one (no supervisor, no Spark
+    process: Spark's work waits), after :func:`prepare`."""
+    from spark_jobs.ownership import WarehouseBusy, WarehouseLock
+
     lock, token = prepare(settings)
+    try:
+        shard = WarehouseLock.acquire(settings.warehouse, f"uvicorn on port {settings.port}", shard=0)
+    except WarehouseBusy as busy:
+        raise StartupError(f"shard 0: {busy}") from None
+    settings.endpoint = settings.endpoint or url_of(settings.host, settings.port)
     app = create_app(settings, token)
-    app.state.warehouse_lock = lock  # held for the app's lifetime; the kernel drops it at exit
+    app.state.warehouse_lock = (lock, shard)  # held for the app's lifetime; the kernel drops them at exit
     return app
 
 
@@ -124,42 +135,6 @@ def listen(host: str, port: int, send_buffer: int = 0) -> socket.socket:
     return sock
 
 
-def reachable_url(host: str, port: int) -> str:
-    """The URL a client on this machine reaches a service listening on ``host:port`` at (a
-    wildcard address is reached on loopback).
-
-    >>> reachable_url("0.0.0.0", 8000), reachable_url("::", 9000), reachable_url("10.0.0.7", 80)
-    ('http://127.0.0.1:8000', 'http://[::1]:9000', 'http://10.0.0.7:80')
-    """
-    host = {"0.0.0.0": "127.0.0.1", "": "127.0.0.1", "::": "::1"}.get(host, host)
-    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
-
-
-class _Announcing(uvicorn.Server):
-    """uvicorn's server, which says where the service is once it serves (recovery done): one
-    plain line on stderr, and the URL in ``<warehouse>/service-url`` for the client commands
-    (removed again when it shuts down; a killed service leaves it, and clients then say the
-    service cannot be reached at that URL)."""
-
-    def __init__(self, config: uvicorn.Config, url: str, url_file: Path) -> None:
-        super().__init__(config)
-        self.url, self.url_file = url, url_file
-
-    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
-        await super().startup(sockets)
-        if self.started:
-            try:
-                self.url_file.write_text(self.url + "\n")
-            except OSError as error:  # the warehouse is writable (the lock is in it): only say so
-                print(f"[tracker] could not write {self.url_file}: {error.strerror}", file=sys.stderr)
-            print(f"[tracker] ready at {self.url}; dashboard at {self.url}/dashboard", file=sys.stderr, flush=True)
-
-    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
-        # Here rather than after run(): uvicorn re-raises a SIGTERM it stopped for once it returns.
-        self.url_file.unlink(missing_ok=True)
-        await super().shutdown(sockets)
-
-
 def app_from_env() -> Any:
     """Factory for ``uvicorn --factory api.run.server:app_from_env`` (settings from the environment).
     The head limits are uvicorn's protocol, not the app's: add ``--http api.web.protocol:GuardedHttp``
@@ -174,6 +149,7 @@ def serve_hot(settings: Settings, listener: socket.socket, supervised: Supervise
     last_error = _LastError()
     logging.getLogger().addHandler(last_error)
     token = load_admin_token(settings.warehouse, settings.admin_token)
+    settings.endpoint = settings.endpoint or url_of(settings.host, listener.getsockname()[1])
     app = create_app(settings, token, supervised.beat)
     # A much shorter GIL switch interval than CPython's 5 ms: when a Delta thread holds the GIL
     # (building a commit), the event loop gets it back within 0.1 ms. Measured on the service
@@ -184,8 +160,7 @@ def serve_hot(settings: Settings, listener: socket.socket, supervised: Supervise
                             lifespan="on", timeout_graceful_shutdown=5, headers=HEADERS,
                             http=guarded_http(settings.max_header_bytes, settings.header_timeout),
                             ws="websockets-sansio")
-    server = _Announcing(config, reachable_url(settings.host, listener.getsockname()[1]),
-                         settings.warehouse / "service-url")
+    server = uvicorn.Server(config)
     try:
         server.run(sockets=[listener])
     except KeyboardInterrupt:  # uvicorn raises the SIGINT it stopped for again, once stopped

@@ -1,39 +1,45 @@
-"""``tracker serve``: a small supervisor of the service's processes by role.
+"""``tracker serve`` and ``tracker shard``: a small supervisor of the service's processes by role.
 
 ::
 
-                     tracker serve (supervisor: settings, port, warehouse lock, signals)
-                      |  starts, watches (ready / heartbeat lines on a pipe), restarts
-          +-----------+-------------------------------+
-          v                                           v
-    hot path  (uvicorn: ingest, log, engine,      Spark process (nice 10, local[cores-1]:
-    publication, streams, Delta thread)            checks, audits, micro-batches, Psi)
-          |  typed messages over a Unix socket (api.channel)  ^
-          +---------------------------------------------------+
+                 tracker serve (supervisor: settings, ports, warehouse lock, signals)
+                  |  starts, watches (ready / heartbeat lines on a pipe), restarts
+     +------------+-------------+---------------------+----------------------+
+     v                          v                     v                      v
+  hot path, one per shard   front (when sharded:   HAProxy (when sharded   Spark process (nice 10,
+  (uvicorn: ingest, log,    registration, lists,   and installed: the      local[cores-1]: checks,
+  engine, streams, Delta)   metrics, health)       public address)         audits, micro-batches)
+     |  typed messages over a Unix socket (api.channel)                              ^
+     +-------------------------------------------------------------------------------+
 
-It validates the settings, binds the port (busy: one line, exit 2, before anything else), takes
-the warehouse lock (inherited by the hot-path processes, so it is held until the last of them
-is gone), then starts :data:`HOT_PROCESSES` hot-path processes (``python -m api.run.hot``) and,
-with Spark on, one Spark process (``python -m api.spark.process``) listening on a Unix socket
-whose path both are given. It is designed for N hot-path processes and one Spark process
-(each hot-path process connects to it on its own).
+It validates the settings, binds every port (busy: one line, exit 2, before anything else),
+takes the warehouse lock (``tracker serve``) and each of its shards' locks (inherited by that
+shard's process, so held until it is gone), then starts what :mod:`api.run.topology` decided:
+one hot-path process per shard run here (``python -m api.run.hot``), the front and HAProxy when
+there are several shards, and, with Spark on, one Spark process (``python -m api.spark.process``)
+listening on a Unix socket whose path every hot-path process is given (each connects on its own).
+``tracker shard K`` supervises shard ``K``'s hot-path process and a Spark process of its own, for
+a ``tracker serve`` on another host that lists it in ``--shard-hosts``.
 
 Its one loop (signal handlers only enqueue) watches the children: a child is live while it
 runs and heartbeats (a ``beat`` line every second from its event loop; silent for
-:data:`HEARTBEAT_TIMEOUT` s once ready: killed and restarted). A child that dies is restarted
-in its slot with backoff (0.1 s doubling to 5 s; back to 0.1 s after a minute of service); a
-child that cannot boot (it says ``fatal <reason>`` and exits with 3, or dies
-:data:`BOOT_ATTEMPTS` times in a row before it is ready) stops the service with its one-line
-reason and exit code 2. SIGINT or SIGTERM stops everything within :data:`STOP_SECONDS`:
+:data:`HEARTBEAT_TIMEOUT` s once ready: killed and restarted; HAProxy, which has no such pipe, is
+live while it runs). A child that dies is restarted in its slot with backoff (0.1 s doubling to
+5 s; back to 0.1 s after a minute of service); a child that cannot boot (it says ``fatal
+<reason>`` and exits with 3, or dies :data:`BOOT_ATTEMPTS` times in a row before it is ready)
+stops the service with its one-line reason and exit code 2. Once every child is ready the first
+time, it prints ``[tracker] ready at URL`` and writes the URL to ``<warehouse>/service-url``
+(removed when it stops). SIGINT or SIGTERM stops everything within :data:`STOP_SECONDS`:
 SIGTERM to every child, SIGKILL to whatever is left; exit 130 after SIGINT, 0 after SIGTERM.
 The children die with the supervisor however it ends (``PR_SET_PDEATHSIG``,
-:mod:`api.channel.supervised`), the Spark process's JVM with it.
+:mod:`api.channel.supervised`; set before ``exec`` for HAProxy), the Spark process's JVM with it.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import ctypes
 import logging
 import os
 import queue
@@ -44,16 +50,16 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
-from api.channel.supervised import CANNOT_BOOT, FD_ENV, PID_ENV
+from api.channel.supervised import _PR_SET_PDEATHSIG, CANNOT_BOOT, FD_ENV, PID_ENV
 from api.config import ENGINE_NAMES, Settings
-from api.run.hot import LISTEN_FD_ENV, SETTINGS_ENV
-from api.run.server import StartupError, listen, prepare
+from api.run.hot import SETTINGS_ENV
+from api.run.server import StartupError, prepare
+from api.run.topology import Process, Topology, serve_topology, shard_topology
 
 log = logging.getLogger("tracker.supervisor")
-HOT_PROCESSES = 1
-"""Hot-path processes (one log and one port each once shards come; one today)."""
 HEARTBEAT_TIMEOUT = 30.0
 """Seconds a ready child may stay silent before it is killed and restarted."""
 BOOT_ATTEMPTS = 5
@@ -63,14 +69,17 @@ STOP_SECONDS = 1.8
 SPARK_ADDRESS_ENV = "TRACKER_SPARK_ADDRESS"
 
 
-class Child:
-    """One slot: a role's command line and the process running in it, if any."""
+def _die_with_parent() -> None:
+    """In a child between ``fork`` and ``exec`` (HAProxy's): SIGKILL when the supervisor dies."""
+    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
-    def __init__(self, role: str, argv: list[str], env: dict[str, str], pass_fds: tuple[int, ...] = ()) -> None:
-        self.role = role
-        self.argv = argv
-        self.env = env
-        self.pass_fds = pass_fds
+
+class Child:
+    """One slot: a role's process (:class:`~api.run.topology.Process`) and what runs in it, if anything."""
+
+    def __init__(self, spec: Process) -> None:
+        self.spec = spec
+        self.role = spec.role
         self.process: subprocess.Popen[bytes] | None = None
         self.pipe: int | None = None
         self.ready = False
@@ -83,17 +92,24 @@ class Child:
         self._buffer = b""
 
     def start(self) -> None:
-        """Start the role's process, with the write end of a pipe to talk to us."""
-        read, write = os.pipe()
-        os.set_blocking(read, False)
-        env = {**os.environ, **self.env, FD_ENV: str(write), PID_ENV: str(os.getpid())}
-        try:
-            self.process = subprocess.Popen(self.argv, env=env, pass_fds=(write, *self.pass_fds))
-        finally:
-            os.close(write)
-        self.pipe, self.ready, self.fatal, self._buffer = read, False, None, b""
+        """Start the role's process, with the write end of a pipe to talk to us (HAProxy: none)."""
+        spec = self.spec
+        if not spec.supervised:
+            self.process = subprocess.Popen(spec.argv, env={**os.environ, **spec.env}, pass_fds=spec.pass_fds,
+                                            preexec_fn=_die_with_parent if sys.platform == "linux" else None)
+            self.ready, self.fatal = True, None
+        else:
+            read, write = os.pipe()
+            os.set_blocking(read, False)
+            env = {**os.environ, **spec.env, FD_ENV: str(write), PID_ENV: str(os.getpid())}
+            try:
+                self.process = subprocess.Popen(spec.argv, env=env, pass_fds=(write, *spec.pass_fds))
+            finally:
+                os.close(write)
+            self.pipe, self.ready, self.fatal, self._buffer = read, False, None, b""
         self.started = self.beat = time.monotonic()
-        log.info("started", extra={"role": self.role, "pid": self.process.pid, "restarts": self.restarts})
+        log.info("started", extra={"role": self.role, "pid": self.process.pid, "restarts": self.restarts,
+                                   **({"shard": spec.shard} if spec.shard is not None else {})})
 
     def read(self) -> None:
         """Take in what the child said (``ready``, ``beat``, ``fatal <reason>``)."""
@@ -121,10 +137,12 @@ class Child:
 
 
 class Supervisor:
-    """The loop of :func:`supervise` over ``children``."""
+    """The loop of :func:`supervise` over ``children``; ``on_ready`` runs once, when every child
+    is ready for the first time."""
 
-    def __init__(self, children: list[Child]) -> None:
+    def __init__(self, children: list[Child], on_ready: Callable[[], None] = lambda: None) -> None:
         self.children = children
+        self.on_ready: Callable[[], None] | None = on_ready
         self.signals: queue.SimpleQueue[int] = queue.SimpleQueue()
 
     def run(self) -> int:
@@ -158,6 +176,9 @@ class Supervisor:
                     self.stop()
                     print(f"tracker serve: error: {reason}", file=sys.stderr, flush=True)
                     return 2
+                if self.on_ready is not None and all(c.ready and c.alive() for c in self.children):
+                    self.on_ready()
+                    self.on_ready = None
         finally:
             signal.set_wakeup_fd(-1)
             os.close(wake_read)
@@ -175,7 +196,7 @@ class Supervisor:
                     child.pipe = None
                 child.process = None
                 code = process.returncode
-                if not child.ready:
+                if not child.ready or (not child.spec.supervised and now - child.started < 1):
                     child.failures += 1
                     if child.fatal is not None or code == CANNOT_BOOT or child.failures >= BOOT_ATTEMPTS:
                         return child.fatal or f"the {child.role} process cannot start (exit code {code}; see its log)"
@@ -187,8 +208,10 @@ class Supervisor:
                 child.restarts += 1
                 log.warning("a process died; restarting it", extra={
                     "role": child.role, "pid": process.pid, "exit_code": code,
-                    "in_seconds": round(child.next_start - now, 2)})
-            elif process is not None and child.ready and now - child.beat > HEARTBEAT_TIMEOUT:
+                    "in_seconds": round(child.next_start - now, 2),
+                    **({"shard": child.spec.shard} if child.spec.shard is not None else {})})
+            elif (process is not None and child.spec.supervised and child.ready
+                  and now - child.beat > HEARTBEAT_TIMEOUT):
                 log.error("a process stopped heartbeating; killing it", extra={
                     "role": child.role, "pid": process.pid, "silent_seconds": round(now - child.beat, 1)})
                 process.kill()
@@ -214,33 +237,65 @@ class Supervisor:
 
 def supervise(args: argparse.Namespace) -> int:
     """``tracker serve``: validate, bind, take the warehouse, start and watch the processes."""
+    return _supervise(args, None)
+
+
+def supervise_shard(args: argparse.Namespace) -> int:
+    """``tracker shard K``: shard ``K`` alone (and a Spark process), for a ``tracker serve`` elsewhere."""
+    return _supervise(args, args.index)
+
+
+def _supervise(args: argparse.Namespace, shard: int | None) -> int:
+    command = "tracker serve" if shard is None else "tracker shard"
     try:
         settings = Settings.from_env(args)
     except ValueError as error:  # a bad environment value: say which, no traceback
-        print(f"tracker serve: error: {error}", file=sys.stderr)
+        print(f"{command}: error: {error}", file=sys.stderr)
         return 2
-    try:
-        listener = listen(settings.host, settings.port, settings.send_buffer)
-        lock, _ = prepare(settings)
-    except StartupError as error:
-        print(f"tracker serve: error: {error}", file=sys.stderr)
-        return 2
-    runtime = Path(tempfile.mkdtemp(prefix="tracker-"))  # 0700: only this user reaches the socket
+    runtime = Path(tempfile.mkdtemp(prefix="tracker-"))  # 0700: only this user reaches its sockets
     if settings.spark:
         settings.spark_address = str(runtime / "spark.sock")
-    log.info("starting", extra={
-        "host": settings.host, "port": settings.port, "warehouse": str(settings.warehouse),
-        "engine": ENGINE_NAMES[settings.engine], "spark": settings.spark,
-        **({"spark_master": settings.master or f"local[{settings.spark_cores_used()}]",
-            "spark_nice": settings.spark_nice} if settings.spark else {})})
-    shared = {SETTINGS_ENV: settings.to_json()}
-    held = tuple(fd for fd in (listener.fileno(), lock.fileno()) if fd is not None)
-    children = [Child("hot", [sys.executable, "-m", "api.run.hot"],
-                      {**shared, LISTEN_FD_ENV: str(listener.fileno())}, held) for _ in range(HOT_PROCESSES)]
-    if settings.spark:
-        children.append(Child("spark", [sys.executable, "-m", "api.spark.process"],
-                              {**shared, SPARK_ADDRESS_ENV: settings.spark_address or ""}))
     try:
-        return Supervisor(children).run()
+        try:
+            lock, _ = prepare(settings, warehouse_lock=shard is None)
+            topology = serve_topology(settings, runtime) if shard is None else shard_topology(settings, shard)
+        except StartupError as error:
+            print(f"{command}: error: {error}", file=sys.stderr)
+            return 2
+        topology.held.append(lock)
+        for note in topology.notes:
+            print(f"[tracker] {note}", file=sys.stderr, flush=True)
+        log.info("starting", extra={
+            "url": topology.url, "warehouse": str(settings.warehouse), "engine": ENGINE_NAMES[settings.engine],
+            "spark": settings.spark, "shards": {s.index: s.endpoint for s in topology.shards},
+            **({"spark_master": settings.master or f"local[{settings.spark_cores_used()}]",
+                "spark_nice": settings.spark_nice} if settings.spark else {})})
+        children = [Child(p) for p in topology.processes]
+        if settings.spark:
+            children.append(Child(Process("spark", [sys.executable, "-m", "api.spark.process"], {
+                SETTINGS_ENV: settings.to_json(), SPARK_ADDRESS_ENV: settings.spark_address or ""})))
+        url_file = settings.warehouse / "service-url"
+        try:
+            return Supervisor(children, lambda: _announce(topology, url_file)).run()
+        finally:
+            if topology.announce:
+                url_file.unlink(missing_ok=True)
     finally:
         shutil.rmtree(runtime, ignore_errors=True)
+
+
+def _announce(topology: Topology, url_file: Path) -> None:
+    """Say where the service is, once everything serves: one plain line among the JSON logs and,
+    for the public address, ``<warehouse>/service-url`` for the client commands (a killed
+    supervisor leaves it; clients then say the service cannot be reached at that URL)."""
+    if not topology.announce:
+        print(f"[tracker] shard {topology.shards[0].index} ready at {topology.url}", file=sys.stderr, flush=True)
+        return
+    try:
+        url_file.write_text(topology.url + "\n")
+    except OSError as error:  # the warehouse is writable (the lock is in it): only say so
+        print(f"[tracker] could not write {url_file}: {error.strerror}", file=sys.stderr)
+    shards = "" if len(topology.shards) == 1 else (
+        f" ({len(topology.shards)} shards: " + ", ".join(f"{s.index} at {s.endpoint}" for s in topology.shards) + ")")
+    print(f"[tracker] ready at {topology.url}; dashboard at {topology.url}/dashboard{shards}", file=sys.stderr,
+          flush=True)

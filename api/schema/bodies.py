@@ -221,7 +221,7 @@ def detail_json(detail: dict[str, Any]) -> list[bytes]:
 
     >>> detail = {"id": "d", "name": "n", "timestamp_arity": 1, "version": 0, "created_at": "t",
     ...           "state": "running", "nodes": [{"id": 0, "inputs": 0, "outputs": 1}], "edges": [],
-    ...           "status": {"state": "running", "spark_check": "skipped"}}
+    ...           "endpoint": "http://127.0.0.1:8000", "status": {"state": "running", "spark_check": "skipped"}}
     >>> whole = DataflowDetail.model_validate(detail).model_dump(mode="json", by_alias=True)
     >>> b"".join(detail_json(detail)) == json.dumps(whole, ensure_ascii=False, separators=(",", ":")).encode()
     True

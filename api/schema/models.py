@@ -131,6 +131,8 @@ class RegisterResponse(BaseModel):
 
     id: str
     token: str
+    endpoint: str = Field(description="the base URL of the dataflow's shard: its routes answer under it too, "
+                                      "one hop shorter than through the service's public address")
 
 
 class ProgressRequest(_Model):
@@ -236,6 +238,7 @@ class DataflowDetail(DataflowSummary):
     nodes: list[NodeModel]
     edges: list[EdgeModel]
     last_epoch: int | None = Field(default=None, description="the inputs' last epoch, as registered")
+    endpoint: str = Field(description="the base URL of the dataflow's shard (see the registration's answer)")
     status: DataflowStatus
 
 

@@ -178,6 +178,31 @@ behind. A refused handshake answers the same 401/403/404 as the REST routes; a s
 socket beyond the subscriber limits is accepted and closed with 1013 (try again later) and a reason."""
 
 
+def answer_errors(app: FastAPI) -> None:
+    """Every client mistake answered as ``{"error", "detail"}`` (FastAPI's own 422 and 400
+    included), and a bug in the service as 500 ``internal_error`` (logged with its traceback)."""
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, error: RequestValidationError) -> JSONResponse:
+        errors = list(error.errors())
+        if any(e.get("type") == "json_invalid" for e in errors):
+            return JSONResponse({"error": "malformed_json", "detail": _readable(errors)}, status_code=400)
+        return JSONResponse({"error": "invalid_request", "detail": _readable(errors)}, status_code=422)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, error: StarletteHTTPException) -> JSONResponse:
+        body = error.detail if isinstance(error.detail, dict) else {
+            "error": _NAMES.get(error.status_code, "error"), "detail": error.detail}
+        if error.status_code == 400 and body.get("error") == "bad_request":  # FastAPI could not decode the body
+            body = {"error": "malformed_json", "detail": "the body is not valid JSON in UTF-8"}
+        return JSONResponse(body, status_code=error.status_code, headers=getattr(error, "headers", None))
+
+    @app.exception_handler(Exception)
+    async def crashed(request: Request, error: Exception) -> JSONResponse:
+        log.exception("unhandled error", extra={"path": request.url.path})
+        return JSONResponse({"error": "internal_error", "detail": "see the service log"}, status_code=500)
+
+
 def create_app(settings: Settings, admin_token: str,
                supervised: Callable[[], Coroutine[Any, Any, None]] | None = None) -> FastAPI:
     """The application for ``settings`` (``uvicorn`` serves it; tests start it the same way);
@@ -244,20 +269,7 @@ def create_app(settings: Settings, admin_token: str,
         Registrations(settings.register_rate, settings.register_burst, settings.max_dataflows),
         Subscriptions(settings.max_subscribers_per_dataflow, settings.max_subscribers))
 
-    @app.exception_handler(RequestValidationError)
-    async def invalid(request: Request, error: RequestValidationError) -> JSONResponse:
-        errors = list(error.errors())
-        if any(e.get("type") == "json_invalid" for e in errors):
-            return JSONResponse({"error": "malformed_json", "detail": _readable(errors)}, status_code=400)
-        return JSONResponse({"error": "invalid_request", "detail": _readable(errors)}, status_code=422)
-
-    @app.exception_handler(StarletteHTTPException)
-    async def http_error(request: Request, error: StarletteHTTPException) -> JSONResponse:
-        body = error.detail if isinstance(error.detail, dict) else {
-            "error": _NAMES.get(error.status_code, "error"), "detail": error.detail}
-        if error.status_code == 400 and body.get("error") == "bad_request":  # FastAPI could not decode the body
-            body = {"error": "malformed_json", "detail": "the body is not valid JSON in UTF-8"}
-        return JSONResponse(body, status_code=error.status_code, headers=getattr(error, "headers", None))
+    answer_errors(app)
 
     @app.exception_handler(Refused)
     async def refused_body(request: Request, error: Refused) -> JSONResponse:
@@ -270,11 +282,6 @@ def create_app(settings: Settings, admin_token: str,
     @app.exception_handler(LogFailed)
     async def log_down(request: Request, error: LogFailed) -> JSONResponse:
         return JSONResponse({"error": "log_failed", "detail": str(error)}, status_code=503)
-
-    @app.exception_handler(Exception)
-    async def crashed(request: Request, error: Exception) -> JSONResponse:
-        log.exception("unhandled error", extra={"path": request.url.path})
-        return JSONResponse({"error": "internal_error", "detail": "see the service log"}, status_code=500)
 
     @app.get("/healthz", summary="Liveness", responses={503: {"description": "the write-ahead log failed"}})
     async def healthz() -> Any:
@@ -308,8 +315,8 @@ def create_app(settings: Settings, admin_token: str,
         found: list[dict[str, Any]] = []
         if supervised is not None:
             found.append({"role": "supervisor", "pid": os.getppid()})
-        found.append({"role": "hot", "pid": os.getpid(), "pyspark": "pyspark" in sys.modules,
-                      "py4j": "py4j" in sys.modules, "jvm": None})
+        found.append({"role": "hot", "pid": os.getpid(), "shard": settings.shard, "endpoint": settings.endpoint,
+                      "pyspark": "pyspark" in sys.modules, "py4j": "py4j" in sys.modules, "jvm": None})
         if (spark := service.background.process()) is not None:
             found.append(spark)
         return found
@@ -333,6 +340,7 @@ def create_app(settings: Settings, admin_token: str,
     app.include_router(frontier_routes)
     app.include_router(sockets)
     app.include_router(dashboard.router)
+    app.include_router(dashboard.pages)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     app.add_middleware(BodyLimit, limit=settings.max_body)
     return app

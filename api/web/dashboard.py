@@ -51,6 +51,9 @@ STATIC = Path(__file__).resolve().parent / "static"
 """Where the page, its scripts, its style sheet and the vendored libraries live."""
 
 router = APIRouter()
+"""The dashboard's data routes (per dataflow: on the dataflow's shard)."""
+pages = APIRouter()
+"""The dashboard's page and static assets (no data: served by a shard or by the front alike)."""
 
 
 class HistoryChange(BaseModel):
@@ -166,16 +169,16 @@ class FrameResponse(BaseModel):
     lag: LagResponse
 
 
-router.mount("/static", StaticFiles(directory=STATIC), name="static")
+pages.mount("/static", StaticFiles(directory=STATIC), name="static")
 
 
-@router.get("/", include_in_schema=False)
+@pages.get("/", include_in_schema=False)
 async def root() -> RedirectResponse:
     """The service's home is the dashboard."""
     return RedirectResponse("/dashboard", status_code=307)
 
 
-@router.get("/dashboard", include_in_schema=False)
+@pages.get("/dashboard", include_in_schema=False)
 async def dashboard() -> FileResponse:
     """The dashboard page (no data in it: it fetches everything with the user's token)."""
     # no-cache: the page is tiny, and a stale copy after an upgrade would load mismatched scripts.

@@ -86,7 +86,7 @@ async def register(request: Request, service: ServiceDep, caller: AdminDep, limi
             dataflow, token = await service.register(body)
     finally:
         slot.release()
-    return JSONResponse({"id": dataflow.id, "token": token}, status_code=201)
+    return JSONResponse({"id": dataflow.id, "token": token, "endpoint": service.settings.endpoint}, status_code=201)
 
 
 @router.get("/dataflows", response_model=list[DataflowSummary], responses=ERRORS, summary="List dataflows")
@@ -146,11 +146,13 @@ async def audit_dataflow(dataflow: DataflowDep, service: ServiceDep, _caller: Ad
 
 
 @router.get("/dataflows/{id}", response_model=DataflowDetail, responses=ERRORS, summary="A dataflow")
-async def get_dataflow(dataflow: DataflowDep) -> Response:
-    """The graph, arity, version and status (Spark check, last audit, Delta lag, workers)."""
+async def get_dataflow(dataflow: DataflowDep, service: ServiceDep) -> Response:
+    """The graph, arity, version, its shard's ``endpoint`` and status (Spark check, last audit,
+    Delta lag, workers)."""
     registration = dataflow.registration
     detail = {**dataflow.summary(), "nodes": registration.nodes, "edges": registration.edges,
-              "last_epoch": registration.last_epoch, "status": dataflow.status()}
+              "last_epoch": registration.last_epoch, "endpoint": service.settings.endpoint,
+              "status": dataflow.status()}
     return chunked(await asyncio.to_thread(detail_json, detail))
 
 

@@ -26,7 +26,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import httpx
 
@@ -104,11 +104,18 @@ class Admin:
 
     def register(self, body: dict[str, Any]) -> tuple[str, str]:
         """``POST /v1/dataflows``: the new dataflow's ``(id, token)``."""
+        registered = self.enrol(body)
+        return registered.id, registered.token
+
+    def enrol(self, body: dict[str, Any]) -> Registered:
+        """``POST /v1/dataflows``: the new dataflow's id, token and ``endpoint`` (its shard's base
+        URL, where its workers connect without the proxy's hop; the service's URL when the
+        answer has none)."""
         answer = self._call("POST", "/v1/dataflows", json=body)
         if answer.status_code != 201:
             raise ClientError(f"registration refused ({answer.status_code}): {_detail(answer)}")
         data = answer.json()
-        return data["id"], data["token"]
+        return Registered(data["id"], data["token"], str(data.get("endpoint") or self.url).rstrip("/"))
 
     def dataflows(self, state: str | None = None, name: str | None = None) -> list[dict[str, Any]]:
         """``GET /v1/dataflows`` with its filters (oldest first)."""
@@ -149,6 +156,14 @@ class Admin:
         answer = self._call("DELETE", f"/v1/dataflows/{dataflow_id}")
         if answer.status_code != 204:
             raise ClientError(f"delete refused ({answer.status_code}): {_detail(answer)}")
+
+
+class Registered(NamedTuple):
+    """A registered dataflow: its id, its token and its shard's base URL (``endpoint``)."""
+
+    id: str
+    token: str
+    endpoint: str
 
 
 def register(url: str, token: str, body: dict[str, Any]) -> tuple[str, str]:

@@ -29,7 +29,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from tracker.worker.client import Admin, register
+from tracker.worker.client import Admin
 from tracker.worker.link import Link, ServiceLink
 from tracker.worker.runtime import Worker
 from tracker.worker.transport import Transport
@@ -72,8 +72,9 @@ def launch(name: str, config: dict[str, Any], url: str, admin_token: str, worker
     Args:
         config: overrides of the example's ``DEFAULTS``.
         url: the service, used to register (with ``admin_token``).
-        service_url: where workers reach the service, if not ``url`` (one for all or one per
-            worker; a proxy in tests).
+        service_url: where workers reach the service, if not the dataflow's ``endpoint`` (its
+            shard's base URL, from the registration's answer): one for all or one per worker (a
+            proxy in tests).
         link: ``ws`` (one WebSocket per worker) or ``sse`` (POST + the SSE stream).
         delay, progress_delay, seed, trace_dir, timeout: passed to each ``tracker worker``.
         on_registered: told the dataflow's id once it is registered.
@@ -95,11 +96,11 @@ def launch(name: str, config: dict[str, Any], url: str, admin_token: str, worker
     config = {**example.DEFAULTS, **config}
     flow = example.build(config)
     flow.last_epoch = config["epochs"] - 1  # every example's input sends epochs 0 .. epochs - 1
-    dataflow_id, token = register(url, admin_token, flow.registration(workers))
+    dataflow_id, token, endpoint = Admin(url.rstrip("/"), admin_token).enrol(flow.registration(workers))
     if on_registered is not None:
         on_registered(dataflow_id)
     addresses = ",".join(f"127.0.0.1:{p}" for p in free_ports(workers))
-    urls = service_url if isinstance(service_url, list) else [service_url or url] * workers
+    urls = service_url if isinstance(service_url, list) else [service_url or endpoint] * workers
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     started = time.perf_counter()
     processes = []

@@ -100,14 +100,14 @@ def run(program: Program, admin: Admin, workers: int, *, timeout: float = 120.0,
         ClientError: the registration was refused.
     """
     flow = program.flow
-    dataflow_id, token = admin.register(flow.registration(workers))
+    dataflow_id, token, endpoint = admin.enrol(flow.registration(workers))
     print(f"dataflow {flow.name} registered: id {dataflow_id}", file=out, flush=True)
     addresses = ",".join(f"127.0.0.1:{port}" for port in free_ports(workers))
     path = os.pathsep.join(p for p in (os.getcwd(), os.environ.get("PYTHONPATH", "")) if p)
     env = {**os.environ, "PYTHONPATH": path}
     processes = [subprocess.Popen(
         # --opt=value: a token may start with "-", which argparse would take for an option.
-        [sys.executable, "-m", "tracker.cli", "run-worker", program.spec, f"--url={admin.url}",
+        [sys.executable, "-m", "tracker.cli", "run-worker", program.spec, f"--url={endpoint}",
          f"--dataflow={dataflow_id}", f"--token={token}", f"--index={index}", f"--addresses={addresses}",
          f"--timeout={timeout}", f"--link={link}"], env=env) for index in range(workers)]
     failed = []
