@@ -64,9 +64,38 @@ def test_services_share_the_warehouse_and_are_health_checked(rendered: dict[str,
     assert "/healthz" in " ".join(tracker["healthcheck"]["test"])
     assert tracker["depends_on"]["spark-worker"]["condition"] == "service_healthy"
     for example in ("example-wordcount", "example-components"):
-        assert services[example]["depends_on"]["tracker"]["condition"] == "service_healthy"
-        assert services[example]["environment"]["TRACKER_URL"] == "http://tracker:8000"
+        assert "proxy" in services[example]["depends_on"]
+        assert services[example]["environment"]["TRACKER_URL"] == "http://proxy:8000"
     assert "warehouse" in rendered["volumes"]
+
+
+def test_shards_run_behind_haproxy_with_the_generated_configuration(rendered: dict[str, Any]) -> None:
+    """Shard 0 and the front in ``tracker``, the other shards in their own containers, each
+    listed in the front's ``--shard-hosts``; the proxy (the official image) on the public port
+    with the configuration :mod:`api.shards.haproxy` makes for them, which HAProxy accepts."""
+    from api.shards.haproxy import config, find
+    from api.shards.layout import Shard, parse_shard_hosts
+
+    services = rendered["services"]
+    serve = services["tracker"]["command"]
+    remote = parse_shard_hosts(serve[serve.index("--shard-hosts") + 1])
+    assert serve[serve.index("--proxy") + 1] == "none" and "ports" not in services["tracker"]
+    for index, url in remote.items():
+        shard = services[f"shard-{index}"]
+        assert shard["command"][:3] == ["tracker", "shard", str(index)] and url == f"http://shard-{index}:8101"
+        assert shard["environment"]["SPARK_MASTER"] == "spark://spark-master:7077"
+        assert any(str(v).startswith("warehouse:/warehouse") or (isinstance(v, dict) and v.get("source") == "warehouse")
+                   for v in shard["volumes"])
+    proxy = services["proxy"]
+    assert proxy["image"].startswith("haproxy:2.6") and proxy["ports"][0]["published"] in (8000, "8000")
+    shards = [Shard(0, "http://tracker:8101", False), *(Shard(k, u, False) for k, u in sorted(remote.items()))]
+    cfg = ROOT / "docker" / "haproxy.cfg"
+    assert cfg.read_text() == config(":8000", ("tracker", 8000), shards) + "\n", \
+        "docker/haproxy.cfg is stale: regenerate it with the command in docker-compose.yml's header"
+    binary = find()
+    assert binary is not None, "haproxy is not installed: bin/test installs it (or `apt-get install -y haproxy`)"
+    checked = subprocess.run([binary, "-c", "-f", str(cfg)], capture_output=True, text=True, timeout=30)
+    assert checked.returncode == 0, checked.stderr
 
 
 def test_every_example_command_exists() -> None:
