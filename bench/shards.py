@@ -1,0 +1,182 @@
+"""shards: ingest with 1, 2 and 4 shards, the proxy's hop, and one shard's load seen from another.
+
+Everything in one run on this machine, each service started by ``tracker serve --shards N``
+(Spark off, Delta on) on loopback behind HAProxy:
+
+* **Ingest**: :data:`DATAFLOWS` dataflows (100-operator rings) registered through the front, so
+  spread over the shards; two pipelined WebSocket workers each (8 batches of 128 updates in
+  flight) connected at the dataflow's ``endpoint`` (its shard, no hop), all at once: updates per
+  second with N shards against one shard. On a machine with fewer cores than shards the shards
+  share the cores, and the ratio says what that costs.
+* **The proxy's hop**: a worker's WebSocket batch to its acknowledgement, one at a time,
+  through HAProxy (the public address) and direct to the shard (``endpoint``), in alternating
+  rounds on the same dataflow: the p50 and p99 the hop adds (target: <= 0.1 ms at p50).
+* **Isolation**: a probe's batches (one every 5 ms, timed to their ack) on one shard while the
+  other shard's dataflows take the ingest load above, against the probe alone: p50 and p99 ratios
+  (target: p99 <= 1.2x). On two cores the shards share the cores, so this measures the machine
+  as much as the service.
+
+>>> _pct([4.0, 1.0, 3.0, 2.0], 0.5)
+3.0
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+from websockets.asyncio.client import connect
+
+from api.run.process import ServiceProcess
+from api.shards.ids import shard_of
+from bench.service import BATCH, OPERATORS, _ingest, _throughput_work
+from bench.workloads import loop_graph, update
+
+DATAFLOWS = 4
+"""Dataflows fed at once in the ingest part (spread over the shards by the front)."""
+WINDOW = 8
+"""Batches in flight per ingest worker."""
+PROBE_PERIOD = 0.005
+"""Seconds between two of the isolation probe's batches."""
+
+
+def _pct(samples: list[float], q: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def _register(service: ServiceProcess, name: str, initial: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    body = {**loop_graph(operators=OPERATORS, name=name), **({"initial": initial} if initial else {})}
+    answer = httpx.post(service.url + "/v1/dataflows", json=body, headers=service.admin_headers, timeout=60)
+    answer.raise_for_status()
+    found: dict[str, Any] = answer.json()
+    return found
+
+
+def _locations() -> list[tuple[int, int, str]]:
+    body = loop_graph(operators=OPERATORS)
+    return [(n["id"], p, kind) for n in body["nodes"]
+            for kind, count in (("source", n["outputs"]), ("target", n["inputs"])) for p in range(count)]
+
+
+def _ingest_rate(service: ServiceProcess, per_worker: int, only_shard: int | None = None
+                 ) -> tuple[float, dict[int, int]]:
+    """Updates per second for :data:`DATAFLOWS` dataflows of two workers each (on ``only_shard``
+    if given: the others are registered elsewhere and left idle), and the dataflows per shard."""
+    initial, work = _throughput_work(2, per_worker, _locations())
+    made = [_register(service, f"ingest-{i}", initial) for i in range(DATAFLOWS)]
+    per_shard: dict[int, int] = {}
+    for m in made:
+        shard = shard_of(m["id"]) or 0
+        per_shard[shard] = per_shard.get(shard, 0) + 1
+    fed = [m for m in made if only_shard is None or m["endpoint"] == service.endpoint(only_shard)]
+
+    async def all_at_once() -> float:
+        runs = [_ingest(m["endpoint"].replace("http", "ws", 1) + f"/v1/dataflows/{m['id']}/ws?subscribe=false",
+                        m["token"], work, WINDOW) for m in fed]
+        started = time.perf_counter()
+        await asyncio.gather(*runs)
+        return time.perf_counter() - started
+
+    seconds = asyncio.run(all_at_once())
+    return len(fed) * 2 * per_worker * BATCH / seconds, per_shard
+
+
+async def _acks(base: str, dataflow_id: str, token: str, seq0: int, n: int, period: float = 0.0) -> list[float]:
+    """Seconds from sending each of ``n`` batches (one at a time) to its ack."""
+    url = base.replace("http", "ws", 1) + f"/v1/dataflows/{dataflow_id}/ws?subscribe=false"
+    samples = []
+    async with connect(url, additional_headers={"Authorization": f"Bearer {token}"}, compression=None) as ws:
+        for i in range(n):
+            seq = seq0 + i
+            text = json.dumps({"worker": "probe", "seq": seq, "updates": [
+                update(0, 0, "source", [seq], -1), update(0, 0, "source", [seq + 1], 1)]})
+            started = time.perf_counter()
+            await ws.send(text)
+            reply = await ws.recv()
+            samples.append(time.perf_counter() - started)
+            if '"ack"' not in str(reply)[:24]:
+                raise RuntimeError(f"batch refused: {reply!r:.200}")
+            if period:
+                await asyncio.sleep(period)
+    return samples
+
+
+def _hop(service: ServiceProcess, n: int, rounds: int) -> dict[str, list[float]]:
+    made = _register(service, "hop")
+    found: dict[str, list[float]] = {"proxy": [], "direct": []}
+    seq = 0
+    for _ in range(rounds):
+        for way, base in (("proxy", service.url), ("direct", made["endpoint"])):
+            found[way] += asyncio.run(_acks(base, made["id"], made["token"], seq, n))[5:]  # after the connection warms
+            seq += n
+    return found
+
+
+def _isolation(service: ServiceProcess, n: int, per_worker: int) -> dict[str, list[float]]:
+    probe = _register(service, "probe")
+    other = 1 if probe["endpoint"] == service.endpoint(0) else 0
+    alone = asyncio.run(_acks(probe["endpoint"], probe["id"], probe["token"], 0, n, PROBE_PERIOD))
+
+    async def together() -> list[float]:
+        loaded = asyncio.create_task(asyncio.to_thread(_ingest_rate, service, per_worker, other))
+        await asyncio.sleep(2.0)  # registrations done, the load running
+        samples = await _acks(probe["endpoint"], probe["id"], probe["token"], n, n, PROBE_PERIOD)
+        await loaded
+        return samples
+
+    return {"alone": alone, "loaded": asyncio.run(together())}
+
+
+def run(quick: bool) -> dict[str, Any]:
+    """Measure, print a table, return the figures."""
+    per_worker = 40 if quick else 200
+    root = Path(tempfile.mkdtemp(prefix="bench-shards-"))
+    env = {"TRACKER_SPARK": "0", "TRACKER_REGISTER_RATE": "0"}
+    rates: dict[int, float] = {}
+    spread: dict[int, dict[int, int]] = {}
+    for shards in (1, 2, 4):
+        service = ServiceProcess(root / f"warehouse-{shards}", env=env, shards=shards).start()
+        try:
+            rates[shards], spread[shards] = _ingest_rate(service, per_worker)
+        finally:
+            service.stop()
+    service = ServiceProcess(root / "warehouse-hop", env=env, shards=2).start()
+    try:
+        hop = _hop(service, 100 if quick else 500, 3 if quick else 5)
+        isolation = _isolation(service, 200 if quick else 1000, per_worker * (3 if quick else 2))
+    finally:
+        service.stop()
+    load = os.getloadavg()
+    figures: dict[str, Any] = {
+        "load_average": [round(x, 2) for x in load], "cores": os.cpu_count(),
+        **{f"ingest_updates_per_s_{k}": round(v) for k, v in rates.items()},
+        **{f"ingest_ratio_{k}_vs_1": round(v / rates[1], 2) for k, v in rates.items()},
+        "dataflows_per_shard": {str(k): v for k, v in spread.items()},
+        "hop_p50_added_ms": round((_pct(hop["proxy"], 0.5) - _pct(hop["direct"], 0.5)) * 1e3, 3),
+        "hop_p99_added_ms": round((_pct(hop["proxy"], 0.99) - _pct(hop["direct"], 0.99)) * 1e3, 3),
+        **{f"ack_{way}_p{q}_ms": round(_pct(s, q / 100) * 1e3, 3) for way, s in hop.items() for q in (50, 99)},
+        **{f"probe_{what}_p{q}_ms": round(_pct(s, q / 100) * 1e3, 3)
+           for what, s in isolation.items() for q in (50, 99)},
+        "probe_p99_ratio": round(_pct(isolation["loaded"], 0.99) / _pct(isolation["alone"], 0.99), 2),
+    }
+    print(f"shards benchmark: load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f} on {os.cpu_count()} cores; "
+          f"{DATAFLOWS} dataflows of {OPERATORS} operators, 2 pipelined WebSocket workers each at their endpoint")
+    print(f"{'shards':>6} {'updates/s':>12} {'vs 1 shard':>10}  dataflows per shard")
+    for k, v in rates.items():
+        print(f"{k:>6} {v:>12,.0f} {v / rates[1]:>9.2f}x  {spread[k]}")
+    print(f"WebSocket batch to ack: through HAProxy p50 {figures['ack_proxy_p50_ms']:.3f} ms p99 "
+          f"{figures['ack_proxy_p99_ms']:.3f} ms; direct p50 {figures['ack_direct_p50_ms']:.3f} ms p99 "
+          f"{figures['ack_direct_p99_ms']:.3f} ms; the hop adds {figures['hop_p50_added_ms']:.3f} ms at p50")
+    print(f"probe on one shard: alone p50 {figures['probe_alone_p50_ms']:.3f} "
+          f"p99 {figures['probe_alone_p99_ms']:.3f} ms; the other shard loaded "
+          f"p50 {figures['probe_loaded_p50_ms']:.3f} p99 {figures['probe_loaded_p99_ms']:.3f} ms "
+          f"({figures['probe_p99_ratio']:.2f}x at p99)")
+    return {"name": "shards", "figures": figures,
+            "targets": {"hop_p50_added_ms": "<= 0.1", "probe_p99_ratio": "<= 1.2"}}
