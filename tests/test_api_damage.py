@@ -23,6 +23,7 @@ from typing import Any
 import httpx
 import pytest
 
+from api.durability.marks import read_block
 from api.durability.records import Batch, decode
 from api.durability.segments import HEADER_SIZE, scan
 from tests.helpers import (
@@ -77,13 +78,13 @@ def test_a_damaged_record_refuses_its_dataflow_alone_and_nothing_is_cut(start_se
     service.kill9()
     [segment] = sorted((service.warehouse / "_wal").glob("wal-*.log"))
     original = segment.read_bytes()
-    frames = scan(original).payloads
+    frames = scan(original, read_block(original).size).payloads  # the frames follow the mark block
     batches = [(offset, decode(payload)) for offset, payload in frames if isinstance(decode(payload), Batch)]
     middle_offset, middle = batches[len(batches) // 2]
     last_offset, last = batches[-1]
     trials = [
         ("a byte in the middle of a batch's payload", middle_offset + HEADER_SIZE + 12, middle.df),
-        ("byte 20: the first record's first header copy", 20, None),
+        ("byte 20 of the first record's first header copy", frames[0][0] + 20, None),
         ("a byte in the complete last record", last_offset + HEADER_SIZE + 50, last.df),
     ]
     for what, offset, refused in trials:

@@ -45,7 +45,20 @@ import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from api.durability.records import ATTRIBUTION, Record, attribution, decode
+from api.durability.marks import DELETED, Block, DamagedBlock, Mark, Marks, read_block
+from api.durability.records import (
+    ATTRIBUTION,
+    BATCH,
+    CHECKPOINT,
+    DELETE,
+    KIND_NAMES,
+    REGISTER,
+    Record,
+    attribution,
+    decode,
+    encode,
+    owner,
+)
 
 log = logging.getLogger("tracker.wal")
 
@@ -84,8 +97,12 @@ class Scan:
     """``(offset, payload)`` of every intact frame, in order."""
     damaged: list[Damage] = field(default_factory=list)
     """Damaged frames, and at most one unreadable stretch (last)."""
+    block: Block | None = None
+    """The segment's mark block (:func:`read_segment` reads it; :func:`scan` reads frames only)."""
     torn: int | None = None
     """Where a torn tail starts (the data ends inside it), if there is one."""
+    torn_owner: tuple[int, int, str] | None = None
+    """The torn record's attribution, when a copy of its header is intact."""
 
     @property
     def unreadable(self) -> Damage | None:
@@ -112,10 +129,19 @@ def _zero_tail(payload: bytes, data: bytes, end: int) -> bool:
     return zeros > 0 and zeros + len(data) - end >= 2 and not data[end:].strip(b"\0")
 
 
-def scan(data: bytes) -> Scan:
-    """Read a segment's bytes frame by frame (see the module docstring for the verdicts)."""
+def _owner(data: bytes, offset: int) -> tuple[int, int, str] | None:
+    """The attribution in the first header copy at ``offset``, if that copy is whole and intact."""
+    copy = data[offset:offset + _FIELDS.size + _CHECK.size]
+    if len(copy) == _FIELDS.size + _CHECK.size and zlib.crc32(copy[:_FIELDS.size]) == _CHECK.unpack_from(copy,
+                                                                                                         _FIELDS.size)[0]:
+        return attribution(_FIELDS.unpack_from(copy)[2])
+    return None
+
+
+def scan(data: bytes, start: int = 0) -> Scan:
+    """Read a segment's bytes frame by frame from ``start`` (see the module docstring for the verdicts)."""
     found = Scan()
-    offset, size = 0, len(data)
+    offset, size = start, len(data)
     while offset < size:
         if size - offset < HEADER_SIZE:
             found.torn = offset
@@ -143,6 +169,8 @@ def scan(data: bytes) -> Scan:
         else:
             found.damaged.append(Damage(offset, end, attribution(attributed), "the record fails its checksum"))
         offset = end
+    if found.torn is not None:
+        found.torn_owner = _owner(data, found.torn)
     return found
 
 
@@ -160,6 +188,41 @@ def segment_number(path: Path) -> int | None:
     return int(digits) if digits.isascii() and digits.isdigit() else None
 
 
+def create_segment(directory: Path, number: int, block: Marks, header: list[Record]) -> tuple[int, int]:
+    """Write segment ``number`` whole (``block``, then the ``header`` records) under a
+    temporary name, make it durable, then give it its name: a segment exists only complete, so
+    a missing or cut mark block is damage, never a crash during a rotation. Blocking: a big
+    header takes a while (run it off the event loop).
+
+    Returns:
+        Its size (where the header ends) and the mark block's size.
+    """
+    framed = b"".join(frame(encode(record)) for record in header)
+    data = block.block(block.size + len(framed)) + framed
+    path = directory / segment_name(number)
+    temporary = path.with_suffix(".new")
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fdatasync(fd)
+    finally:
+        os.close(fd)
+    os.rename(temporary, path)
+    sync_directory(directory)
+    return len(data), block.size
+
+
+def sync_directory(directory: Path) -> None:
+    """Make ``directory``'s entries durable (a new or renamed file's name, a deleted one's absence)."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def segments(directory: Path) -> list[tuple[int, Path]]:
     """Every segment in ``directory``, oldest first."""
     found = []
@@ -171,9 +234,21 @@ def segments(directory: Path) -> list[tuple[int, Path]]:
 
 
 def read_segment(path: Path) -> tuple[list[Record], Scan]:
-    """Every intact record of a segment, and what :func:`~api.durability.segments.scan` found. A payload
-    that passes its CRC but is not a record (written by a newer version?) counts as damaged."""
-    found = scan(path.read_bytes())
+    """Every intact record of a segment, and what :func:`~api.durability.segments.scan` found
+    (its :attr:`Scan.block` too). A payload that passes its CRC but is not a record (written
+    by a newer version?) counts as damaged.
+
+    Raises:
+        UnreadableLog: the segment's mark block is damaged or cut, so where its frames start
+            is unknown.
+    """
+    data = path.read_bytes()
+    try:
+        block = read_block(data)
+    except DamagedBlock as error:
+        raise UnreadableLog(path, Damage(error.offset, len(data), None, str(error))) from None
+    found = scan(data, block.size)
+    found.block = block
     records: list[Record] = []
     for offset, payload in found.payloads:
         try:
@@ -192,48 +267,143 @@ class UnreadableLog(RuntimeError):
     def __init__(self, path: Path, damage: Damage) -> None:
         super().__init__(
             f"write-ahead log segment {path} is unreadable from byte {damage.start} of {damage.end} "
-            f"({damage.reason}): the records there cannot be attributed to a dataflow, so the service does not "
-            "start. The bytes are left in place; move the segment aside to start without it (recovery then checks "
-            "every dataflow against the Delta tables)")
+            f"({damage.reason}): nothing says which dataflow's records or acknowledgements those bytes held, so "
+            "the service does not start. The bytes are left in place; move the segment aside to start without it "
+            "(recovery then checks every dataflow against the Delta tables)")
         self.path, self.damage = path, damage
 
 
-@dataclass(frozen=True)
+@dataclass
 class LogContents:
     """What :meth:`WriteAheadLog.recover` read: every intact record with its segment, oldest
-    first, and every damaged record ``(segment, damage)`` (each with an attribution)."""
+    first; every damaged record ``(segment, damage)`` (each with an attribution); the newest
+    segment's high-water marks and its block; the framed size of each dataflow's registration;
+    and whether the log must go on in a new segment (the newest one ends inside a record that
+    was acknowledged, whose bytes are kept)."""
 
     records: list[tuple[int, Record]]
     damaged: list[tuple[int, Damage]]
+    marks: dict[str, Mark] = field(default_factory=dict)
+    block: Marks | None = None
+    header_end: int = 0
+    registration_bytes: dict[str, int] = field(default_factory=dict)
+    fresh_segment: bool = False
 
 
 def read_log(directory: Path) -> LogContents:
-    """Read every segment of ``directory``, oldest first; cut a torn tail off the newest one
-    only, so that new records follow intact ones; keep (never cut) damaged records.
+    """Read every segment of ``directory``, oldest first; keep (never cut) damaged records; cut
+    a torn tail off the newest segment only, and only if the newest segment's high-water marks
+    prove it was never acknowledged (else it is kept, and the log goes on in a new segment).
 
     Raises:
-        UnreadableLog: a segment holds bytes that cannot be attributed (left in place).
+        UnreadableLog: a segment holds bytes that cannot be attributed, or the newest segment's
+            marks cannot be read (left in place).
     """
-    records: list[tuple[int, Record]] = []
-    damaged: list[tuple[int, Damage]] = []
+    contents = LogContents([], [])
     found = segments(directory)
+    torn: tuple[int, Path, Scan] | None = None
     for index, (number, path) in enumerate(found):
         intact, read = read_segment(path)
+        assert read.block is not None
         unowned = next((d for d in read.damaged if d.attribution is None), None)
         if unowned is not None:
             raise UnreadableLog(path, unowned)
-        if read.torn is not None and index == len(found) - 1:
-            log.warning("wal: cutting a torn tail (an incomplete final record, never acknowledged)",
-                        extra={"segment": number, "at": read.torn, "size": path.stat().st_size})
-            with open(path, "r+b") as handle:
-                handle.truncate(read.torn)
-                os.fsync(handle.fileno())
+        if index == len(found) - 1:
+            if read.block.damaged:
+                raise UnreadableLog(path, Damage(read.block.damaged[0], read.block.size, None,
+                                                 "a high-water mark fails its checksum"))
+            contents.marks, contents.block = read.block.marks, read.block.live
+            contents.header_end = read.block.header_end
+            torn = (number, path, read) if read.torn is not None else None
         elif read.torn is not None:  # the records cut off are missing: recovery checks every version
             log.error("wal: an older segment ends inside a record", extra={"segment": number, "at": read.torn})
         for damage in read.damaged:
             log.error("wal: damaged record kept in place", extra={
                 "segment": number, "at": damage.start, "end": damage.end, "reason": damage.reason,
                 "attribution": damage.attribution})
-            damaged.append((number, damage))
-        records.extend((number, record) for record in intact)
-    return LogContents(records, damaged)
+            contents.damaged.append((number, damage))
+        for _, payload in read.payloads:
+            kind, _, dataflow = attribution(payload[:ATTRIBUTION.size].ljust(ATTRIBUTION.size, b"\0"))
+            if kind == REGISTER:  # what it adds to every new segment's header
+                contents.registration_bytes[dataflow] = HEADER_SIZE + len(payload)
+        contents.records.extend((number, record) for record in intact)
+    if torn is not None:
+        _tail(contents, *torn)
+    return contents
+
+
+def _tail(contents: LogContents, number: int, path: Path, read: Scan) -> None:
+    """Cut the newest segment's torn tail if it was never acknowledged; else keep it."""
+    assert read.torn is not None
+    whose = read.torn_owner
+    what = "an incomplete final record" if whose is None else f"an incomplete final {_named(whose)}"
+    extra = {"segment": number, "at": read.torn, "size": path.stat().st_size}
+    if not _acknowledged(whose, contents):
+        log.warning(f"wal: cutting a torn tail ({what}, which the high-water marks show was never acknowledged)",
+                    extra=extra)
+        with open(path, "r+b") as handle:
+            handle.truncate(read.torn)
+            os.fsync(handle.fileno())
+        return
+    log.error(f"wal: the newest segment ends inside {what}, and records it held were acknowledged: the log was cut; "
+              "its bytes are kept and the log goes on in a new segment", extra=extra)
+    contents.damaged.append((number, Damage(read.torn, extra["size"], whose, "the segment ends inside this record")))
+    contents.fresh_segment = True
+
+
+def _named(whose: tuple[int, int, str]) -> str:
+    kind, version, dataflow = whose
+    return f"{KIND_NAMES.get(kind, 'record')} of dataflow {dataflow}" + (f" at version {version}" if kind == BATCH
+                                                                          else "")
+
+
+def _acknowledged(whose: tuple[int, int, str] | None, contents: LogContents) -> bool:
+    """Whether a torn record may have been acknowledged: by its own mark (a batch at or below
+    its dataflow's mark, or a registration or deletion the mark names and the rest of the log
+    lacks), or, whose it is unknown, because some dataflow's mark claims more than the rest of
+    the log holds."""
+    if whose is None:
+        return bool(unmet(contents))
+    kind, version, dataflow = whose
+    mark = contents.marks.get(dataflow)
+    if mark is None or kind not in (BATCH, REGISTER, DELETE):  # checks and checkpoints are never waited for
+        return False
+    reached, registered, deleted = _held(contents)
+    if kind == BATCH:
+        return version <= mark.version and version > reached.get(dataflow, 0)
+    if kind == REGISTER:
+        return dataflow not in registered
+    return mark.state == DELETED and dataflow not in deleted
+
+
+def _held(contents: LogContents) -> tuple[dict[str, int], set[str], set[str]]:
+    """What the log holds of each dataflow, intact or damaged: the highest version (of a batch
+    or a checkpoint), which registrations, which deletions."""
+    reached: dict[str, int] = {}
+    registered: set[str] = set()
+    deleted: set[str] = set()
+    owners = [d.attribution for _, d in contents.damaged if d.attribution is not None]
+    owners += [owner(record) for _, record in contents.records]
+    for kind, version, dataflow in owners:
+        if kind in (BATCH, CHECKPOINT):
+            reached[dataflow] = max(reached.get(dataflow, 0), version)
+        elif kind == REGISTER:
+            registered.add(dataflow)
+        elif kind == DELETE:
+            deleted.add(dataflow)
+    return reached, registered, deleted
+
+
+def unmet(contents: LogContents) -> dict[str, str]:
+    """The dataflows whose high-water marks claim more than the log holds (intact or damaged),
+    each with what is missing: acknowledged records gone from the log."""
+    reached, registered, deleted = _held(contents)
+    missing: dict[str, str] = {}
+    for dataflow, mark in contents.marks.items():
+        if dataflow not in registered:
+            missing[dataflow] = "its registration"
+        elif mark.version > reached.get(dataflow, 0):
+            missing[dataflow] = f"batches up to version {mark.version} (the log reaches {reached.get(dataflow, 0)})"
+        elif mark.state == DELETED and dataflow not in deleted:
+            missing[dataflow] = "its deletion"
+    return missing

@@ -60,7 +60,7 @@ class Service:
         self.admin_hash = token_hash(admin_token)
         self.dataflows: dict[str, Tenant] = {}
         self.token_index: dict[str, str] = {}
-        self.wal = WriteAheadLog(settings.warehouse / "_wal", on_sync=self.metrics.on_sync)
+        self.wal = WriteAheadLog(settings.warehouse / "_wal", on_sync=self.metrics.on_sync, header=self.log_header)
         self.store = store
         self.delta_pool = ThreadPoolExecutor(1, thread_name_prefix="delta")
         self.spark = Spark(settings.master, enabled=settings.spark, timeout=settings.spark_timeout,
@@ -229,10 +229,9 @@ class Service:
             compacted = store.max_versions("frontier_changes") if store is not None else {}
             for dataflow_id in ids:
                 refused = unregistered(dataflow_id, evidence[dataflow_id])
-                if refused is None and dataflow_id not in self.deletions and evidence[dataflow_id].damaged_deletion():
-                    # Serving it again would undo a deletion that was acknowledged.
-                    refused = self._refusal(evidence[dataflow_id], "its deletion record is damaged ("
-                                            f"{evidence[dataflow_id].where_damaged()}); it is not served")
+                lost = evidence[dataflow_id].lost_deletion(dataflow_id in self.deletions)
+                if refused is None and lost is not None:  # serving it would undo an acknowledged deletion
+                    refused = self._refusal(evidence[dataflow_id], lost)
                 if refused is None:
                     try:
                         refused = self._recover_one(evidence[dataflow_id], snapshots.get(dataflow_id),
@@ -284,6 +283,10 @@ class Service:
         missing = [v for v in missing if v not in from_delta]
         if missing:
             return self._refusal(evidence, missing_detail(missing, evidence))
+        if evidence.acknowledged is not None and evidence.acknowledged.version > evidence.log_reaches():
+            log.warning("acknowledged batches missing from the write-ahead log (cut?) were read from Delta", extra={
+                "dataflow": dataflow_id, "acknowledged": evidence.acknowledged.version,
+                "log_reaches": evidence.log_reaches()})
         snapshot = None if stored_snapshot is None else (base, _stand_ins(stored_snapshot[1], hosting))
         if snapshot is None:  # never compacted: replay everything from the initial counts
             tracker = self.build.engine(graph, initial, hosting)
