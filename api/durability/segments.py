@@ -3,8 +3,10 @@ write from corruption, segment file names, and the reading of the whole log at r
 one place.
 
 Guarantees: every reader and writer of segments (the log, its sync process, recovery) names and
-frames them through this module. A segment is a file ``wal-<number, six digits>.log`` holding
-frames back to back. A frame is a header written twice, then the payload::
+frames them through this module. A segment is a file ``wal-<number, six digits>.log``: its
+high-water marks' block (:mod:`api.durability.marks`), then frames back to back; it is created
+whole under another name and renamed (:func:`create_segment`). A frame is a header written
+twice, then the payload::
 
     header = <u32 length><u32 crc32(payload)><attribution, 41 bytes><u32 crc32(the 49 bytes before)>
     frame  = header header payload                        (little endian)
@@ -18,12 +20,15 @@ known and reading goes on after it.
 :func:`scan` classifies what it reads: intact payloads; *damaged* frames (an intact header but a
 payload that fails its CRC, whether or not valid frames follow); a *torn* tail (the file ends
 inside a frame, or only zero bytes follow from inside it: what a crash during a write leaves,
-the zeros being blocks the write never filled; such a record was never acknowledged, because
-acknowledgement follows the ``fdatasync`` covering it); and *unreadable* bytes (neither header
+the zeros being blocks the write never filled); and *unreadable* bytes (neither header
 copy intact and not a torn tail: nothing says whose they are, so reading of the segment stops
 there). A payload never ends in a zero byte (it ends in JSON), so a final frame whose payload
 ends in zeros, followed by zeros only, two or more in all, is torn; any one damaged byte leaves
-a complete final record damaged, never torn.
+a complete final record damaged, never torn. A torn record may have been acknowledged (the
+segment was cut after the fact): :func:`read_log` cuts it off only when the marks show it was not.
+
+Long because: the segment's format and its reading at recovery (framing, the scan's verdicts,
+the marks compared with what was read) are one format and must be read together.
 
 >>> from api.durability.records import ATTRIBUTION
 >>> a, b = (ATTRIBUTION.pack(1, v, b"d1") + b"x" * v for v in (1, 2))

@@ -59,7 +59,8 @@ microseconds; encoding 4,096 changes ~0.15 ms)."""
 
 
 class Refused(Exception):
-    """A batch that was not acknowledged: ``status`` and ``body`` are the answer."""
+    """A request (a batch, a registration) that was not acknowledged: ``status`` and ``body``
+    are the answer."""
 
     def __init__(self, status: int, body: dict[str, Any]) -> None:
         super().__init__(body.get("detail") or body.get("error"))

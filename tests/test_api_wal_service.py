@@ -1,14 +1,22 @@
-"""The real service against a cut log: acknowledged batches that a truncation took are never
-lost in silence. Delta trails by a minute here (``TRACKER_FLUSH_SECONDS=60``), so the log alone
+"""The write-ahead log under the real service: a cut log, and a header as large as a segment.
+
+A cut log: acknowledged batches that a truncation took are never lost in silence. Delta trails by a minute here (``TRACKER_FLUSH_SECONDS=60``), so the log alone
 holds the batches; the segment is cut after ``kill -9`` at a record boundary, and then inside a
 record, ten records before its end. The dataflow those records belonged to is refused alone (503
 ``dataflow_damaged``, naming the versions and the cut), the others come back exactly as
 acknowledged, and nothing claims the lost records were never acknowledged.
+
+A header as large as a segment (every registration, repeated at the start of every segment):
+registrations are refused (507) before it outgrows half a segment, and a log whose header is
+larger than a segment (its size lowered since) does not rotate while idle.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
+
+import time
 
 import httpx
 import pytest
@@ -78,3 +86,33 @@ def test_a_log_cut_at_a_record_boundary_or_inside_a_record_refuses_the_dataflow_
     with service.client() as client:
         assert client.get(f"/v1/dataflows/{busy}").status_code == 503
         assert _post(client, others[0], "w", 4, []) == 5  # and the others go on
+
+
+def _newest_segment(warehouse: Path) -> int:
+    return max(int(p.stem.split("-")[1]) for p in (warehouse / "_wal").glob("wal-*.log"))
+
+
+def test_registrations_stop_before_the_header_outgrows_a_segment_and_an_idle_log_never_rotates(
+        start_service: ServiceStarter) -> None:
+    service = start_service(TRACKER_FLUSH_SECONDS="0.1", TRACKER_COMPACT_SECONDS="0.2")
+    bodies = [{**loop_graph(operators=600), "name": f"big-{i}"} for i in range(4)]  # ~30 KB logged each
+    with service.client() as client:
+        for body in bodies:
+            assert client.post("/v1/dataflows", json=body).status_code == 201
+    service.stop()
+    # Restarted with segments smaller than the registrations every segment starts with.
+    service.extra_env["TRACKER_WAL_SEGMENT_BYTES"] = "60000"
+    service.restart()
+    time.sleep(1.5)  # the first segment (records, no header) may rotate once: it grew by more than its header
+    rotated = _newest_segment(service.warehouse)
+    time.sleep(2.0)  # idle: ~20 Delta passes, each of which rotated the log again (header > segment)
+    assert _newest_segment(service.warehouse) == rotated, "an idle log rotated"
+    with service.client() as client:
+        answer = client.post("/v1/dataflows", json={**loop_graph(operators=2), "name": "one-more"})
+        assert answer.status_code == 507 and answer.json()["error"] == "log_header_full", answer.text
+        assert "TRACKER_WAL_SEGMENT_BYTES" in answer.json()["detail"]
+        assert len(client.get("/v1/dataflows").json()) == 4  # nothing registered
+    service.kill9()
+    service.restart()  # and what was refused is not in the log either
+    with service.client() as client:
+        assert sorted(d["name"] for d in client.get("/v1/dataflows").json()) == [b["name"] for b in bodies]
