@@ -9,9 +9,10 @@ and the Delta ``progress`` table still hold (:mod:`api.durability.recovery`).
 
 Where a mark becomes durable: it is written into the page cache as soon as its group's sync
 returned, before anything is acknowledged, so a process crash (``kill -9``) never loses it; the
-next group's ``fdatasync`` of the same file makes it durable with no sync of its own, and when
-no group follows, the log asks for one sync within :data:`IDLE_SYNC_SECONDS`. Only a power loss
-within that window and a later cut of exactly the records it covers goes unnoticed.
+next group's ``fdatasync`` of the same file makes it durable with no sync of its own, and once
+no group followed for :data:`IDLE_SYNC_SECONDS`, the log syncs the segment once. Only a power
+loss within that window, and then a cut of exactly the records the lost marks covered, goes
+unnoticed (the records themselves were synced before they were acknowledged).
 
 Layout (little endian), before the first frame of a segment::
 
@@ -48,7 +49,7 @@ REGISTERED, DELETED = 1, 2
 MIN_SLOTS = 16
 """A new segment's block holds at least this many slots, and twice the dataflows it names."""
 IDLE_SYNC_SECONDS = 1.0
-"""When no group follows the marks a group wrote, the log syncs them this long after."""
+"""When no group followed the marks a group wrote for this long, the log syncs them."""
 
 
 @dataclass(frozen=True)

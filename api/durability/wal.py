@@ -493,7 +493,8 @@ class WriteAheadLog:
         # publication) then overlaps it, rather than delaying every record accepted meanwhile.
         # Not a rotation: its header describes what the older segments hold, these callbacks'
         # effects (durable versions, worker positions) included.
-        self._last_done = time.perf_counter()
+        if group:  # a sync of the marks alone says nothing of how busy the log is
+            self._last_done = time.perf_counter()
         if self._rotate_to is None:
             self._kick()
         for entry in group:
@@ -529,11 +530,16 @@ class WriteAheadLog:
         return True
 
     def _sync_marks(self) -> None:
-        """Make the marks durable when no group followed them (a sync of the segment alone)."""
+        """Make the marks durable once no group followed them for :data:`IDLE_SYNC_SECONDS` (a
+        sync of the segment alone, so rare that a batch seldom waits behind it)."""
         self._idle_sync = None
         if (self._mark_writes <= self._marks_synced or self._inflight is not None or self._inline or self._group
                 or self.failed is not None or self._syncer is None or self._rotate_to is not None):
             return  # synced meanwhile, or a sync coming will cover them (and look again)
+        quiet_for = time.perf_counter() - self._last_done
+        if quiet_for < IDLE_SYNC_SECONDS:  # groups went on: the next one syncs them, or wait for quiet
+            self._idle_sync = asyncio.get_running_loop().call_later(IDLE_SYNC_SECONDS - quiet_for, self._sync_marks)
+            return
         self._inflight = ([], time.perf_counter(), self._mark_writes)
         try:
             self._request(self._segment)
