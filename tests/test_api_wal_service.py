@@ -1,8 +1,9 @@
 """The write-ahead log under the real service: a cut log, and a header as large as a segment.
 
-A cut log: acknowledged batches that a truncation took are never lost in silence. Delta trails by a minute here (``TRACKER_FLUSH_SECONDS=60``), so the log alone
-holds the batches; the segment is cut after ``kill -9`` at a record boundary, and then inside a
-record, ten records before its end. The dataflow those records belonged to is refused alone (503
+A cut log: acknowledged batches that a truncation took are never lost in silence. Delta trails
+by a minute here (``TRACKER_FLUSH_SECONDS=60``), so the log alone holds the batches; the segment
+is cut after ``kill -9`` at a record boundary, and then inside a record, ten records before its
+end. The dataflow those records belonged to is refused alone (503
 ``dataflow_damaged``, naming the versions and the cut), the others come back exactly as
 acknowledged, and nothing claims the lost records were never acknowledged.
 
@@ -13,10 +14,9 @@ larger than a segment (its size lowered since) does not rotate while idle.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
-
-import time
 
 import httpx
 import pytest

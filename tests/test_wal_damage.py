@@ -249,3 +249,20 @@ def _check_cut(directory: Path, acked: list[bytes], cut: int, newest: bool) -> N
         assert refused == bool(lost), (dataflow, [decode(a) for a in lost], cut)
     if newest and all(a in survivors for a in acked):  # the torn rest, never acknowledged: cut in silence
         assert not contents.fresh_segment
+
+
+def test_a_damaged_mark_stops_the_start_in_the_newest_segment_only(tmp_path: Path) -> None:
+    """The newest segment's marks say what was acknowledged: one that fails its checksum could
+    hide a cut, so the start stops, naming the segment and byte (the bytes stay). An older
+    segment's marks are superseded by the newest's: damage there is only reported."""
+    _write(tmp_path, [[REGISTER, _batch(1)], [REGISTER, Checkpoint(df="d1", v=1, workers={}), _batch(2)]])
+    old, new = tmp_path / segment_name(1), tmp_path / segment_name(2)
+    for path in (old, new):
+        data = bytearray(path.read_bytes())
+        data[64 + 40] ^= 0x01  # in the first slot's version
+        path.write_bytes(bytes(data))
+        if path == old:
+            assert [r for _, r in WriteAheadLog(tmp_path).recover().records][-1] == _batch(2)
+    with pytest.raises(UnreadableLog, match=rf"{segment_name(2)} is unreadable from byte 64 .*high-water mark"):
+        WriteAheadLog(tmp_path).recover()
+    assert new.read_bytes() == bytes(data)

@@ -320,8 +320,12 @@ def read_log(directory: Path) -> LogContents:
             contents.marks, contents.block = read.block.marks, read.block.live
             contents.header_end = read.block.header_end
             torn = (number, path, read) if read.torn is not None else None
-        elif read.torn is not None:  # the records cut off are missing: recovery checks every version
-            log.error("wal: an older segment ends inside a record", extra={"segment": number, "at": read.torn})
+        else:  # the newest segment's marks supersede an older one's; its records cut off are checked by version
+            if read.torn is not None:
+                log.error("wal: an older segment ends inside a record", extra={"segment": number, "at": read.torn})
+            if read.block.damaged:
+                log.error("wal: an older segment's high-water marks are damaged (the newest segment's count)",
+                          extra={"segment": number, "at": read.block.damaged})
         for damage in read.damaged:
             log.error("wal: damaged record kept in place", extra={
                 "segment": number, "at": damage.start, "end": damage.end, "reason": damage.reason,
