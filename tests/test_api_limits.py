@@ -189,6 +189,32 @@ def test_oversized_heads_get_431_without_buffering_them(service: ServiceProcess)
     assert httpx.get(service.url + "/healthz", timeout=2).status_code == 200
 
 
+def _upgrade(path: bytes, extra: bytes = b"") -> bytes:
+    return (b"GET " + path + b" HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+            b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n" + extra + b"\r\n")
+
+
+def test_websocket_handshakes_refused_by_their_size_are_answered_and_closed(service: ServiceProcess) -> None:
+    """A WebSocket upgrade whose request line is over 8 KiB (under the head limit) was never
+    answered nor closed, without any token: the client got 0 bytes and the server kept the
+    descriptor. Now: 414 with the JSON error, then the connection ends; a header line over
+    8 KiB gets 431 the same way."""
+    long_path = b"/v1/dataflows/x/ws?subscribe=false&pad=" + b"a" * 9000
+    answer, waited = _raw(service, _upgrade(long_path))
+    assert _status(answer) == 414 and _body(answer)["error"] == "uri_too_long", answer[:300]
+    assert b"\r\nx-frame-options: DENY\r\n" in answer and waited < 5
+    answer, waited = _raw(service, _upgrade(b"/v1/dataflows/x/ws", b"X-Padding: " + b"p" * 9000 + b"\r\n"))
+    assert _status(answer) == 431 and _body(answer)["error"] == "headers_too_large", answer[:300]
+    assert waited < 5
+    with ExitStack() as stack:  # many at once: each one ends (before, each held its descriptor)
+        socks = [stack.enter_context(socket.create_connection(("127.0.0.1", service.port))) for _ in range(50)]
+        for sock in socks:
+            sock.settimeout(10)
+            sock.sendall(_upgrade(long_path))
+        assert all(_status(_until_closed(sock)) == 414 for sock in socks)
+    assert httpx.get(service.url + "/healthz", timeout=5).status_code == 200
+
+
 def test_incomplete_heads_are_timed_out_and_kept_alive_connections_are_not(service: ServiceProcess) -> None:
     partial, waited = _raw(service, b"GET /healthz HTTP/1.1\r\nHost: x\r\n")  # never finished
     assert _status(partial) == 408 and _body(partial)["error"] == "request_timeout", partial

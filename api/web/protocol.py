@@ -158,13 +158,23 @@ class GuardedHttp(HttpToolsProtocol):
             self.transport.close()
 
     def _answer(self, status: int, error: str, detail: str) -> None:
-        body = json.dumps({"error": error, "detail": detail}).encode()
-        head = [STATUS_LINE[status]]
-        for name, value in self.server_state.default_headers:
-            head += [name, b": ", value, b"\r\n"]
-        head += [b"content-type: application/json\r\n", b"content-length: ", str(len(body)).encode(), b"\r\n",
-                 b"connection: close\r\n\r\n", body]
-        self.transport.write(b"".join(head))
+        self.transport.write(refusal(status, error, detail, self.server_state.default_headers))
+
+
+def refusal(status: int, error: str, detail: str, default_headers: list[tuple[bytes, bytes]]) -> bytes:
+    """A whole HTTP answer that closes its connection: ``status`` with the JSON error body, and
+    the server's default headers (the security headers among them).
+
+    >>> refusal(414, "uri_too_long", "too long", [])[:42]
+    b'HTTP/1.1 414 Request-URI Too Long\\r\\ncontent'
+    """
+    body = json.dumps({"error": error, "detail": detail}).encode()
+    head = [STATUS_LINE[status]]
+    for name, value in default_headers:
+        head += [name, b": ", value, b"\r\n"]
+    head += [b"content-type: application/json\r\n", b"content-length: ", str(len(body)).encode(), b"\r\n",
+             b"connection: close\r\n\r\n", body]
+    return b"".join(head)
 
 
 def guarded_http(max_head: int, head_timeout: float) -> type[GuardedHttp]:
