@@ -13,6 +13,7 @@ import argparse
 import errno
 import json
 import logging
+import re
 import socket
 import sys
 from datetime import UTC, datetime
@@ -32,8 +33,15 @@ _STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"messa
 
 class JsonFormatter(logging.Formatter):
     """One JSON object per line: time, level, logger, message, and every ``extra`` field, with
-    token values redacted (:func:`api.web.security.redact`: uvicorn logs each WebSocket handshake
-    with its query string, which holds a browser's ``?token=``)."""
+    secrets redacted (:func:`api.web.security.redact`: uvicorn logs each WebSocket handshake
+    with its query string, which holds a browser's ``?token=``) and terminal colours removed
+    (uvicorn adds a ``color_message``), in each text before it is encoded, so the line stays JSON.
+
+    >>> line = JsonFormatter().format(logging.makeLogRecord({"msg": '"GET /ws?token=s3cret"',
+    ...                                                      "color_message": "\x1b[1mbold\x1b[0m"}))
+    >>> json.loads(line)["msg"], "color_message" in json.loads(line)
+    ('"GET /ws?token=[redacted]"', False)
+    """
 
     def format(self, record: logging.LogRecord) -> str:
         entry: dict[str, Any] = {
@@ -43,11 +51,25 @@ class JsonFormatter(logging.Formatter):
             "msg": record.getMessage(),
         }
         for key, value in vars(record).items():
-            if key not in _STANDARD and not key.startswith("_"):
+            if key not in _STANDARD and not key.startswith("_") and key != "color_message":
                 entry[key] = value
         if record.exc_info:
             entry["exc"] = self.formatException(record.exc_info)
-        return redact(json.dumps(entry, default=str))
+        return json.dumps(_clean(entry), default=lambda other: _clean(str(other)))
+
+
+_COLOURS = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+def _clean(value: Any) -> Any:
+    """``value`` with every text in it redacted and stripped of terminal escapes."""
+    if isinstance(value, str):
+        return redact(_COLOURS.sub("", value))
+    if isinstance(value, dict):
+        return {key: _clean(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_clean(item) for item in value]
+    return value
 
 
 def _not_a_denied_handshake(record: logging.LogRecord) -> bool:

@@ -29,6 +29,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.config import ENGINE_NAMES, Settings
@@ -277,6 +278,12 @@ def create_app(settings: Settings, admin_token: str) -> FastAPI:
     @app.exception_handler(LogFailed)
     async def log_down(request: Request, error: LogFailed) -> JSONResponse:
         return JSONResponse({"error": "log_failed", "detail": str(error)}, status_code=503)
+
+    @app.exception_handler(ClientDisconnect)
+    async def gone(request: Request, error: ClientDisconnect) -> Response:
+        # Nobody reads the answer; a client leaving mid-body is not the service's error.
+        log.info("client went away before its request body arrived", extra={"path": request.url.path})
+        return Response(status_code=400)
 
     @app.exception_handler(Exception)
     async def crashed(request: Request, error: Exception) -> JSONResponse:
