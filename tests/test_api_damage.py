@@ -109,7 +109,9 @@ def test_a_damaged_record_refuses_its_dataflow_alone_and_nothing_is_cut(start_se
         if refused is None:
             assert health["status"] == "ok" and _metric(service, "tracker_dataflows_damaged") == 0, what
         else:
-            assert health["status"] == "degraded" and [d["id"] for d in health["damaged"]] == [refused], what
+            assert health == {**health, "status": "degraded", "damaged_count": 1} and "damaged" not in health, what
+            admin = httpx.get(service.url + "/healthz", headers=service.admin_headers).json()
+            assert [d["id"] for d in admin["damaged"]] == [refused] and "byte" in admin["damaged"][0]["detail"], what
             assert _metric(service, "tracker_dataflows_damaged") == 1, what
         service.kill9()
     segment.write_bytes(original)
@@ -216,9 +218,10 @@ def test_unwritable_delta_keeps_the_lag_counted_and_health_degraded(start_servic
                 assert time.monotonic() < deadline, (_metric(service, "tracker_delta_lag_versions"),
                                                      client.get("/healthz").json())
                 time.sleep(0.05)
-            health = client.get("/healthz")
+            health = httpx.get(service.url + "/healthz")  # no token: the error itself is not shown
             assert health.status_code == 200 and health.json()["status"] == "degraded"
-            assert health.json()["delta_failing"]["lag_versions"] == 5
+            assert health.json()["delta_failing"]["lag_versions"] == 5 and "error" not in health.json()["delta_failing"]
+            assert httpx.get(service.url + "/healthz", headers=service.admin_headers).json()["delta_failing"]["error"]
         finally:
             log.unlink()
             aside.rename(log)

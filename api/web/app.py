@@ -178,6 +178,13 @@ behind. A refused handshake answers the same 401/403/404 as the REST routes; a s
 socket beyond the subscriber limits is accepted and closed with 1013 (try again later) and a reason."""
 
 
+def _admin(service: Service, authorization: str | None) -> bool:
+    """Whether an ``Authorization`` header (maybe absent) bears the admin token."""
+    scheme, _, token = (authorization or "").partition(" ")
+    caller = service.authenticate(token.strip()) if scheme.lower() == "bearer" and token.strip() else None
+    return caller is not None and caller.admin
+
+
 def create_app(settings: Settings, admin_token: str) -> FastAPI:
     """The application for ``settings`` (``uvicorn`` serves it; tests start it the same way)."""
     store = None
@@ -291,22 +298,26 @@ def create_app(settings: Settings, admin_token: str) -> FastAPI:
         return JSONResponse({"error": "internal_error", "detail": "see the service log"}, status_code=500)
 
     @app.get("/healthz", summary="Liveness", responses={503: {"description": "the write-ahead log failed"}})
-    async def healthz() -> Any:
+    async def healthz(request: Request) -> Any:
         """Open (no token): the service is up and serving. 503 ``failed`` once the log failed
         (nothing is acknowledged until a restart); 200 ``degraded`` while it serves but some
-        dataflow was refused at recovery (``damaged``) or the Delta writes fail (``delta_failing``);
-        200 ``ok`` otherwise."""
+        dataflow was refused at recovery (``damaged_count``) or the Delta writes fail
+        (``delta_failing``); 200 ``ok`` otherwise. Which dataflows were refused and why
+        (``damaged``: ids, names, log positions) and the Delta error are for the admin token only."""
         if service.wal.failed is not None:
             return JSONResponse({"status": "failed", "detail": "the write-ahead log failed; restart"},
                                 status_code=503)
+        admin = _admin(service, request.headers.get("authorization"))
         syncer = service.syncer
         problems: dict[str, Any] = {}
         if service.damaged:
-            problems["damaged"] = [{"id": d.id, "name": d.name, "detail": d.detail}
-                                   for d in sorted(service.damaged.values(), key=lambda d: d.id)]
+            problems["damaged_count"] = len(service.damaged)
+            if admin:
+                problems["damaged"] = [{"id": d.id, "name": d.name, "detail": d.detail}
+                                       for d in sorted(service.damaged.values(), key=lambda d: d.id)]
         if syncer.failing_since is not None:
-            problems["delta_failing"] = {"since": round(syncer.failing_since, 3), "error": syncer.last_error,
-                                         "lag_versions": syncer.measure_lag()}
+            problems["delta_failing"] = {"since": round(syncer.failing_since, 3), "lag_versions": syncer.measure_lag(),
+                                         **({"error": syncer.last_error} if admin else {})}
         return {"status": "degraded" if problems else "ok", **problems, "dataflows": len(service.dataflows),
                 "engine": ENGINE_NAMES[settings.engine], "spark": service.spark.health(),
                 "delta": service.store is not None, "uptime_seconds": round(time.time() - service.started, 1)}
