@@ -27,7 +27,7 @@ from datetime import UTC, datetime
 from api.config import ENGINE_NAMES, Settings
 from api.delta.columns import RawBatch
 from api.delta.graphs import GraphWriter
-from api.delta.store import Store
+from api.delta.store import Store, Survey
 from api.delta.sync import Syncer
 from api.delta.tidy import Tidier
 from api.durability.records import Check, Checkpoint, Delete, Record, Register
@@ -75,6 +75,7 @@ class Service:
         self.loop: asyncio.AbstractEventLoop | None = None  # the event loop serving requests
         self.checks: dict[str, Check] = {}  # dataflow id -> its logged Spark check result
         self.damaged: dict[str, Damaged] = {}  # dataflows recovery refused
+        self.delta_damaged: dict[str, str] = {}  # Delta tables recovery found damaged -> what is wrong
         self.deletions: dict[str, Delete] = {}  # dataflow id -> its logged deletion
         self.syncer = Syncer(store, self.delta_pool, self.wal, self.metrics, self.dataflows, self.log_header,
                              segment_bytes=settings.segment_bytes,
@@ -245,11 +246,11 @@ class Service:
         evidence, self.checks, self.deletions = gather(contents)
         store = self.store
         with store.warehouse.pinned() if store is not None else contextlib.nullcontext():
-            stored = store.registered() if store is not None else set()
             ids = sorted(evidence)
-            snapshots = store.snapshots(ids) if store is not None else {}
-            in_delta = store.max_versions("progress") if store is not None else {}
-            compacted = store.max_versions("frontier_changes") if store is not None else {}
+            survey = store.survey(ids) if store is not None else Survey()
+            self.delta_damaged = survey.problems
+            stored, snapshots, in_delta, compacted = survey.registered, survey.snapshots, survey.in_delta, \
+                survey.compacted
             for dataflow_id in ids:
                 refused = unregistered(dataflow_id, evidence[dataflow_id])
                 lost = evidence[dataflow_id].lost_deletion(dataflow_id in self.deletions)

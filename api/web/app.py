@@ -301,9 +301,10 @@ def create_app(settings: Settings, admin_token: str) -> FastAPI:
     async def healthz(request: Request) -> Any:
         """Open (no token): the service is up and serving. 503 ``failed`` once the log failed
         (nothing is acknowledged until a restart); 200 ``degraded`` while it serves but some
-        dataflow was refused at recovery (``damaged_count``) or the Delta writes fail
-        (``delta_failing``); 200 ``ok`` otherwise. Which dataflows were refused and why
-        (``damaged``: ids, names, log positions) and the Delta error are for the admin token only."""
+        dataflow was refused at recovery (``damaged_count``), recovery found Delta tables damaged
+        (``delta_damaged``: their names) or the Delta writes fail (``delta_failing``); 200 ``ok``
+        otherwise. Which dataflows were refused and why (``damaged``: ids, names, log positions),
+        what is wrong with the tables and the Delta error are for the admin token only."""
         if service.wal.failed is not None:
             return JSONResponse({"status": "failed", "detail": "the write-ahead log failed; restart"},
                                 status_code=503)
@@ -315,6 +316,10 @@ def create_app(settings: Settings, admin_token: str) -> FastAPI:
             if admin:
                 problems["damaged"] = [{"id": d.id, "name": d.name, "detail": d.detail}
                                        for d in sorted(service.damaged.values(), key=lambda d: d.id)]
+        if service.delta_damaged:
+            problems["delta_damaged"] = sorted(service.delta_damaged)
+            if admin:
+                problems["delta_damaged_detail"] = service.delta_damaged
         if syncer.failing_since is not None:
             problems["delta_failing"] = {"since": round(syncer.failing_since, 3), "lag_versions": syncer.measure_lag(),
                                          **({"error": syncer.last_error} if admin else {})}
