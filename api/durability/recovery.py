@@ -13,6 +13,9 @@ took with nothing else knowing of them. A version the log does not hold intact m
 reason, never served with a batch missing or a worker's seq forgotten (a forgotten seq would
 apply a resent batch twice).
 
+:func:`settle_tail` decides what becomes of the newest segment's torn tail: cut, when the marks
+show it was never acknowledged; else kept, as damage.
+
 >>> from api.durability.records import Batch
 >>> evidence = Evidence(batches={v: Batch("d", v, 0.0, b"") for v in (1, 2, 4)})
 >>> span(evidence, snapshot=0, in_delta=-1)
@@ -26,11 +29,14 @@ apply a resent batch twice).
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 
 from api.durability.marks import DELETED, Mark
 from api.durability.records import BATCH, DELETE, KIND_NAMES, REGISTER, Batch, Check, Checkpoint, Delete, Register
-from api.durability.segments import Damage, LogContents, segment_name
+from api.durability.segments import Damage, LogContents, cut_tail, segment_name
+
+log = logging.getLogger("tracker.wal")
 
 
 @dataclass
@@ -51,6 +57,18 @@ class Evidence:
         """The highest version the log still knows of (intact or damaged batches, checkpoint)."""
         checkpoint = self.checkpoint.v if self.checkpoint is not None else 0
         return max([checkpoint, *self.batches, *self.damaged_batches()])
+
+    def claims_more(self, deleted: bool) -> bool:
+        """Whether its mark claims what the log does not hold (intact or damaged): its
+        registration, batches above what the log reaches, or its deletion (``deleted``: an
+        intact deletion record was found)."""
+        mark = self.acknowledged
+        if mark is None:
+            return False
+        registered = self.registration is not None or any(
+            d.attribution is not None and d.attribution[0] == REGISTER for _, d in self.damaged)
+        return (not registered or mark.version > self.log_reaches()
+                or (mark.state == DELETED and not deleted and not self.damaged_deletion()))
 
     def lost_deletion(self, deleted: bool) -> str | None:
         """Why its deletion, acknowledged, cannot be honoured (``deleted``: an intact deletion
@@ -132,6 +150,40 @@ def span(evidence: Evidence, snapshot: int, in_delta: int) -> tuple[int, int, li
     acknowledged = evidence.acknowledged.version if evidence.acknowledged is not None else 0
     end = max([start, snapshot, in_delta, acknowledged, evidence.log_reaches()])
     return start, end, [v for v in range(start + 1, end + 1) if v not in evidence.batches]
+
+
+def settle_tail(contents: LogContents) -> None:
+    """Cut the newest segment's torn tail if the marks show it was never acknowledged (its
+    dataflow's mark, or, whose it is unknown, every mark, is met by the rest of the log); else
+    keep its bytes as damage and have the log go on in a new segment: the log was cut."""
+    torn = contents.torn
+    if torn is None:
+        return
+    evidence, _, deletions = gather(contents)
+    if torn.owner is None:
+        acknowledged = any(found.claims_more(d in deletions) for d, found in evidence.items())
+        what = "an incomplete final record"
+    else:
+        kind, version, dataflow = torn.owner
+        found = evidence.get(dataflow)
+        mark = found.acknowledged if found is not None else None
+        if kind == BATCH:
+            acknowledged = mark is not None and version <= mark.version
+        else:  # a registration or deletion the mark names and the rest of the log lacks (checks never count)
+            acknowledged = kind in (REGISTER, DELETE) and found is not None and found.claims_more(dataflow in deletions)
+        what = f"an incomplete final {KIND_NAMES.get(kind, 'record')} of dataflow {dataflow}" + (
+            f" at version {version}" if kind == BATCH else "")
+    extra = {"segment": torn.segment, "at": torn.at, "size": torn.path.stat().st_size}
+    if not acknowledged:
+        log.warning(f"wal: cutting a torn tail ({what}, which the high-water marks show was never acknowledged)",
+                    extra=extra)
+        cut_tail(torn.path, torn.at)
+        return
+    log.error(f"wal: the newest segment ends inside {what}, and what it held may have been acknowledged: the log "
+              "was cut; its bytes are kept and the log goes on in a new segment", extra=extra)
+    contents.damaged.append((torn.segment, Damage(torn.at, extra["size"], torn.owner,
+                                                  "the segment ends inside this record")))
+    contents.fresh_segment = True
 
 
 def unregistered(dataflow_id: str, evidence: Evidence) -> Damaged | None:

@@ -25,7 +25,8 @@ copy intact and not a torn tail: nothing says whose they are, so reading of the 
 there). A payload never ends in a zero byte (it ends in JSON), so a final frame whose payload
 ends in zeros, followed by zeros only, two or more in all, is torn; any one damaged byte leaves
 a complete final record damaged, never torn. A torn record may have been acknowledged (the
-segment was cut after the fact): :func:`read_log` cuts it off only when the marks show it was not.
+segment was cut after the fact): it is cut off only when the marks show it was not
+(:func:`api.durability.recovery.settle_tail`).
 
 Long because: the segment's format and its reading at recovery (framing, the scan's verdicts,
 the marks compared with what was read) are one format and must be read together.
@@ -50,19 +51,14 @@ import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from api.durability.marks import DELETED, Block, DamagedBlock, Mark, Marks, read_block
+from api.durability.marks import Block, DamagedBlock, Mark, Marks, read_block
 from api.durability.records import (
     ATTRIBUTION,
-    BATCH,
-    CHECKPOINT,
-    DELETE,
-    KIND_NAMES,
     REGISTER,
     Record,
     attribution,
     decode,
     encode,
-    owner,
 )
 
 log = logging.getLogger("tracker.wal")
@@ -278,13 +274,24 @@ class UnreadableLog(RuntimeError):
         self.path, self.damage = path, damage
 
 
+@dataclass(frozen=True)
+class Torn:
+    """The newest segment's incomplete final record: where it starts and, when a copy of its
+    header is intact, whose it is (``(kind, version, dataflow id)``)."""
+
+    segment: int
+    path: Path
+    at: int
+    owner: tuple[int, int, str] | None
+
+
 @dataclass
 class LogContents:
     """What :meth:`WriteAheadLog.recover` read: every intact record with its segment, oldest
     first; every damaged record ``(segment, damage)`` (each with an attribution); the newest
     segment's high-water marks and its block; the framed size of each dataflow's registration;
-    and whether the log must go on in a new segment (the newest one ends inside a record that
-    was acknowledged, whose bytes are kept)."""
+    the newest segment's torn tail, if any; and whether the log must go on in a new segment (the
+    newest one ends inside a record that may have been acknowledged, whose bytes are kept)."""
 
     records: list[tuple[int, Record]]
     damaged: list[tuple[int, Damage]]
@@ -292,13 +299,14 @@ class LogContents:
     block: Marks | None = None
     header_end: int = 0
     registration_bytes: dict[str, int] = field(default_factory=dict)
+    torn: Torn | None = None
     fresh_segment: bool = False
 
 
 def read_log(directory: Path) -> LogContents:
-    """Read every segment of ``directory``, oldest first; keep (never cut) damaged records; cut
-    a torn tail off the newest segment only, and only if the newest segment's high-water marks
-    prove it was never acknowledged (else it is kept, and the log goes on in a new segment).
+    """Read every segment of ``directory``, oldest first, changing nothing: damaged records are
+    reported, and so is the newest segment's torn tail (:attr:`LogContents.torn`; whether it is
+    cut is :func:`api.durability.recovery.settle_tail`'s call).
 
     Raises:
         UnreadableLog: a segment holds bytes that cannot be attributed, or the newest segment's
@@ -306,7 +314,6 @@ def read_log(directory: Path) -> LogContents:
     """
     contents = LogContents([], [])
     found = segments(directory)
-    torn: tuple[int, Path, Scan] | None = None
     for index, (number, path) in enumerate(found):
         intact, read = read_segment(path)
         assert read.block is not None
@@ -319,7 +326,8 @@ def read_log(directory: Path) -> LogContents:
                                                  "a high-water mark fails its checksum"))
             contents.marks, contents.block = read.block.marks, read.block.live
             contents.header_end = read.block.header_end
-            torn = (number, path, read) if read.torn is not None else None
+            if read.torn is not None:
+                contents.torn = Torn(number, path, read.torn, read.torn_owner)
         else:  # the newest segment's marks supersede an older one's; its records cut off are checked by version
             if read.torn is not None:
                 log.error("wal: an older segment ends inside a record", extra={"segment": number, "at": read.torn})
@@ -336,83 +344,11 @@ def read_log(directory: Path) -> LogContents:
             if kind == REGISTER:  # what it adds to every new segment's header
                 contents.registration_bytes[dataflow] = HEADER_SIZE + len(payload)
         contents.records.extend((number, record) for record in intact)
-    if torn is not None:
-        _tail(contents, *torn)
     return contents
 
 
-def _tail(contents: LogContents, number: int, path: Path, read: Scan) -> None:
-    """Cut the newest segment's torn tail if it was never acknowledged; else keep it."""
-    assert read.torn is not None
-    whose = read.torn_owner
-    what = "an incomplete final record" if whose is None else f"an incomplete final {_named(whose)}"
-    extra = {"segment": number, "at": read.torn, "size": path.stat().st_size}
-    if not _acknowledged(whose, contents):
-        log.warning(f"wal: cutting a torn tail ({what}, which the high-water marks show was never acknowledged)",
-                    extra=extra)
-        with open(path, "r+b") as handle:
-            handle.truncate(read.torn)
-            os.fsync(handle.fileno())
-        return
-    log.error(f"wal: the newest segment ends inside {what}, and records it held were acknowledged: the log was cut; "
-              "its bytes are kept and the log goes on in a new segment", extra=extra)
-    contents.damaged.append((number, Damage(read.torn, extra["size"], whose, "the segment ends inside this record")))
-    contents.fresh_segment = True
-
-
-def _named(whose: tuple[int, int, str]) -> str:
-    kind, version, dataflow = whose
-    return f"{KIND_NAMES.get(kind, 'record')} of dataflow {dataflow}" + (f" at version {version}" if kind == BATCH
-                                                                          else "")
-
-
-def _acknowledged(whose: tuple[int, int, str] | None, contents: LogContents) -> bool:
-    """Whether a torn record may have been acknowledged: by its own mark (a batch at or below
-    its dataflow's mark, or a registration or deletion the mark names and the rest of the log
-    lacks), or, whose it is unknown, because some dataflow's mark claims more than the rest of
-    the log holds."""
-    if whose is None:
-        return bool(unmet(contents))
-    kind, version, dataflow = whose
-    mark = contents.marks.get(dataflow)
-    if mark is None or kind not in (BATCH, REGISTER, DELETE):  # checks and checkpoints are never waited for
-        return False
-    reached, registered, deleted = _held(contents)
-    if kind == BATCH:
-        return version <= mark.version and version > reached.get(dataflow, 0)
-    if kind == REGISTER:
-        return dataflow not in registered
-    return mark.state == DELETED and dataflow not in deleted
-
-
-def _held(contents: LogContents) -> tuple[dict[str, int], set[str], set[str]]:
-    """What the log holds of each dataflow, intact or damaged: the highest version (of a batch
-    or a checkpoint), which registrations, which deletions."""
-    reached: dict[str, int] = {}
-    registered: set[str] = set()
-    deleted: set[str] = set()
-    owners = [d.attribution for _, d in contents.damaged if d.attribution is not None]
-    owners += [owner(record) for _, record in contents.records]
-    for kind, version, dataflow in owners:
-        if kind in (BATCH, CHECKPOINT):
-            reached[dataflow] = max(reached.get(dataflow, 0), version)
-        elif kind == REGISTER:
-            registered.add(dataflow)
-        elif kind == DELETE:
-            deleted.add(dataflow)
-    return reached, registered, deleted
-
-
-def unmet(contents: LogContents) -> dict[str, str]:
-    """The dataflows whose high-water marks claim more than the log holds (intact or damaged),
-    each with what is missing: acknowledged records gone from the log."""
-    reached, registered, deleted = _held(contents)
-    missing: dict[str, str] = {}
-    for dataflow, mark in contents.marks.items():
-        if dataflow not in registered:
-            missing[dataflow] = "its registration"
-        elif mark.version > reached.get(dataflow, 0):
-            missing[dataflow] = f"batches up to version {mark.version} (the log reaches {reached.get(dataflow, 0)})"
-        elif mark.state == DELETED and dataflow not in deleted:
-            missing[dataflow] = "its deletion"
-    return missing
+def cut_tail(path: Path, at: int) -> None:
+    """Cut a segment at byte ``at`` (its torn tail), durably."""
+    with open(path, "r+b") as handle:
+        handle.truncate(at)
+        os.fsync(handle.fileno())

@@ -68,6 +68,7 @@ from pathlib import Path
 
 from api.durability.marks import DELETED, IDLE_SYNC_SECONDS, REGISTERED, Marks, read_block
 from api.durability.records import Batch, Delete, Record, Register, encode
+from api.durability.recovery import settle_tail
 from api.durability.segments import (
     LogContents,
     create_segment,
@@ -188,6 +189,7 @@ class WriteAheadLog:
             UnreadableLog: a segment holds bytes that cannot be attributed (left in place).
         """
         contents = self._recovered = read_log(self.directory)
+        settle_tail(contents)
         self.kept |= {number for number, _ in contents.damaged}
         return contents
 
