@@ -92,7 +92,7 @@ class Marks:
 
     def names(self) -> list[str]:
         """The dataflows with a slot (acknowledged or not yet)."""
-        return [d for d in self._index if not d.startswith("?")]
+        return list(self._index)
 
     @property
     def size(self) -> int:
@@ -191,8 +191,7 @@ def read_block(data: bytes) -> Block:
             continue
         fields = slot[:SLOT - _CHECK.size]
         if _CHECK.unpack_from(slot, SLOT - _CHECK.size)[0] != zlib.crc32(fields):
-            damaged.append(offset)
-            positions[f"?{offset}"] = offset // SLOT - 1  # not free: whose it is is unknown
+            damaged.append(offset)  # whose it is cannot be known (the log does not go on with this block)
             continue
         dataflow, version, state = _SLOT.unpack_from(fields)
         name = dataflow.rstrip(b"\0").decode("ascii", "replace")

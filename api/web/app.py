@@ -42,6 +42,7 @@ from api.schema.models import ErrorBody, ProgressRequest, RegisterRequest
 from api.spark.audit import audit_loop
 from api.spark.microbatch import microbatch_loop
 from api.web import dashboard
+from api.web.auth import bearer_or_none
 from api.web.dataflows import router as dataflows_routes
 from api.web.frontiers import router as frontier_routes
 from api.web.limits import Limits, Registrations, Subscriptions
@@ -180,8 +181,8 @@ socket beyond the subscriber limits is accepted and closed with 1013 (try again 
 
 def _admin(service: Service, authorization: str | None) -> bool:
     """Whether an ``Authorization`` header (maybe absent) bears the admin token."""
-    scheme, _, token = (authorization or "").partition(" ")
-    caller = service.authenticate(token.strip()) if scheme.lower() == "bearer" and token.strip() else None
+    token = bearer_or_none(authorization)
+    caller = service.authenticate(token) if token is not None else None
     return caller is not None and caller.admin
 
 
