@@ -1,0 +1,349 @@
+//! Timely's sent progress updates as the service's updates: the boundary rule.
+//!
+//! A worker sends, per scope, the updates of that scope's own progress channel, in the scope's
+//! numbering and time. Timely's own trackers treat node 0 (the scope's boundary) specially
+//! (`progress/subgraph.rs`), and so does [`Mapper::map`]:
+//!
+//! * `(0, source p)`, delta `d`: records counted into the scope at its input `p` (timely sends
+//!   `-n` when `n` records enter, beside `+n` at the inner targets). Timely turns this into
+//!   `consumed` at the scope's node in the parent; here it is `d` at the scope node's input `p`
+//!   in the parent's scope and time, which cancels the `+n` the sender of those records sent
+//!   in the parent. The parent never sends that `-n` itself.
+//! * `(0, target q)`, delta `d`: records leaving through output `q`. Timely turns this into
+//!   `produced` at the scope node's output `q`: `d` at each target of the channels leaving that
+//!   output in the parent (again through the parent's boundary if the output leads straight
+//!   out of the parent too). Their consumers send the matching `-d` in the parent.
+//! * everything else is where timely says it is.
+//!
+//! What timely derives and never sends is not sent here either: a scope's capabilities as seen
+//! from its parent (the scope node's outputs) and the parent's frontier carried into the
+//! scope (node 0's outputs inside) are computed by the service from the inner pointstamps, as
+//! timely's trackers compute them. So every pointstamp is counted once.
+
+use std::collections::HashMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+use crate::graph::{location, DataflowGraph, Port};
+use crate::time::MAX_TIME;
+
+/// One progress message a worker sent for one scope, as timely logged it (`is_send`).
+///
+/// Coordinates are stored flat (`arity` per update) so that capturing costs one allocation
+/// per message rather than one per update.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct RawSend {
+    /// The scope's identifier (timely's `identifier`).
+    pub identifier: usize,
+    /// Timely's per-channel sequence number.
+    pub seq_no: usize,
+    /// Coordinates per time.
+    pub arity: usize,
+    /// `(node, port, is_source, delta)` per update.
+    pub updates: Vec<(u32, u32, bool, i64)>,
+    /// The updates' times, `arity` coordinates each.
+    pub coords: Vec<u64>,
+}
+
+impl RawSend {
+    /// The updates with their times.
+    pub fn iter(&self) -> impl Iterator<Item = ((u32, u32, bool, i64), &[u64])> {
+        let arity = self.arity;
+        self.updates.iter().enumerate().map(move |(i, u)| (*u, &self.coords[i * arity..(i + 1) * arity]))
+    }
+}
+
+/// A raw update's key, for consolidating many sends into one batch.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct RawKey {
+    /// The scope's identifier.
+    pub identifier: usize,
+    /// Node in the scope (0: the boundary).
+    pub node: u32,
+    /// Port.
+    pub port: u32,
+    /// Output (`true`) or input.
+    pub source: bool,
+    /// Time, in the scope's coordinates.
+    pub time: Box<[u64]>,
+}
+
+/// Adds a send's updates into consolidated counts; zero counts are removed.
+pub fn consolidate_into(send: &RawSend, into: &mut HashMap<RawKey, i64>) {
+    for ((node, port, source, delta), time) in send.iter() {
+        let key = RawKey { identifier: send.identifier, node, port, source, time: time.into() };
+        let count = into.entry(key).or_insert(0);
+        *count += delta;
+        if *count == 0 {
+            let key = RawKey { identifier: send.identifier, node, port, source, time: time.into() };
+            into.remove(&key);
+        }
+    }
+}
+
+/// A location and time in the service's terms: scope position in the graph, node, port, kind.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ServiceKey {
+    /// Position of the scope in [`DataflowGraph::scopes`].
+    pub scope: usize,
+    /// Node.
+    pub node: usize,
+    /// Port.
+    pub port: usize,
+    /// Output (`true`) or input.
+    pub source: bool,
+    /// Time, in the scope's coordinates.
+    pub time: Vec<u64>,
+}
+
+struct ScopeIndex {
+    parent: Option<usize>,
+    index: usize,
+    arity: usize,
+    outputs: HashMap<usize, usize>,
+    inputs: HashMap<usize, usize>,
+    edges_from: HashMap<Port, Vec<Port>>,
+}
+
+/// Maps raw updates of one dataflow to the service's locations (see the module's documentation).
+pub struct Mapper {
+    scopes: Vec<ScopeIndex>,
+    by_identifier: HashMap<usize, usize>,
+    /// Updates dropped because timely sent them for a port the registration does not have.
+    pub dropped: u64,
+    /// The first such update, described.
+    pub first_dropped: Option<String>,
+    /// Times sent at [`MAX_TIME`] because they were larger.
+    pub clamped: u64,
+}
+
+impl Mapper {
+    /// The mapper for a registered graph.
+    pub fn new(graph: &DataflowGraph) -> Mapper {
+        let scopes = graph
+            .scopes
+            .iter()
+            .map(|scope| {
+                let mut edges_from: HashMap<Port, Vec<Port>> = HashMap::new();
+                for (source, target) in &scope.edges {
+                    edges_from.entry(*source).or_default().push(*target);
+                }
+                ScopeIndex {
+                    parent: scope.parent,
+                    index: scope.addr[scope.addr.len() - 1],
+                    arity: scope.arity,
+                    outputs: scope.nodes.iter().map(|n| (n.index, n.outputs)).collect(),
+                    inputs: scope.nodes.iter().map(|n| (n.index, n.inputs)).collect(),
+                    edges_from,
+                }
+            })
+            .collect();
+        let by_identifier = graph.scopes.iter().enumerate().map(|(i, s)| (s.identifier, i)).collect();
+        Mapper { scopes, by_identifier, dropped: 0, first_dropped: None, clamped: 0 }
+    }
+
+    /// Whether `identifier` is one of this dataflow's scopes.
+    pub fn knows(&self, identifier: usize) -> bool {
+        self.by_identifier.contains_key(&identifier)
+    }
+
+    /// Adds the service's updates for consolidated raw updates into `out` (zero counts removed).
+    pub fn map(&mut self, raw: &HashMap<RawKey, i64>, out: &mut HashMap<ServiceKey, i64>) {
+        for (key, delta) in raw {
+            let Some(&scope) = self.by_identifier.get(&key.identifier) else { continue };
+            let mut time: Vec<u64> = key.time.to_vec();
+            for c in time.iter_mut().filter(|c| **c > MAX_TIME) {
+                *c = MAX_TIME;
+                self.clamped += 1;
+            }
+            let (node, port) = (key.node as usize, key.port as usize);
+            if node != 0 {
+                let ports = if key.source {
+                    self.scopes[scope].outputs.get(&node)
+                } else {
+                    self.scopes[scope].inputs.get(&node)
+                };
+                if ports.is_some_and(|n| port < *n) {
+                    add(out, ServiceKey { scope, node, port, source: key.source, time }, *delta);
+                } else {
+                    self.dropped += 1;
+                    self.first_dropped.get_or_insert_with(|| {
+                        format!("scope identifier {} node {node} {} port {port}", key.identifier, kind(key.source))
+                    });
+                }
+            } else if let Some(parent) = self.scopes[scope].parent {
+                let outer = time[..self.scopes[parent].arity].to_vec();
+                let index = self.scopes[scope].index;
+                if key.source {
+                    // Records entering the scope: consumed at the scope node's input.
+                    add(out, ServiceKey { scope: parent, node: index, port, source: false, time: outer }, *delta);
+                } else {
+                    self.produce(parent, index, port, outer, *delta, out);
+                }
+            }
+        }
+    }
+
+    /// Records produced at output `port` of node `node` of scope `scope` reach the targets of
+    /// its channels; a channel to the scope's boundary carries them on into the parent.
+    fn produce(
+        &self,
+        scope: usize,
+        node: usize,
+        port: usize,
+        time: Vec<u64>,
+        delta: i64,
+        out: &mut HashMap<ServiceKey, i64>,
+    ) {
+        let Some(targets) = self.scopes[scope].edges_from.get(&(node, port)) else { return };
+        for &(target, target_port) in targets {
+            if target != 0 {
+                add(
+                    out,
+                    ServiceKey { scope, node: target, port: target_port, source: false, time: time.clone() },
+                    delta,
+                );
+            } else if let Some(parent) = self.scopes[scope].parent {
+                let outer = time[..self.scopes[parent].arity].to_vec();
+                self.produce(parent, self.scopes[scope].index, target_port, outer, delta, out);
+            }
+        }
+    }
+}
+
+fn add(out: &mut HashMap<ServiceKey, i64>, key: ServiceKey, delta: i64) {
+    let count = out.entry(key.clone()).or_insert(0);
+    *count += delta;
+    if *count == 0 {
+        out.remove(&key);
+    }
+}
+
+fn kind(source: bool) -> &'static str {
+    if source {
+        "output"
+    } else {
+        "input"
+    }
+}
+
+/// Splits consolidated updates into batches of at most `limit` updates that are safe to apply
+/// one after another: every positive update before any negative one.
+///
+/// Applying the increments first can only hold frontiers back (each is at a time some live
+/// pointstamp already could-result-in), so no intermediate version is ahead of the state the
+/// whole batch leads to. Within each sign, the order is the keys' (deterministic).
+pub fn split(updates: HashMap<ServiceKey, i64>, limit: usize) -> Vec<Vec<(ServiceKey, i64)>> {
+    let mut all: Vec<(ServiceKey, i64)> = updates.into_iter().collect();
+    all.sort_by(|a, b| (a.1 < 0, &a.0).cmp(&(b.1 < 0, &b.0)));
+    if all.len() <= limit {
+        return vec![all];
+    }
+    all.chunks(limit.max(1)).map(<[_]>::to_vec).collect()
+}
+
+/// One batch's `updates`, as the service's JSON.
+pub fn updates_json(graph: &DataflowGraph, updates: &[(ServiceKey, i64)]) -> Vec<Value> {
+    updates
+        .iter()
+        .map(|(k, d)| {
+            let path = graph.scopes[k.scope].path();
+            json!({"location": location(path, k.node, k.port, k.source), "time": k.time, "delta": d})
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::graph::{Node, Scope};
+    use crate::time::ScopeKind;
+
+    fn op(index: usize, inputs: usize, outputs: usize) -> Node {
+        Node { index, name: format!("op{index}"), inputs, outputs, connections: Some(vec![]), scope: None }
+    }
+
+    /// input(1) -> loop scope(2) [ 0 -> inner(1) -> 0 ] -> probe(3), the loop's output also
+    /// going to a second consumer (4).
+    fn nested() -> DataflowGraph {
+        let mut scope =
+            Node { index: 2, name: "Iterative".into(), inputs: 1, outputs: 1, connections: None, scope: Some(1) };
+        scope.connections = None;
+        let root = Scope {
+            identifier: 10,
+            addr: vec![0],
+            parent: None,
+            kind: ScopeKind::Root,
+            arity: 1,
+            nodes: vec![op(1, 0, 1), scope, op(3, 1, 0), op(4, 1, 0)],
+            edges: vec![((1, 0), (2, 0)), ((2, 0), (3, 0)), ((2, 0), (4, 0))],
+        };
+        let inner = Scope {
+            identifier: 11,
+            addr: vec![0, 2],
+            parent: Some(0),
+            kind: ScopeKind::Iterative,
+            arity: 2,
+            nodes: vec![op(1, 1, 1)],
+            edges: vec![((0, 0), (1, 0)), ((1, 0), (0, 0))],
+        };
+        DataflowGraph { name: "t".into(), dataflow: 0, peers: 2, scopes: vec![root, inner] }
+    }
+
+    fn raw(identifier: usize, updates: &[(u32, u32, bool, &[u64], i64)]) -> HashMap<RawKey, i64> {
+        let mut out = HashMap::new();
+        for (node, port, source, time, delta) in updates {
+            let key = RawKey { identifier, node: *node, port: *port, source: *source, time: (*time).into() };
+            *out.entry(key).or_insert(0) += delta;
+        }
+        out
+    }
+
+    #[test]
+    fn records_entering_a_scope_are_consumed_at_its_node() {
+        let graph = nested();
+        let mut mapper = Mapper::new(&graph);
+        let mut out = HashMap::new();
+        // Three records enter at epoch 5: +3 at the inner operator, -3 at the boundary output.
+        mapper.map(&raw(11, &[(1, 0, false, &[5, 0], 3), (0, 0, true, &[5, 0], -3)]), &mut out);
+        assert_eq!(out[&ServiceKey { scope: 1, node: 1, port: 0, source: false, time: vec![5, 0] }], 3);
+        assert_eq!(out[&ServiceKey { scope: 0, node: 2, port: 0, source: false, time: vec![5] }], -3);
+        assert_eq!(out.len(), 2);
+    }
+
+    #[test]
+    fn records_leaving_a_scope_arrive_at_every_consumer_in_the_parent() {
+        let graph = nested();
+        let mut mapper = Mapper::new(&graph);
+        let mut out = HashMap::new();
+        mapper.map(&raw(11, &[(0, 0, false, &[5, 7], 2)]), &mut out);
+        assert_eq!(out[&ServiceKey { scope: 0, node: 3, port: 0, source: false, time: vec![5] }], 2);
+        assert_eq!(out[&ServiceKey { scope: 0, node: 4, port: 0, source: false, time: vec![5] }], 2);
+        assert_eq!(out.len(), 2);
+    }
+
+    #[test]
+    fn unknown_ports_are_dropped_and_counted() {
+        let graph = nested();
+        let mut mapper = Mapper::new(&graph);
+        let mut out = HashMap::new();
+        mapper.map(&raw(10, &[(1, 1, true, &[0], -1), (1, 0, true, &[u64::MAX], 1)]), &mut out);
+        assert_eq!(mapper.dropped, 1);
+        assert_eq!(mapper.clamped, 1);
+        assert_eq!(out[&ServiceKey { scope: 0, node: 1, port: 0, source: true, time: vec![MAX_TIME] }], 1);
+    }
+
+    #[test]
+    fn splits_put_increments_first() {
+        let mut updates = HashMap::new();
+        for i in 0..10u64 {
+            let key = ServiceKey { scope: 0, node: 1, port: 0, source: true, time: vec![i] };
+            updates.insert(key, if i % 2 == 0 { 1 } else { -1 });
+        }
+        let parts = split(updates, 3);
+        assert_eq!(parts.len(), 4);
+        let signs: Vec<bool> = parts.iter().flatten().map(|(_, d)| *d > 0).collect();
+        assert!(signs.windows(2).all(|w| w[0] >= w[1]), "{signs:?}");
+    }
+}
