@@ -140,6 +140,7 @@ fn receive(message: Message, tracked: &mut Vec<Tracked>, status: &Status) {
                 let mut live = tracked.iter_mut().filter(|t| !matches!(t.endpoint, Endpoint::Failed));
                 if let Some(t) = live.find(|t| t.mapper.knows(send.identifier)) {
                     crate::mapping::consolidate_into(&send, &mut t.pending);
+                    status.received(&t.graph.name, send.updates.len());
                 }
             }
         }

@@ -19,8 +19,10 @@ pub struct DataflowReport {
     pub id: Option<String>,
     /// Batches acknowledged.
     pub batches: u64,
-    /// Updates in them.
+    /// Updates in them (after consolidation and mapping).
     pub updates: u64,
+    /// Updates timely's progress channels sent, before consolidation.
+    pub raw_updates: u64,
     /// The service's version after this worker's last batch.
     pub last_version: Option<u64>,
     /// `registering`, `registered`, or `refused: ...` / `failed: ...` with the reason.
@@ -45,13 +47,14 @@ impl fmt::Display for Report {
         for d in &self.dataflows {
             write!(
                 f,
-                "worker {}: dataflow {} ({}): {}, {} batches, {} updates",
+                "worker {}: dataflow {} ({}): {}, {} batches, {} updates ({} sent by timely)",
                 self.worker,
                 d.name,
                 d.id.as_deref().unwrap_or("-"),
                 d.state,
                 d.batches,
-                d.updates
+                d.updates,
+                d.raw_updates
             )?;
             if let Some(v) = d.last_version {
                 write!(f, ", last version {v}")?;
@@ -126,6 +129,10 @@ impl Status {
         d.state = "registered".into();
         d.id = Some(id.to_owned());
         Self::back(&mut inner);
+    }
+
+    pub(crate) fn received(&self, name: &str, raw_updates: usize) {
+        Self::dataflow(&mut self.lock(), name).raw_updates += raw_updates as u64;
     }
 
     pub(crate) fn delivered(&self, name: &str, updates: usize, version: Option<u64>) {
