@@ -235,3 +235,120 @@ fn forward<E: Clone + 'static>(previous: &Previous<E>, data: &Option<Vec<(Durati
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+    use std::time::{Duration, Instant};
+
+    use timely::dataflow::operators::vec::{Filter, Map};
+    use timely::dataflow::operators::{Concat, ConnectLoop, Enter, Feedback, Input, Leave, Probe};
+    use timely::dataflow::InputHandle;
+    use timely::order::Product;
+
+    use super::*;
+    use crate::mapping::{consolidate_into, Mapper, RawKey, ServiceKey};
+    use crate::time::ScopeKind;
+
+    /// Runs `build` in one worker with the capture installed; what the worker handed over.
+    fn captured(
+        build: impl FnOnce(&mut timely::worker::Worker) + Send + Sync + 'static,
+    ) -> (Vec<Message>, Arc<Status>) {
+        let outbox = Arc::new(Outbox::default());
+        let status = Arc::new(Status::new(0));
+        let (o, s) = (Arc::clone(&outbox), Arc::clone(&status));
+        timely::execute_directly(move |worker| {
+            let capture = Rc::new(RefCell::new(Capture::new("t".into(), worker.peers(), 0, o, s)));
+            let flushers: Flushers = Rc::default();
+            {
+                let mut registry = worker.log_register().expect("a registry");
+                register_time::<u64>(&mut registry, &capture, &flushers);
+                register_time::<Product<u64, u32>>(&mut registry, &capture, &flushers);
+                register_structure(&mut registry, &capture, &flushers);
+            }
+            build(worker);
+        });
+        let (messages, closed) = outbox.take(Some(Instant::now()), Duration::ZERO);
+        assert!(closed, "the capture closes the outbox when the worker is gone");
+        (messages, status)
+    }
+
+    #[test]
+    fn a_finished_dataflow_counts_to_zero_with_its_initial_capabilities() {
+        let (messages, status) = captured(|worker| {
+            let mut input = InputHandle::new();
+            worker.dataflow::<u64, _, _>(|scope| {
+                let numbers = scope.input_from(&mut input);
+                let looped = scope.iterative::<u32, _, _>(|inner| {
+                    let (handle, cycle) = inner.feedback(Product::new(0, 1));
+                    let step = numbers.enter(inner).concat(cycle).map(|x: u64| x / 2).filter(|x| *x > 0);
+                    step.clone().connect_loop(handle);
+                    step.leave(scope)
+                });
+                scope.region(|region| looped.enter(region).map(|x| x + 1).leave(scope)).probe();
+            });
+            for epoch in 0..3u64 {
+                input.send(1 << (epoch + 3));
+                input.advance_to(epoch + 1);
+                worker.step();
+            }
+        });
+        assert!(status.report().notes.is_empty(), "{:?}", status.report().notes);
+        let Some(Message::Register(graph)) = messages.first() else { panic!("the graph comes first") };
+        let kinds: Vec<ScopeKind> = graph.scopes.iter().map(|s| s.kind).collect();
+        assert_eq!(kinds.len(), 3);
+        assert!(kinds.contains(&ScopeKind::Iterative) && kinds.contains(&ScopeKind::Region));
+        let iterative = graph.scopes.iter().find(|s| s.kind == ScopeKind::Iterative).expect("a loop");
+        assert_eq!((iterative.arity, iterative.path().len()), (2, 1));
+        assert!(iterative.nodes.iter().any(|n| n.name == "Feedback"));
+
+        // Every update timely sent, mapped, plus the initial capabilities: nothing left.
+        let mut raw: HashMap<RawKey, i64> = HashMap::new();
+        for message in &messages {
+            if let Message::Sends(sends) = message {
+                sends.iter().for_each(|send| consolidate_into(send, &mut raw));
+            }
+        }
+        assert!(!raw.is_empty());
+        let mut net: HashMap<ServiceKey, i64> = HashMap::new();
+        Mapper::new(graph).map(&raw, &mut net);
+        for (scope, node, port, time, delta) in graph.initial() {
+            let key = ServiceKey { scope, node, port, source: true, time };
+            *net.entry(key.clone()).or_insert(0) += delta;
+            if net[&key] == 0 {
+                net.remove(&key);
+            }
+        }
+        assert!(net.is_empty(), "left over: {net:?}");
+    }
+
+    #[test]
+    fn a_scope_of_an_unmapped_time_refuses_its_dataflow_only() {
+        let (messages, status) = captured(|worker| {
+            worker.dataflow::<u64, _, _>(|scope| {
+                let (_input, numbers) = scope.new_input::<Vec<u64>>();
+                // Timely orders tuples lexicographically: no product order expresses that.
+                scope
+                    .scoped::<(u64, u32), _, _>("Lexicographic", |inner| {
+                        numbers.enter(inner).map(|x| x + 1).leave(scope)
+                    })
+                    .probe();
+            });
+            worker.dataflow::<u64, _, _>(|scope| {
+                let (_input, numbers) = scope.new_input::<Vec<u64>>();
+                numbers.probe();
+            });
+        });
+        let notes = status.report().notes;
+        assert_eq!(notes.len(), 1, "{notes:?}");
+        assert!(
+            notes[0].contains("dataflow t is not tracked") && notes[0].contains("logged no connectivity"),
+            "{notes:?}"
+        );
+        let registered: Vec<&str> = messages
+            .iter()
+            .filter_map(|m| if let Message::Register(g) = m { Some(g.name.as_str()) } else { None })
+            .collect();
+        assert_eq!(registered, ["t/1"]);
+    }
+}

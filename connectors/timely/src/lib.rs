@@ -40,6 +40,7 @@ pub mod graph;
 mod journal;
 pub mod mapping;
 mod outbox;
+mod rendezvous;
 pub mod replay;
 mod replay_check;
 mod sender;

@@ -133,3 +133,35 @@ impl Outbox {
         state.messages.is_empty() && !state.busy
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn send(time: u64, delta: i64) -> RawSend {
+        RawSend { identifier: 7, seq_no: 0, arity: 1, updates: vec![(1, 0, true, delta)], coords: vec![time] }
+    }
+
+    #[test]
+    fn past_the_bound_sends_fold_into_one_consolidated_message() {
+        let outbox = Outbox::default();
+        outbox.push(Message::Sends(vec![send(0, -1)]), Outbox::BOUND);
+        // The queue is full: these fold, and a capability moved on and back cancels out.
+        outbox.push(Message::Sends(vec![send(1, 1), send(0, 1)]), 2);
+        outbox.push(Message::Sends(vec![send(1, -1), send(2, 1)]), 2);
+        assert_eq!(outbox.folded(), 4);
+        let (messages, closed) = outbox.take(Some(Instant::now()), Duration::ZERO);
+        assert!(!closed);
+        assert_eq!(messages.len(), 2);
+        let Message::Folded(folded) = &messages[1] else { panic!("folded second") };
+        let net: Vec<(u64, i64)> = {
+            let mut v: Vec<_> = folded.iter().map(|(k, d)| (k.time[0], *d)).collect();
+            v.sort();
+            v
+        };
+        assert_eq!(net, vec![(0, 1), (2, 1)]);
+        // Taken: the queue is empty again, and pushes queue normally.
+        outbox.push(Message::Sends(vec![send(3, 1)]), 1);
+        assert!(matches!(outbox.take(None, Duration::ZERO).0.as_slice(), [Message::Sends(_)]));
+    }
+}

@@ -10,7 +10,7 @@
 //! resumes exactly where timely is.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
@@ -20,30 +20,21 @@ use crate::graph::DataflowGraph;
 use crate::journal::Journal;
 use crate::mapping::{split, updates_json, Mapper, RawKey};
 use crate::outbox::{Message, Outbox};
+use crate::rendezvous::register;
 use crate::{Settings, Status};
 
 /// Updates per batch at most; the service refuses bodies over 1 MiB by default.
 const BATCH_LIMIT: usize = 5_000;
 
-type Outcome = Result<(String, String), String>;
-
-/// `(name, generation, dataflow index)` to the outcome, and a signal when one is published.
-type Slots = (Mutex<HashMap<(String, usize, usize), Outcome>>, Condvar);
-
-/// Where workers of this process meet the registration worker 0 made: `(name, generation,
-/// dataflow index)` to the dataflow's id and token, or why it was refused.
-fn rendezvous() -> &'static Slots {
-    static SLOTS: OnceLock<Slots> = OnceLock::new();
-    SLOTS.get_or_init(Default::default)
-}
-
-enum Endpoint {
+/// Where a dataflow's batches go: not known yet, known, or nowhere any more.
+pub(crate) enum Endpoint {
     Pending,
     Ready { id: String, token: String },
     Failed,
 }
 
-struct Part {
+/// One batch (or part of a split one), numbered, its body fixed until acknowledged.
+pub(crate) struct Part {
     seq: u64,
     body: Value,
     index: usize,
@@ -51,17 +42,18 @@ struct Part {
     raw: Option<HashMap<RawKey, i64>>,
 }
 
-struct Tracked {
-    graph: DataflowGraph,
-    mapper: Mapper,
-    endpoint: Endpoint,
-    seq: u64,
-    pending: HashMap<RawKey, i64>,
-    in_flight: VecDeque<Part>,
-    retry_at: Option<Instant>,
-    backoff: Duration,
-    since: Instant,
-    said_waiting: bool,
+/// One dataflow as its worker's sender handles it.
+pub(crate) struct Tracked {
+    pub(crate) graph: DataflowGraph,
+    pub(crate) mapper: Mapper,
+    pub(crate) endpoint: Endpoint,
+    pub(crate) seq: u64,
+    pub(crate) pending: HashMap<RawKey, i64>,
+    pub(crate) in_flight: VecDeque<Part>,
+    pub(crate) retry_at: Option<Instant>,
+    pub(crate) backoff: Duration,
+    pub(crate) since: Instant,
+    pub(crate) said_waiting: bool,
 }
 
 impl Tracked {
@@ -159,13 +151,13 @@ fn receive(message: Message, tracked: &mut Vec<Tracked>, status: &Status) {
     }
 }
 
-fn retry_later(t: &mut Tracked, status: &Status, client: &Client, error: String) {
+pub(crate) fn retry_later(t: &mut Tracked, status: &Status, client: &Client, error: String) {
     status.unreachable(client.url(), &error);
     t.retry_at = Some(Instant::now() + t.backoff);
     t.backoff = (t.backoff * 2).min(Duration::from_secs(2));
 }
 
-fn fail(t: &mut Tracked, status: &Status, reason: String) {
+pub(crate) fn fail(t: &mut Tracked, status: &Status, reason: String) {
     status.failed(&t.graph.name, reason);
     t.endpoint = Endpoint::Failed;
     t.pending.clear();
@@ -239,98 +231,112 @@ fn advance(t: &mut Tracked, client: &Client, settings: &Settings, status: &Statu
     }
 }
 
-/// Worker 0 registers; the others wait for its outcome. Answers whether the endpoint is ready.
-fn register(
-    t: &mut Tracked,
-    client: &Client,
-    settings: &Settings,
-    status: &Status,
-    journal: Option<&mut Journal>,
-) -> bool {
-    let key = (t.graph.name.clone(), settings.generation, t.graph.dataflow);
-    let (slots, published) = rendezvous();
-    if settings.worker == 0 {
-        match client.post("/v1/dataflows", &settings.token, &t.graph.registration()) {
-            Answer::Ok(answer) => {
-                let (Some(id), Some(token)) = (answer["id"].as_str(), answer["token"].as_str()) else {
-                    fail(t, status, format!("the registration's answer has no id and token: {answer}"));
-                    return false;
-                };
-                t.endpoint = Endpoint::Ready { id: id.to_owned(), token: token.to_owned() };
-                slots.lock().unwrap_or_else(|p| p.into_inner()).insert(key, Ok((id.to_owned(), token.to_owned())));
-            }
-            Answer::Retry(error) => {
-                retry_later(t, status, client, error);
-                return false;
-            }
-            Answer::Refused(code, body) => {
-                let reason = format!("registration refused with HTTP {code}: {body}");
-                slots.lock().unwrap_or_else(|p| p.into_inner()).insert(key, Err(reason.clone()));
-                published.notify_all();
-                fail(t, status, reason);
-                return false;
-            }
-        }
-        published.notify_all();
-    } else {
-        let found = slots.lock().unwrap_or_else(|p| p.into_inner()).get(&key).cloned();
-        match found {
-            Some(Ok((id, token))) => t.endpoint = Endpoint::Ready { id, token },
-            Some(Err(reason)) => {
-                fail(t, status, format!("worker 0 could not register it: {reason}"));
-                return false;
-            }
-            None if settings.find_by_name && t.since.elapsed() > Duration::from_secs(2) => {
-                match find_by_name(client, &settings.token, &t.graph.name) {
-                    Some(id) => t.endpoint = Endpoint::Ready { id, token: settings.token.clone() },
-                    None => {
-                        t.retry_at = Some(Instant::now() + Duration::from_millis(200));
-                        return false;
+#[cfg(test)]
+mod tests {
+    use std::io::{BufRead, BufReader, Read, Write};
+    use std::net::TcpListener;
+
+    use super::*;
+    use crate::graph::{Node, Scope};
+    use crate::time::ScopeKind;
+
+    /// A service that drops the first connection after reading the request (as if the answer
+    /// were lost), then acknowledges it as a duplicate, then applies one more; answers the
+    /// bodies it received.
+    fn flaky_service() -> (String, std::thread::JoinHandle<Vec<String>>) {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("a port");
+        let url = format!("http://{}", listener.local_addr().expect("an address"));
+        let handle = std::thread::spawn(move || {
+            let mut bodies = Vec::new();
+            for (n, stream) in listener.incoming().take(3).enumerate() {
+                let mut stream = stream.expect("a connection");
+                let mut reader = BufReader::new(stream.try_clone().expect("clone"));
+                let mut length = 0;
+                loop {
+                    let mut line = String::new();
+                    reader.read_line(&mut line).expect("a header");
+                    if line.to_ascii_lowercase().starts_with("content-length:") {
+                        length = line[15..].trim().parse().expect("a length");
+                    }
+                    if line == "\r\n" {
+                        break;
                     }
                 }
-            }
-            None => {
-                if !t.said_waiting && t.since.elapsed() > Duration::from_secs(10) {
-                    t.said_waiting = true;
-                    status.note(format!(
-                        "{}: still waiting for worker 0 of this process to register it; workers in other processes \
-                         than worker 0 need Attach::find_by_name",
-                        t.graph.name
-                    ));
+                let mut body = vec![0; length];
+                reader.read_exact(&mut body).expect("a body");
+                bodies.push(String::from_utf8(body).expect("utf-8"));
+                if n > 0 {
+                    let answer = if n == 1 {
+                        r#"{"applied":false,"duplicate":true,"version":4}"#
+                    } else {
+                        r#"{"applied":true,"duplicate":false,"version":5}"#
+                    };
+                    let head = format!("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", answer.len());
+                    stream
+                        .write_all(head.as_bytes())
+                        .and_then(|()| stream.write_all(answer.as_bytes()))
+                        .expect("an answer");
                 }
-                t.retry_at = Some(Instant::now() + Duration::from_millis(20));
-                return false;
             }
-        }
+            bodies
+        });
+        (url, handle)
     }
-    if let (Some(j), Endpoint::Ready { id, .. }) = (journal, &t.endpoint) {
-        j.registered(id, settings.worker, &t.graph);
-    }
-    status.registered(
-        &t.graph.name,
-        match &t.endpoint {
-            Endpoint::Ready { id, .. } => id,
-            _ => "",
-        },
-    );
-    true
-}
 
-/// The newest live dataflow registered under `name` (for workers in other processes than
-/// worker 0), with the admin token.
-fn find_by_name(client: &Client, admin: &str, name: &str) -> Option<String> {
-    let path = format!("/v1/dataflows?name={}", encode(name));
-    match client.get(&path, admin) {
-        Answer::Ok(Value::Array(list)) => list.last().and_then(|d| d["id"].as_str()).map(str::to_owned),
-        _ => None,
+    #[test]
+    fn a_batch_is_retried_with_its_seq_and_body_until_acknowledged() {
+        let (url, service) = flaky_service();
+        let node =
+            Node { index: 1, name: "Input".into(), inputs: 0, outputs: 1, connections: Some(vec![]), scope: None };
+        let root = Scope {
+            identifier: 3,
+            addr: vec![0],
+            parent: None,
+            kind: ScopeKind::Root,
+            arity: 1,
+            nodes: vec![node],
+            edges: vec![],
+        };
+        let graph = DataflowGraph { name: "g".into(), dataflow: 0, peers: 1, scopes: vec![root] };
+        let mut t = Tracked {
+            mapper: Mapper::new(&graph),
+            graph,
+            endpoint: Endpoint::Ready { id: "abc".into(), token: "tok".into() },
+            seq: 0,
+            pending: HashMap::new(),
+            in_flight: VecDeque::new(),
+            retry_at: None,
+            backoff: Duration::from_millis(1),
+            since: Instant::now(),
+            said_waiting: false,
+        };
+        t.pending.insert(RawKey { identifier: 3, node: 1, port: 0, source: true, time: vec![0].into() }, -1);
+        let settings = Settings {
+            url: url.clone(),
+            token: "admin".into(),
+            worker: 2,
+            generation: 0,
+            linger: Duration::ZERO,
+            request_timeout: Duration::from_secs(5),
+            finish_timeout: Duration::from_secs(5),
+            journal: None,
+            find_by_name: false,
+        };
+        let status = Status::new(2);
+        let client = Client::new(&url, Duration::from_secs(5));
+        advance(&mut t, &client, &settings, &status, None);
+        assert!(t.retry_at.is_some() && t.in_flight.len() == 1, "the lost answer means: try again");
+        // Progress arriving meanwhile waits behind the batch in flight, it does not join it.
+        t.pending.insert(RawKey { identifier: 3, node: 1, port: 0, source: true, time: vec![1].into() }, 1);
+        advance(&mut t, &client, &settings, &status, None);
+        let bodies = service.join().expect("the fake service");
+        assert_eq!(bodies[0], bodies[1], "the same batch, byte for byte");
+        assert!(bodies[0].contains(r#""seq":0"#) && bodies[0].contains(r#""worker":"w2""#), "{}", bodies[0]);
+        assert!(bodies[2].contains(r#""seq":1"#) && bodies[2].contains(r#""time":[1]"#), "{}", bodies[2]);
+        assert_eq!((t.seq, t.in_flight.len(), t.pending.len()), (2, 0, 0));
+        assert_eq!(status.report().dataflows[0].last_version, Some(5));
+        let notes = status.report().notes;
+        assert_eq!(notes.len(), 2, "{notes:?}");
+        assert!(notes[0].contains("does not answer") && notes[1].contains("answers again"), "{notes:?}");
     }
-}
-
-fn encode(text: &str) -> String {
-    text.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
 }
