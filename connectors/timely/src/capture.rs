@@ -89,15 +89,14 @@ impl Capture {
             let operators: Vec<LoggedOperator> = self.operators.iter().filter(|op| mine(&op.addr)).cloned().collect();
             let channels: Vec<_> = self.channels.iter().filter(|c| mine(&c.0)).cloned().collect();
             let name = if d == self.first_dataflow { self.name.clone() } else { format!("{}/{d}", self.name) };
-            if d < self.first_dataflow {
-                continue;
-            }
-            match DataflowGraph::assemble(name.clone(), self.peers, &root, &operators, &channels, &self.summaries) {
-                Ok(graph) => {
-                    self.tracked.extend(graph.scopes.iter().map(|s| s.identifier));
-                    self.outbox.push(Message::Register(Box::new(graph)), 0);
+            if d >= self.first_dataflow {
+                match DataflowGraph::assemble(name.clone(), self.peers, &root, &operators, &channels, &self.summaries) {
+                    Ok(graph) => {
+                        self.tracked.extend(graph.scopes.iter().map(|s| s.identifier));
+                        self.outbox.push(Message::Register(Box::new(graph)), 0);
+                    }
+                    Err(reason) => self.status.refuse(&name, reason),
                 }
-                Err(reason) => self.status.refuse(&name, reason),
             }
             // Keep only what later dataflows may still need.
             self.operators.retain(|op| !mine(&op.addr));

@@ -9,11 +9,11 @@ use std::time::Duration;
 use serde_json::Value;
 use ureq::Agent;
 
-/// The outcome of one call.
+/// The outcome of one call (`T`: what a 2xx carries, the JSON body unless said otherwise).
 #[derive(Debug)]
-pub enum Answer {
+pub enum Answer<T = Value> {
     /// 2xx, with the JSON body (`Null` when empty).
-    Ok(Value),
+    Ok(T),
     /// The service could not be reached, or answered 5xx or 429: try again later.
     Retry(String),
     /// The service refused the request (4xx): the status and its JSON body.

@@ -42,7 +42,23 @@ pub(crate) fn register(
     let key = (t.graph.name.clone(), settings.generation, t.graph.dataflow);
     let (slots, published) = rendezvous();
     if settings.worker == 0 {
-        match client.post("/v1/dataflows", &settings.token, &t.graph.registration()) {
+        let outcome = match registered_by_name(client, &settings.token, &t.graph.name) {
+            // A registration is not idempotent: an earlier attempt whose answer was lost may
+            // have been applied. Its dataflow is the one that was not there before the first.
+            Answer::Ok(ids) => match &t.before {
+                None => {
+                    t.before = Some(ids);
+                    client.post("/v1/dataflows", &settings.token, &t.graph.registration())
+                }
+                Some(before) => match ids.iter().find(|id| !before.contains(id)) {
+                    Some(id) => Answer::Ok(serde_json::json!({"id": id, "token": settings.token})),
+                    None => client.post("/v1/dataflows", &settings.token, &t.graph.registration()),
+                },
+            },
+            Answer::Retry(error) => Answer::Retry(error),
+            Answer::Refused(code, body) => Answer::Refused(code, body),
+        };
+        match outcome {
             Answer::Ok(answer) => {
                 let (Some(id), Some(token)) = (answer["id"].as_str(), answer["token"].as_str()) else {
                     fail(t, status, format!("the registration's answer has no id and token: {answer}"));
@@ -108,12 +124,24 @@ pub(crate) fn register(
     true
 }
 
+/// The live dataflows registered under `name`, oldest first (the answer's JSON is the list of
+/// their ids).
+fn registered_by_name(client: &Client, admin: &str, name: &str) -> Answer<Vec<String>> {
+    match client.get(&format!("/v1/dataflows?name={}", encode(name)), admin) {
+        Answer::Ok(Value::Array(list)) => {
+            Answer::Ok(list.iter().filter_map(|d| d["id"].as_str().map(str::to_owned)).collect())
+        }
+        Answer::Ok(other) => Answer::Retry(format!("unexpected listing: {other}")),
+        Answer::Retry(error) => Answer::Retry(error),
+        Answer::Refused(code, body) => Answer::Refused(code, body),
+    }
+}
+
 /// The newest live dataflow registered under `name` (for workers in other processes than
 /// worker 0), with the admin token.
 fn find_by_name(client: &Client, admin: &str, name: &str) -> Option<String> {
-    let path = format!("/v1/dataflows?name={}", encode(name));
-    match client.get(&path, admin) {
-        Answer::Ok(Value::Array(list)) => list.last().and_then(|d| d["id"].as_str()).map(str::to_owned),
+    match registered_by_name(client, admin, name) {
+        Answer::Ok(ids) => ids.last().cloned(),
         _ => None,
     }
 }

@@ -54,6 +54,9 @@ pub(crate) struct Tracked {
     pub(crate) backoff: Duration,
     pub(crate) since: Instant,
     pub(crate) said_waiting: bool,
+    /// Worker 0: the ids registered under this name before its first attempt, so that an
+    /// attempt whose answer was lost is found rather than repeated.
+    pub(crate) before: Option<Vec<String>>,
 }
 
 impl Tracked {
@@ -125,6 +128,7 @@ fn receive(message: Message, tracked: &mut Vec<Tracked>, status: &Status) {
                 backoff: Duration::from_millis(50),
                 since: Instant::now(),
                 said_waiting: false,
+                before: None,
             });
         }
         Message::Sends(sends) => {
@@ -240,18 +244,20 @@ mod tests {
     use crate::graph::{Node, Scope};
     use crate::time::ScopeKind;
 
-    /// A service that drops the first connection after reading the request (as if the answer
-    /// were lost), then acknowledges it as a duplicate, then applies one more; answers the
-    /// bodies it received.
-    fn flaky_service() -> (String, std::thread::JoinHandle<Vec<String>>) {
+    /// A service answering each connection from a script (`None`: drop it after reading the
+    /// request, as if the answer were lost); answers the request lines and bodies it received.
+    pub(crate) fn scripted_service(
+        script: Vec<Option<&'static str>>,
+    ) -> (String, std::thread::JoinHandle<Vec<(String, String)>>) {
         let listener = TcpListener::bind("127.0.0.1:0").expect("a port");
         let url = format!("http://{}", listener.local_addr().expect("an address"));
         let handle = std::thread::spawn(move || {
-            let mut bodies = Vec::new();
-            for (n, stream) in listener.incoming().take(3).enumerate() {
-                let mut stream = stream.expect("a connection");
+            let mut requests = Vec::new();
+            for answer in script {
+                let (mut stream, _) = listener.accept().expect("a connection");
                 let mut reader = BufReader::new(stream.try_clone().expect("clone"));
-                let mut length = 0;
+                let (mut first, mut length) = (String::new(), 0);
+                reader.read_line(&mut first).expect("a request line");
                 loop {
                     let mut line = String::new();
                     reader.read_line(&mut line).expect("a header");
@@ -264,28 +270,24 @@ mod tests {
                 }
                 let mut body = vec![0; length];
                 reader.read_exact(&mut body).expect("a body");
-                bodies.push(String::from_utf8(body).expect("utf-8"));
-                if n > 0 {
-                    let answer = if n == 1 {
-                        r#"{"applied":false,"duplicate":true,"version":4}"#
-                    } else {
-                        r#"{"applied":true,"duplicate":false,"version":5}"#
-                    };
-                    let head = format!("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", answer.len());
+                requests.push((first.trim().to_owned(), String::from_utf8(body).expect("utf-8")));
+                if let Some(answer) = answer {
+                    let head = format!(
+                        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                        answer.len()
+                    );
                     stream
                         .write_all(head.as_bytes())
                         .and_then(|()| stream.write_all(answer.as_bytes()))
                         .expect("an answer");
                 }
             }
-            bodies
+            requests
         });
         (url, handle)
     }
 
-    #[test]
-    fn a_batch_is_retried_with_its_seq_and_body_until_acknowledged() {
-        let (url, service) = flaky_service();
+    pub(crate) fn tracked(endpoint: Endpoint) -> Tracked {
         let node =
             Node { index: 1, name: "Input".into(), inputs: 0, outputs: 1, connections: Some(vec![]), scope: None };
         let root = Scope {
@@ -298,10 +300,10 @@ mod tests {
             edges: vec![],
         };
         let graph = DataflowGraph { name: "g".into(), dataflow: 0, peers: 1, scopes: vec![root] };
-        let mut t = Tracked {
+        Tracked {
             mapper: Mapper::new(&graph),
             graph,
-            endpoint: Endpoint::Ready { id: "abc".into(), token: "tok".into() },
+            endpoint,
             seq: 0,
             pending: HashMap::new(),
             in_flight: VecDeque::new(),
@@ -309,27 +311,41 @@ mod tests {
             backoff: Duration::from_millis(1),
             since: Instant::now(),
             said_waiting: false,
-        };
-        t.pending.insert(RawKey { identifier: 3, node: 1, port: 0, source: true, time: vec![0].into() }, -1);
-        let settings = Settings {
-            url: url.clone(),
+            before: None,
+        }
+    }
+
+    pub(crate) fn settings(url: &str, worker: usize) -> Settings {
+        Settings {
+            url: url.to_owned(),
             token: "admin".into(),
-            worker: 2,
+            worker,
             generation: 0,
             linger: Duration::ZERO,
             request_timeout: Duration::from_secs(5),
             finish_timeout: Duration::from_secs(5),
             journal: None,
             find_by_name: false,
-        };
-        let status = Status::new(2);
+        }
+    }
+
+    #[test]
+    fn a_batch_is_retried_with_its_seq_and_body_until_acknowledged() {
+        let (url, service) = scripted_service(vec![
+            None,
+            Some(r#"{"applied":false,"duplicate":true,"version":4}"#),
+            Some(r#"{"applied":true,"duplicate":false,"version":5}"#),
+        ]);
+        let mut t = tracked(Endpoint::Ready { id: "abc".into(), token: "tok".into() });
+        t.pending.insert(RawKey { identifier: 3, node: 1, port: 0, source: true, time: vec![0].into() }, -1);
+        let (settings, status) = (settings(&url, 2), Status::new(2));
         let client = Client::new(&url, Duration::from_secs(5));
         advance(&mut t, &client, &settings, &status, None);
         assert!(t.retry_at.is_some() && t.in_flight.len() == 1, "the lost answer means: try again");
         // Progress arriving meanwhile waits behind the batch in flight, it does not join it.
         t.pending.insert(RawKey { identifier: 3, node: 1, port: 0, source: true, time: vec![1].into() }, 1);
         advance(&mut t, &client, &settings, &status, None);
-        let bodies = service.join().expect("the fake service");
+        let bodies: Vec<String> = service.join().expect("the fake service").into_iter().map(|(_, b)| b).collect();
         assert_eq!(bodies[0], bodies[1], "the same batch, byte for byte");
         assert!(bodies[0].contains(r#""seq":0"#) && bodies[0].contains(r#""worker":"w2""#), "{}", bodies[0]);
         assert!(bodies[2].contains(r#""seq":1"#) && bodies[2].contains(r#""time":[1]"#), "{}", bodies[2]);
@@ -338,5 +354,21 @@ mod tests {
         let notes = status.report().notes;
         assert_eq!(notes.len(), 2, "{notes:?}");
         assert!(notes[0].contains("does not answer") && notes[1].contains("answers again"), "{notes:?}");
+    }
+
+    #[test]
+    fn a_registration_whose_answer_was_lost_is_found_not_repeated() {
+        let (url, service) =
+            scripted_service(vec![Some(r#"[{"id":"old"}]"#), None, Some(r#"[{"id":"old"},{"id":"new"}]"#)]);
+        let mut t = tracked(Endpoint::Pending);
+        t.graph.name = format!("lost-answer-{}", std::process::id());
+        let (settings, status) = (settings(&url, 0), Status::new(0));
+        let client = Client::new(&url, Duration::from_secs(5));
+        assert!(!crate::rendezvous::register(&mut t, &client, &settings, &status, None));
+        assert!(crate::rendezvous::register(&mut t, &client, &settings, &status, None));
+        let requests = service.join().expect("the fake service");
+        let lines: Vec<&str> = requests.iter().map(|(line, _)| line.split(' ').next().unwrap_or_default()).collect();
+        assert_eq!(lines, ["GET", "POST", "GET"], "{requests:?}");
+        assert!(matches!(&t.endpoint, Endpoint::Ready { id, token } if id == "new" && token == "admin"));
     }
 }
