@@ -17,7 +17,7 @@ use timely::logging::{TimelyEvent, TimelyEventBuilder, TimelyProgressEventBuilde
 use timely::logging_core::{Logger, Registry};
 
 use crate::graph::{Connectivity, DataflowGraph, LoggedChannel, LoggedOperator};
-use crate::mapping::RawSend;
+use crate::mapping::RawSends;
 use crate::outbox::{Message, Outbox};
 use crate::time::{ServiceTimestamp, TimeShape};
 use crate::Status;
@@ -38,7 +38,7 @@ pub(crate) struct Capture {
     built: Vec<LoggedOperator>,
     tracked: HashSet<usize>,
     first_dataflow: usize,
-    buffer: Vec<RawSend>,
+    buffer: RawSends,
     outbox: Arc<Outbox>,
     status: Arc<Status>,
 }
@@ -60,7 +60,7 @@ impl Capture {
             built: Vec::new(),
             tracked: HashSet::new(),
             first_dataflow,
-            buffer: Vec::new(),
+            buffer: RawSends::default(),
             outbox,
             status,
         }
@@ -107,9 +107,10 @@ impl Capture {
     }
 
     fn hand_over(&mut self) {
-        if !self.buffer.is_empty() {
-            let updates = self.buffer.iter().map(|s| s.updates.len()).sum();
-            self.outbox.push(Message::Sends(std::mem::take(&mut self.buffer)), updates);
+        let updates = self.buffer.len();
+        if updates > 0 {
+            let sends = std::mem::replace(&mut self.buffer, RawSends::with_capacity(updates));
+            self.outbox.push(Message::Sends(sends), updates);
         }
     }
 }
@@ -206,21 +207,13 @@ pub(crate) fn register_time<T: ServiceTimestamp>(
             if !event.is_send || !c.tracked.contains(&event.identifier) {
                 continue;
             }
-            let count = event.messages.len() + event.internal.len();
-            let mut send = RawSend {
-                identifier: event.identifier,
-                seq_no: event.seq_no,
-                arity: T::ARITY,
-                updates: Vec::with_capacity(count),
-                coords: Vec::with_capacity(count * T::ARITY),
-            };
             for (list, source) in [(&event.messages, false), (&event.internal, true)] {
                 for (node, port, time, delta) in list {
-                    send.updates.push((*node as u32, *port as u32, source, *delta));
-                    time.coordinates(&mut send.coords);
+                    c.buffer.push(event.identifier, *node as u32, *port as u32, source, *delta, |out| {
+                        time.coordinates(out)
+                    });
                 }
             }
-            c.buffer.push(send);
         }
     });
 }
@@ -305,7 +298,7 @@ mod tests {
         let mut raw: HashMap<RawKey, i64> = HashMap::new();
         for message in &messages {
             if let Message::Sends(sends) = message {
-                sends.iter().for_each(|send| consolidate_into(send, &mut raw));
+                consolidate_into(sends, &mut raw);
             }
         }
         assert!(!raw.is_empty());

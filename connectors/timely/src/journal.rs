@@ -59,7 +59,9 @@ impl Journal {
         raw: Option<&HashMap<RawKey, i64>>,
     ) {
         let raw: Vec<_> = raw
-            .map(|raw| raw.iter().map(|(k, d)| json!([k.identifier, k.node, k.port, k.source, k.time, d])).collect())
+            .map(|raw| {
+                raw.iter().map(|(k, d)| json!([k.identifier, k.node, k.port, k.source, k.time.as_slice(), d])).collect()
+            })
             .unwrap_or_default();
         self.line(json!({"batch": {"id": id, "worker": worker, "seq": seq, "version": version,
                                    "part": [part.0, part.1], "updates": updates, "raw": raw}}));

@@ -59,7 +59,8 @@ use timely::logging_core::Registry;
 use timely::order::Product;
 use timely::worker::Worker;
 
-pub use status::{DataflowReport, Report, Status};
+pub(crate) use status::Status;
+pub use status::{DataflowReport, Report};
 pub use time::ServiceTimestamp;
 
 use capture::{Capture, Flushers};

@@ -20,42 +20,104 @@
 //! scope (node 0's outputs inside) are computed by the service from the inner pointstamps, as
 //! timely's trackers compute them. So every pointstamp is counted once.
 
+use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 
-use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use crate::graph::{location, DataflowGraph, Port};
 use crate::time::MAX_TIME;
 
-/// One progress message a worker sent for one scope, as timely logged it (`is_send`).
+/// Progress updates a worker sent, as timely logged them (`is_send`), many messages flat.
 ///
-/// Coordinates are stored flat (`arity` per update) so that capturing costs one allocation
-/// per message rather than one per update.
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
-pub struct RawSend {
-    /// The scope's identifier (timely's `identifier`).
-    pub identifier: usize,
-    /// Timely's per-channel sequence number.
-    pub seq_no: usize,
-    /// Coordinates per time.
-    pub arity: usize,
-    /// `(node, port, is_source, delta)` per update.
-    pub updates: Vec<(u32, u32, bool, i64)>,
-    /// The updates' times, `arity` coordinates each.
+/// One update is a scope identifier, node, port, kind and delta, and its time's coordinates
+/// in `coords`: capturing costs no allocation per update (the vectors only grow), since this
+/// runs on the worker's thread inside timely's logging callback.
+#[derive(Clone, Debug, Default)]
+pub struct RawSends {
+    /// `(identifier, node, port, is_source, delta, arity)` per update, in the order sent.
+    pub updates: Vec<(usize, u32, u32, bool, i64, u8)>,
+    /// The updates' times, each update's `arity` coordinates after the previous update's.
     pub coords: Vec<u64>,
 }
 
-impl RawSend {
-    /// The updates with their times.
-    pub fn iter(&self) -> impl Iterator<Item = ((u32, u32, bool, i64), &[u64])> {
-        let arity = self.arity;
-        self.updates.iter().enumerate().map(move |(i, u)| (*u, &self.coords[i * arity..(i + 1) * arity]))
+impl RawSends {
+    /// Room for about `updates` updates.
+    pub fn with_capacity(updates: usize) -> RawSends {
+        RawSends { updates: Vec::with_capacity(updates), coords: Vec::with_capacity(updates * 2) }
+    }
+
+    /// Appends one update whose time `write` appends to the coordinates.
+    #[inline]
+    pub fn push(
+        &mut self,
+        identifier: usize,
+        node: u32,
+        port: u32,
+        source: bool,
+        delta: i64,
+        write: impl FnOnce(&mut Vec<u64>),
+    ) {
+        let before = self.coords.len();
+        write(&mut self.coords);
+        let arity = (self.coords.len() - before) as u8;
+        self.updates.push((identifier, node, port, source, delta, arity));
+    }
+
+    /// Updates held.
+    pub fn len(&self) -> usize {
+        self.updates.len()
+    }
+
+    /// Whether none is held.
+    pub fn is_empty(&self) -> bool {
+        self.updates.is_empty()
+    }
+
+    /// The updates with their times: `(identifier, node, port, is_source, time, delta)`.
+    pub fn iter(&self) -> impl Iterator<Item = (usize, u32, u32, bool, &[u64], i64)> {
+        let mut offset = 0;
+        self.updates.iter().map(move |&(identifier, node, port, source, delta, arity)| {
+            let time = &self.coords[offset..offset + arity as usize];
+            offset += arity as usize;
+            (identifier, node, port, source, time, delta)
+        })
+    }
+}
+
+/// A time as a hash key, inline up to four coordinates (no allocation for the usual times).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum TimeKey {
+    /// Up to four coordinates: how many, and them.
+    Short(u8, [u64; 4]),
+    /// More.
+    Long(Box<[u64]>),
+}
+
+impl TimeKey {
+    /// The key of a time.
+    #[inline]
+    pub fn new(time: &[u64]) -> TimeKey {
+        if time.len() <= 4 {
+            let mut short = [0; 4];
+            short[..time.len()].copy_from_slice(time);
+            TimeKey::Short(time.len() as u8, short)
+        } else {
+            TimeKey::Long(time.into())
+        }
+    }
+
+    /// The time's coordinates.
+    pub fn as_slice(&self) -> &[u64] {
+        match self {
+            TimeKey::Short(n, short) => &short[..*n as usize],
+            TimeKey::Long(long) => long,
+        }
     }
 }
 
 /// A raw update's key, for consolidating many sends into one batch.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct RawKey {
     /// The scope's identifier.
     pub identifier: usize,
@@ -66,19 +128,31 @@ pub struct RawKey {
     /// Output (`true`) or input.
     pub source: bool,
     /// Time, in the scope's coordinates.
-    pub time: Box<[u64]>,
+    pub time: TimeKey,
 }
 
-/// Adds a send's updates into consolidated counts; zero counts are removed.
-pub fn consolidate_into(send: &RawSend, into: &mut HashMap<RawKey, i64>) {
-    for ((node, port, source, delta), time) in send.iter() {
-        let key = RawKey { identifier: send.identifier, node, port, source, time: time.into() };
-        let count = into.entry(key).or_insert(0);
-        *count += delta;
-        if *count == 0 {
-            let key = RawKey { identifier: send.identifier, node, port, source, time: time.into() };
-            into.remove(&key);
+/// Adds `delta` at `key` into consolidated counts; a count reaching zero is removed.
+#[inline]
+pub fn add_raw(into: &mut HashMap<RawKey, i64>, key: RawKey, delta: i64) {
+    match into.entry(key) {
+        Entry::Occupied(mut entry) => {
+            *entry.get_mut() += delta;
+            if *entry.get() == 0 {
+                entry.remove();
+            }
         }
+        Entry::Vacant(entry) => {
+            if delta != 0 {
+                entry.insert(delta);
+            }
+        }
+    }
+}
+
+/// Adds sends' updates into consolidated counts; zero counts are removed.
+pub fn consolidate_into(sends: &RawSends, into: &mut HashMap<RawKey, i64>) {
+    for (identifier, node, port, source, time, delta) in sends.iter() {
+        add_raw(into, RawKey { identifier, node, port, source, time: TimeKey::new(time) }, delta);
     }
 }
 
@@ -152,7 +226,7 @@ impl Mapper {
     pub fn map(&mut self, raw: &HashMap<RawKey, i64>, out: &mut HashMap<ServiceKey, i64>) {
         for (key, delta) in raw {
             let Some(&scope) = self.by_identifier.get(&key.identifier) else { continue };
-            let mut time: Vec<u64> = key.time.to_vec();
+            let mut time: Vec<u64> = key.time.as_slice().to_vec();
             for c in time.iter_mut().filter(|c| **c > MAX_TIME) {
                 *c = MAX_TIME;
                 self.clamped += 1;
@@ -213,10 +287,16 @@ impl Mapper {
 }
 
 fn add(out: &mut HashMap<ServiceKey, i64>, key: ServiceKey, delta: i64) {
-    let count = out.entry(key.clone()).or_insert(0);
-    *count += delta;
-    if *count == 0 {
-        out.remove(&key);
+    match out.entry(key) {
+        Entry::Occupied(mut entry) => {
+            *entry.get_mut() += delta;
+            if *entry.get() == 0 {
+                entry.remove();
+            }
+        }
+        Entry::Vacant(entry) => {
+            entry.insert(delta);
+        }
     }
 }
 
@@ -294,7 +374,7 @@ mod tests {
     fn raw(identifier: usize, updates: &[(u32, u32, bool, &[u64], i64)]) -> HashMap<RawKey, i64> {
         let mut out = HashMap::new();
         for (node, port, source, time, delta) in updates {
-            let key = RawKey { identifier, node: *node, port: *port, source: *source, time: (*time).into() };
+            let key = RawKey { identifier, node: *node, port: *port, source: *source, time: TimeKey::new(time) };
             *out.entry(key).or_insert(0) += delta;
         }
         out

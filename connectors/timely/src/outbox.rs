@@ -12,14 +12,14 @@ use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use crate::graph::DataflowGraph;
-use crate::mapping::{consolidate_into, RawKey, RawSend};
+use crate::mapping::{consolidate_into, RawKey, RawSends};
 
 /// What a worker hands to its sender.
 pub(crate) enum Message {
     /// A dataflow was built: register it (worker 0) or find it (the others).
     Register(Box<DataflowGraph>),
     /// Progress messages, in the order timely sent them.
-    Sends(Vec<RawSend>),
+    Sends(RawSends),
     /// Progress folded while the queue was full, consolidated.
     Folded(HashMap<RawKey, i64>),
 }
@@ -58,9 +58,7 @@ impl Outbox {
                     state.messages.push(Message::Folded(HashMap::new()));
                 }
                 let Some(Message::Folded(folded)) = state.messages.last_mut() else { unreachable!() };
-                for send in &sends {
-                    consolidate_into(send, folded);
-                }
+                consolidate_into(&sends, folded);
                 state.folded += updates as u64;
             }
             message => {
@@ -80,12 +78,13 @@ impl Outbox {
         self.wake.notify_one();
     }
 
-    /// Waits until something is queued, the outbox is closed or `deadline` passes; then, after
-    /// lingering up to `linger` for more (fewer, larger batches), takes everything queued.
-    /// Answers the messages and whether the outbox is closed.
+    /// Waits until something is queued, or `deadline` passes, or (without a deadline) the
+    /// outbox is closed; then, after lingering up to `linger` for more (fewer, larger
+    /// batches), takes everything queued. Answers the messages and whether it is closed.
     pub(crate) fn take(&self, deadline: Option<Instant>, linger: Duration) -> (Vec<Message>, bool) {
         let mut state = self.lock();
-        while state.messages.is_empty() && !state.closed {
+        // Closed, the outbox has nothing more to wait for, but a retry deadline still does.
+        while state.messages.is_empty() && !(state.closed && deadline.is_none()) {
             match deadline {
                 None => state = self.wake.wait(state).unwrap_or_else(|p| p.into_inner()),
                 Some(deadline) => {
@@ -138,30 +137,34 @@ impl Outbox {
 mod tests {
     use super::*;
 
-    fn send(time: u64, delta: i64) -> RawSend {
-        RawSend { identifier: 7, seq_no: 0, arity: 1, updates: vec![(1, 0, true, delta)], coords: vec![time] }
+    fn sends(updates: &[(u64, i64)]) -> RawSends {
+        let mut sends = RawSends::default();
+        for (time, delta) in updates {
+            sends.push(7, 1, 0, true, *delta, |out| out.push(*time));
+        }
+        sends
     }
 
     #[test]
     fn past_the_bound_sends_fold_into_one_consolidated_message() {
         let outbox = Outbox::default();
-        outbox.push(Message::Sends(vec![send(0, -1)]), Outbox::BOUND);
+        outbox.push(Message::Sends(sends(&[(0, -1)])), Outbox::BOUND);
         // The queue is full: these fold, and a capability moved on and back cancels out.
-        outbox.push(Message::Sends(vec![send(1, 1), send(0, 1)]), 2);
-        outbox.push(Message::Sends(vec![send(1, -1), send(2, 1)]), 2);
+        outbox.push(Message::Sends(sends(&[(1, 1), (0, 1)])), 2);
+        outbox.push(Message::Sends(sends(&[(1, -1), (2, 1)])), 2);
         assert_eq!(outbox.folded(), 4);
         let (messages, closed) = outbox.take(Some(Instant::now()), Duration::ZERO);
         assert!(!closed);
         assert_eq!(messages.len(), 2);
         let Message::Folded(folded) = &messages[1] else { panic!("folded second") };
         let net: Vec<(u64, i64)> = {
-            let mut v: Vec<_> = folded.iter().map(|(k, d)| (k.time[0], *d)).collect();
+            let mut v: Vec<_> = folded.iter().map(|(k, d)| (k.time.as_slice()[0], *d)).collect();
             v.sort();
             v
         };
         assert_eq!(net, vec![(0, 1), (2, 1)]);
         // Taken: the queue is empty again, and pushes queue normally.
-        outbox.push(Message::Sends(vec![send(3, 1)]), 1);
+        outbox.push(Message::Sends(sends(&[(3, 1)])), 1);
         assert!(matches!(outbox.take(None, Duration::ZERO).0.as_slice(), [Message::Sends(_)]));
     }
 }

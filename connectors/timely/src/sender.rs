@@ -18,7 +18,7 @@ use serde_json::{json, Value};
 use crate::client::{Answer, Client};
 use crate::graph::DataflowGraph;
 use crate::journal::Journal;
-use crate::mapping::{split, updates_json, Mapper, RawKey};
+use crate::mapping::{add_raw, split, updates_json, Mapper, RawKey, TimeKey};
 use crate::outbox::{Message, Outbox};
 use crate::rendezvous::register;
 use crate::{Settings, Status};
@@ -132,27 +132,43 @@ fn receive(message: Message, tracked: &mut Vec<Tracked>, status: &Status) {
             });
         }
         Message::Sends(sends) => {
-            for send in sends {
-                let mut live = tracked.iter_mut().filter(|t| !matches!(t.endpoint, Endpoint::Failed));
-                if let Some(t) = live.find(|t| t.mapper.knows(send.identifier)) {
-                    crate::mapping::consolidate_into(&send, &mut t.pending);
-                    status.received(&t.graph.name, send.updates.len());
+            // Updates of one scope come in runs: look its dataflow up once per run.
+            let mut route: Option<(usize, Option<usize>)> = None;
+            let mut counts = vec![0; tracked.len()];
+            for (identifier, node, port, source, time, delta) in sends.iter() {
+                let target = match route {
+                    Some((known, target)) if known == identifier => target,
+                    _ => {
+                        let target = tracked.iter().position(|t| live(t) && t.mapper.knows(identifier));
+                        route = Some((identifier, target));
+                        target
+                    }
+                };
+                if let Some(i) = target {
+                    add_raw(
+                        &mut tracked[i].pending,
+                        RawKey { identifier, node, port, source, time: TimeKey::new(time) },
+                        delta,
+                    );
+                    counts[i] += 1;
                 }
+            }
+            for (t, count) in tracked.iter().zip(counts).filter(|(_, count)| *count > 0) {
+                status.received(&t.graph.name, count);
             }
         }
         Message::Folded(folded) => {
             for (key, delta) in folded {
-                let mut live = tracked.iter_mut().filter(|t| !matches!(t.endpoint, Endpoint::Failed));
-                if let Some(t) = live.find(|t| t.mapper.knows(key.identifier)) {
-                    let count = t.pending.entry(key.clone()).or_insert(0);
-                    *count += delta;
-                    if *count == 0 {
-                        t.pending.remove(&key);
-                    }
+                if let Some(t) = tracked.iter_mut().find(|t| live(t) && t.mapper.knows(key.identifier)) {
+                    add_raw(&mut t.pending, key, delta);
                 }
             }
         }
     }
+}
+
+fn live(t: &Tracked) -> bool {
+    !matches!(t.endpoint, Endpoint::Failed)
 }
 
 pub(crate) fn retry_later(t: &mut Tracked, status: &Status, client: &Client, error: String) {
@@ -337,13 +353,13 @@ mod tests {
             Some(r#"{"applied":true,"duplicate":false,"version":5}"#),
         ]);
         let mut t = tracked(Endpoint::Ready { id: "abc".into(), token: "tok".into() });
-        t.pending.insert(RawKey { identifier: 3, node: 1, port: 0, source: true, time: vec![0].into() }, -1);
+        t.pending.insert(RawKey { identifier: 3, node: 1, port: 0, source: true, time: TimeKey::new(&[0]) }, -1);
         let (settings, status) = (settings(&url, 2), Status::new(2));
         let client = Client::new(&url, Duration::from_secs(5));
         advance(&mut t, &client, &settings, &status, None);
         assert!(t.retry_at.is_some() && t.in_flight.len() == 1, "the lost answer means: try again");
         // Progress arriving meanwhile waits behind the batch in flight, it does not join it.
-        t.pending.insert(RawKey { identifier: 3, node: 1, port: 0, source: true, time: vec![1].into() }, 1);
+        t.pending.insert(RawKey { identifier: 3, node: 1, port: 0, source: true, time: TimeKey::new(&[1]) }, 1);
         advance(&mut t, &client, &settings, &status, None);
         let bodies: Vec<String> = service.join().expect("the fake service").into_iter().map(|(_, b)| b).collect();
         assert_eq!(bodies[0], bodies[1], "the same batch, byte for byte");

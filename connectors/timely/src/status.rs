@@ -75,7 +75,7 @@ struct Inner {
 }
 
 /// Shared between a worker's handle and its sender thread.
-pub struct Status {
+pub(crate) struct Status {
     inner: Mutex<Inner>,
     changed: Condvar,
 }
