@@ -71,6 +71,7 @@ def run_and_check(service: ServiceProcess, binaries: Path, workdir: Path, exampl
     assert report["mismatches"] == 0 and report["ahead"] == 0, report["first_mismatches"]
     assert report["exact"] + report["intermediate"] == report["versions"]
     assert report["timely_final_empty"] and report["service_final_empty"], report
+    assert report["timely_final_counts_zero"], report["nonzero_counts"]  # every update counted once
     assert report["exit"] == 0
     report["journal"] = str(journal)
     report["history"] = history
@@ -128,20 +129,30 @@ def test_the_check_fails_on_one_update_more_or_less(collatz: dict[str, Any], bin
     report = check(binaries, Path(collatz["journal"]), {**history, "changes": changes}, tmp_path)
     assert report["exit"] == 1 and report["mismatches"] > 0 and report["ahead"] > 0, report
 
-    # Timely's side: one worker's first batch loses one update, as a connector counting an
-    # update twice or forgetting one would make the two differ.
-    dropped = {"done": False}
+    # Timely's side: one update fewer, as a connector forgetting one (or counting one twice on
+    # the other side) would make the two differ: a retirement (-1) lost leaves a capability
+    # that holds frontiers for ever; an increment lost leaves a count that stays negative,
+    # which no frontier shows but the final counts do.
+    for sign in (-1, 1):
+        dropped = {"done": False}
 
-    def drop_one(worker: str, record: dict[str, Any]) -> dict[str, Any]:
-        batch = record.get("batch")
-        if worker == "w1" and batch and batch["raw"] and not dropped["done"]:
-            dropped["done"] = True
-            batch["raw"] = batch["raw"][1:]
-        return record
+        def drop_one(worker: str, record: dict[str, Any], sign: int = sign,
+                     dropped: dict[str, bool] = dropped) -> dict[str, Any]:
+            batch = record.get("batch")
+            if worker == "w1" and batch and not dropped["done"]:
+                for index, update in enumerate(batch["raw"]):
+                    if update[5] * sign > 0:  # [identifier, node, port, is_source, time, delta]
+                        del batch["raw"][index]
+                        dropped["done"] = True
+                        break
+            return record
 
-    _rewrite_journal(Path(collatz["journal"]), tmp_path / "dropped", drop_one)
-    report = check(binaries, tmp_path / "dropped", history, tmp_path)
-    assert dropped["done"] and report["exit"] == 1 and report["mismatches"] > 0, report
+        _rewrite_journal(Path(collatz["journal"]), tmp_path / f"dropped{sign}", drop_one)
+        report = check(binaries, tmp_path / f"dropped{sign}", history, tmp_path)
+        assert dropped["done"] and report["exit"] == 1, report
+        assert report["timely_final_counts_zero"] is False and report["nonzero_counts"], report
+        if sign < 0:
+            assert report["mismatches"] > 0 and not report["timely_final_empty"], report
 
     # Forgetting the initial capabilities (each worker's tracker starts with one per worker).
     def one_peer(worker: str, record: dict[str, Any]) -> dict[str, Any]:
@@ -205,7 +216,8 @@ def lone_service(start_service: ServiceStarter) -> Iterator[ServiceProcess]:
 
 def test_the_program_outlives_an_outage_and_catches_up(lone_service: ServiceProcess, binaries: Path) -> None:
     name = f"outage-{uuid.uuid4().hex[:8]}"
-    program = start_example(binaries, "stuck", ["-w", "4", "--name", name, "--hold-at", "3", "--hold-seconds", "6"],
+    started = time.monotonic()
+    program = start_example(binaries, "stuck", ["-w", "4", "--name", name, "--hold-at", "3", "--hold-seconds", "10"],
                             url=lone_service.url)
     try:
         with lone_service.client() as client:
@@ -214,12 +226,13 @@ def test_the_program_outlives_an_outage_and_catches_up(lone_service: ServiceProc
         dataflow_id = listed[0]["id"]
         lone_service.stop()
         stopped = time.monotonic()
-        time.sleep(8)  # the capability is released and the program finishes its work meanwhile
+        assert stopped - started < 10, "the service must go away before the capability is released"
+        # The capability is released (10 s after the start) and the workers finish meanwhile.
+        time.sleep(max(0.0, started + 13 - time.monotonic()))
         assert program.poll() is None, "the program must wait for its last batches, not give up or crash"
         lone_service.restart()
         _, err = program.communicate(timeout=120)
         assert program.returncode == 0, err[-3000:]
-        assert time.monotonic() - stopped > 8
         # Each worker says it once, at most (a worker with nothing to send meanwhile says
         # nothing); the holder, which released its capability during the outage, said both.
         for worker in range(4):

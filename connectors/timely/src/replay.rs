@@ -11,6 +11,7 @@
 //! acknowledged, in the service's version order, and compares every location's frontier with
 //! what the service published for that version.
 
+use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use serde::{Deserialize, Serialize};
@@ -92,6 +93,9 @@ pub struct Replay {
     child_scope: Vec<HashMap<usize, usize>>,
     ports: Vec<HashMap<usize, (usize, usize)>>,
     by_identifier: HashMap<usize, usize>,
+    /// What was counted where (initial capabilities and workers' updates, not what the trackers
+    /// derive): all zero once a program ends, if every update was counted exactly once.
+    ledger: HashMap<(usize, usize, usize, bool, Coords), i64>,
 }
 
 impl Replay {
@@ -177,9 +181,10 @@ impl Replay {
                 .collect(),
             by_identifier: graph.scopes.iter().enumerate().map(|(i, s)| (s.identifier, i)).collect(),
             graph: graph.clone(),
+            ledger: HashMap::new(),
         };
         for (scope, node, port, time, delta) in graph.initial() {
-            replay.trackers[scope].update_source(Source::new(node, port), Coords(time), delta);
+            replay.count(scope, node, port, true, Coords(time), delta);
         }
         replay.settle();
         replay
@@ -192,17 +197,15 @@ impl Replay {
             let (node, port) = (*node as usize, *port as usize);
             if node != 0 {
                 let Some(&(inputs, outputs)) = self.ports[s].get(&node) else { continue };
-                if *source && port < outputs {
-                    self.trackers[s].update_source(Source::new(node, port), Coords(time.clone()), *delta);
-                } else if !*source && port < inputs {
-                    self.trackers[s].update_target(Target::new(node, port), Coords(time.clone()), *delta);
+                if (*source && port < outputs) || (!*source && port < inputs) {
+                    self.count(s, node, port, *source, Coords(time.clone()), *delta);
                 }
             } else if let Some(parent) = self.graph.scopes[s].parent {
                 let outer = Coords(time[..self.graph.scopes[parent].arity].to_vec());
                 let index = self.index_in_parent(s);
                 if *source {
                     // Timely: the subgraph reports these as consumed at its input.
-                    self.trackers[parent].update_target(Target::new(index, port), outer, *delta);
+                    self.count(parent, index, port, false, outer, *delta);
                 } else {
                     // Timely: the subgraph reports these as produced at its output.
                     self.produce(parent, index, port, outer, *delta);
@@ -210,6 +213,41 @@ impl Replay {
             }
         }
         self.settle();
+    }
+
+    /// Counts a pointstamp update in scope `s`'s tracker and in the ledger.
+    fn count(&mut self, s: usize, node: usize, port: usize, source: bool, time: Coords, delta: i64) {
+        if source {
+            self.trackers[s].update_source(Source::new(node, port), time.clone(), delta);
+        } else {
+            self.trackers[s].update_target(Target::new(node, port), time.clone(), delta);
+        }
+        match self.ledger.entry((s, node, port, source, time)) {
+            Entry::Occupied(mut entry) => {
+                *entry.get_mut() += delta;
+                if *entry.get() == 0 {
+                    entry.remove();
+                }
+            }
+            Entry::Vacant(entry) => {
+                entry.insert(delta);
+            }
+        }
+    }
+
+    /// Pointstamps whose count is not zero, described (at most `limit`).
+    pub fn nonzero(&self, limit: usize) -> Vec<String> {
+        let mut out: Vec<String> = self
+            .ledger
+            .iter()
+            .take(limit)
+            .map(|((s, node, port, source, time), count)| {
+                let kind = if *source { "source" } else { "target" };
+                format!("{:?} ({node},{port},{kind}) @ {:?}: {count}", self.graph.scopes[*s].path(), time.0)
+            })
+            .collect();
+        out.sort();
+        out
     }
 
     fn index_in_parent(&self, s: usize) -> usize {
@@ -221,7 +259,7 @@ impl Replay {
         let targets = self.edges_from[s].get(&(node, port)).cloned().unwrap_or_default();
         for (target, target_port) in targets {
             if target != 0 {
-                self.trackers[s].update_target(Target::new(target, target_port), time.clone(), delta);
+                self.count(s, target, target_port, false, time.clone(), delta);
             } else if let Some(parent) = self.graph.scopes[s].parent {
                 let outer = Coords(time.0[..self.graph.scopes[parent].arity].to_vec());
                 let index = self.index_in_parent(s);

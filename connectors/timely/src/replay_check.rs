@@ -34,6 +34,11 @@ pub struct CheckReport {
     pub timely_final_empty: bool,
     /// Every frontier empty in the service after its last version.
     pub service_final_empty: bool,
+    /// Every pointstamp's count back to zero in timely's trackers (initial capabilities and
+    /// every worker's updates): each update counted exactly once.
+    pub timely_final_counts_zero: bool,
+    /// Some of the counts that are not, if any.
+    pub nonzero_counts: Vec<String>,
     /// Why nothing could be checked, if so.
     pub error: Option<String>,
 }
@@ -41,7 +46,11 @@ pub struct CheckReport {
 impl CheckReport {
     /// Whether everything matched and both ended empty.
     pub fn ok(&self) -> bool {
-        self.error.is_none() && self.mismatches == 0 && self.timely_final_empty && self.service_final_empty
+        self.error.is_none()
+            && self.mismatches == 0
+            && self.timely_final_empty
+            && self.service_final_empty
+            && self.timely_final_counts_zero
     }
 }
 
@@ -207,6 +216,8 @@ fn run(
         timely = replay.frontiers();
     }
     report.timely_final_empty = timely.values().all(BTreeSet::is_empty);
+    report.nonzero_counts = replay.nonzero(10);
+    report.timely_final_counts_zero = report.nonzero_counts.is_empty();
     report.service_final_empty = view(&service).values().all(BTreeSet::is_empty);
     Ok(())
 }
