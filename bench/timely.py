@@ -4,10 +4,15 @@ The programs are the examples of the connector crate (``connectors/timely/exampl
 with feedback at the root (``collatz``, after timely's ``loopdemo``), BFS in a nested iterative
 scope (``bfs``) and differential dataflow's ``iterate`` (``dd_bfs``), each with 4 workers,
 built in release mode. Each is run alternately with ``--detached`` (no connector) and attached
-to a real service, several times; the figures are the medians of the process's wall time
+to a real service, and with ``--logging-only`` (timely's logging on, as attaching turns it on,
+into loggers that do nothing: timely's own share of the cost), several times; the figures are
+the medians of the process's wall time
 (which includes waiting for the last batches), the slowdown (attached / detached, target at
 most 1.1) and what the connector carried: the updates timely's progress channels sent per
-second of the run, and the updates and batches the service acknowledged. A last, progress-heavy
+second of the run, and the updates and batches the service acknowledged; ``drain s`` is the wait
+at the end, from the workers' last step to the last acknowledgement (a fixed cost per run, with
+the registration). The examples park idle workers (``step_or_park``) rather than spin, so the
+comparison is of work, not of who wins the CPU on an oversubscribed machine. A last, progress-heavy
 run (``collatz`` with tiny epochs) measures the updates per second the connector sustains; every
 attached run must end with its dataflow ``complete`` (checked, or the benchmark raises).
 
@@ -160,13 +165,13 @@ def check(binaries: Path, journal: Path, history: dict[str, Any], workdir: Path)
 
 
 WORKLOADS = {
-    "collatz": (["--rounds", "200", "--records", "2000"], ["--rounds", "40", "--records", "1000"]),
-    "bfs": (["--rounds", "20", "--nodes", "20000", "--edges", "80000"],
-            ["--rounds", "5", "--nodes", "5000", "--edges", "20000"]),
-    "dd_bfs": (["--rounds", "20", "--nodes", "10000", "--edges", "40000", "--changes", "100"],
-               ["--rounds", "5", "--nodes", "2000", "--edges", "8000", "--changes", "50"]),
+    "collatz": (["--rounds", "300", "--records", "1000"], ["--rounds", "100", "--records", "1000"]),
+    "bfs": (["--rounds", "40", "--nodes", "50000", "--edges", "200000"],
+            ["--rounds", "10", "--nodes", "50000", "--edges", "200000"]),
+    "dd_bfs": (["--rounds", "20", "--nodes", "100000", "--edges", "400000", "--changes", "1000"],
+               ["--rounds", "5", "--nodes", "100000", "--edges", "400000", "--changes", "1000"]),
 }
-STRESS = (["--rounds", "3000", "--records", "8"], ["--rounds", "500", "--records", "8"])
+STRESS = (["--rounds", "3000", "--records", "8"], ["--rounds", "1000", "--records", "8"])
 
 
 def _attached_run(binaries: Path, service: ServiceProcess, example: str, args: list[str]) -> tuple[Run, dict[str, int]]:
@@ -193,25 +198,33 @@ def run(quick: bool) -> dict[str, Any]:
     warehouse = Path(tempfile.mkdtemp(prefix="bench-timely-")) / "warehouse"
     service = ServiceProcess(warehouse, env={"TRACKER_LOG_LEVEL": "warning"})
     figures: dict[str, Any] = {"load_average_before": os.getloadavg()[0]}
-    rows: list[tuple[str, str, float, float, float, dict[str, int]]] = []
+    rows: list[tuple[str, str, float, float, float, float, float, dict[str, int]]] = []
     try:
         service.start()
         for example, workloads in WORKLOADS.items():
             args = workloads[which]
             detached: list[float] = []
+            logging: list[float] = []
             attached: list[float] = []
+            drains: list[float] = []
             totals: dict[str, int] = {}
             for _ in range(repetitions):
                 plain = run_example(binaries, example, ["-w", "4", "--detached", *args])
                 if plain.returncode != 0:
                     raise RuntimeError(f"{example} failed: {plain.stderr[-2000:]}")
                 detached.append(plain.wall_seconds)
+                logged = run_example(binaries, example, ["-w", "4", "--logging-only", *args])
+                if logged.returncode != 0:
+                    raise RuntimeError(f"{example} failed: {logged.stderr[-2000:]}")
+                logging.append(logged.wall_seconds)
                 connected, totals = _attached_run(binaries, service, example, args)
                 attached.append(connected.wall_seconds)
-            d, a = statistics.median(detached), statistics.median(attached)
-            figures[example] = {"detached_s": d, "attached_s": a, "slowdown": a / d,
-                                "raw_updates_per_s": totals["raw_updates"] / a, **totals}
-            rows.append((example, " ".join(args), d, a, a / d, totals))
+                drains.append(connected.wall_seconds - (connected.elapsed_seconds or connected.wall_seconds))
+            d, a, g = statistics.median(detached), statistics.median(attached), statistics.median(logging)
+            drain = statistics.median(drains)
+            figures[example] = {"detached_s": d, "logging_only_s": g, "attached_s": a, "slowdown": a / d,
+                                "drain_s": drain, "raw_updates_per_s": totals["raw_updates"] / a, **totals}
+            rows.append((example, " ".join(args), d, g, a, a / d, drain, totals))
         stress_run, stress = _attached_run(binaries, service, "collatz", STRESS[which])
         seconds = stress_run.elapsed_seconds or stress_run.wall_seconds
         figures["sustained"] = {"raw_updates_per_s": stress["raw_updates"] / seconds,
@@ -224,11 +237,11 @@ def run(quick: bool) -> dict[str, Any]:
     print(f"timely benchmark ({'quick' if quick else 'full'}): 4 workers, release build, median of {repetitions}; "
           f"load average {figures['load_average_before']:.1f} before, {figures['load_average_after']:.1f} after "
           "(shared machine: noisy)")
-    print(f"{'example':8} {'workload':52} {'detached s':>10} {'attached s':>10} {'slowdown':>8} "
-          f"{'timely updates':>14} {'sent':>8} {'batches':>7}")
-    for example, workload, d, a, ratio, totals in rows:
-        print(f"{example:8} {workload:52} {d:10.2f} {a:10.2f} {ratio:8.3f} {totals['raw_updates']:14} "
-              f"{totals['updates']:8} {totals['batches']:7}")
+    print(f"{'example':8} {'workload':56} {'detached s':>10} {'logging s':>9} {'attached s':>10} {'slowdown':>8} "
+          f"{'drain s':>7} {'timely updates':>14} {'sent':>8} {'batches':>7}")
+    for example, workload, d, g, a, ratio, drain, totals in rows:
+        print(f"{example:8} {workload:56} {d:10.2f} {g:9.2f} {a:10.2f} {ratio:8.3f} {drain:7.2f} "
+              f"{totals['raw_updates']:14} {totals['updates']:8} {totals['batches']:7}")
     s = figures["sustained"]
     print(f"sustained (collatz {' '.join(STRESS[which])}): {s['raw_updates_per_s']:,.0f} timely updates/s captured, "
           f"{s['service_updates_per_s']:,.0f} updates/s and {s['batches_per_s']:,.0f} batches/s acknowledged, "

@@ -110,14 +110,11 @@ fn main() {
             }
             edge_input.advance_to(round + 1);
             root_input.advance_to(round + 1);
-            while probe.less_than(&(round + 1)) {
-                worker.step();
-            }
+            worker.step_or_park_while(None, || probe.less_than(&(round + 1)));
         }
         edge_input.close();
         root_input.close();
-        while worker.step() {}
-        attached
+        attached // timely runs the dataflow to its end after this closure returns
     })
     .expect("timely runs");
     options.finish(started, guards.join());

@@ -44,14 +44,11 @@ fn main() {
                 input.send(n + 1);
             }
             input.advance_to(round + 1);
-            // At most two epochs in flight.
-            while probe.less_than(&round.saturating_sub(1)) {
-                worker.step();
-            }
+            // At most two epochs in flight; an idle worker parks rather than spins.
+            worker.step_or_park_while(None, || probe.less_than(&round.saturating_sub(1)));
         }
         input.close();
-        while worker.step() {}
-        attached
+        attached // timely runs the dataflow to its end after this closure returns
     })
     .expect("timely runs");
     options.finish(started, guards.join());

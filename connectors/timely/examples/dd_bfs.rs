@@ -54,7 +54,7 @@ fn main() {
         }
         graph.advance_to(1);
         graph.flush();
-        worker.step_while(|| probe.less_than(graph.time()));
+        worker.step_or_park_while(None, || probe.less_than(graph.time()));
         for round in 0..rounds {
             for c in 0..changes {
                 let edge = (random(), random());
@@ -67,11 +67,10 @@ fn main() {
             }
             graph.advance_to(round + 2);
             graph.flush();
-            worker.step_while(|| probe.less_than(graph.time()));
+            worker.step_or_park_while(None, || probe.less_than(graph.time()));
         }
         graph.close();
-        while worker.step() {}
-        attached
+        attached // timely runs the dataflow to its end after this closure returns
     })
     .expect("timely runs");
     options.finish(started, guards.join());
