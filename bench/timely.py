@@ -8,7 +8,9 @@ to a real service, and with ``--logging-only`` (timely's logging on, as attachin
 into loggers that do nothing: timely's own share of the cost), several times; the figures are
 the medians of the process's wall time
 (which includes waiting for the last batches), the slowdown (attached / detached, target at
-most 1.1) and what the connector carried: the updates timely's progress channels sent per
+most 1.1), the program's CPU time (user + system: the connector's cost in the program, not
+the service's, whose CPU time during the attached run is given apart: on this machine the
+service shares the program's cores) and what the connector carried: the updates timely's progress channels sent per
 second of the run, and the updates and batches the service acknowledged; ``drain s`` is the wait
 at the end, from the workers' last step to the last acknowledgement (a fixed cost per run, with
 the registration). The examples park idle workers (``step_or_park``) rather than spin, so the
@@ -27,6 +29,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import resource
 import statistics
 import subprocess
 import tempfile
@@ -68,6 +71,8 @@ class Run:
     wall_seconds: float
     elapsed_seconds: float | None
     """The program's own figure: from start until every worker finished computing."""
+    cpu_seconds: float
+    """User and system time of the program's process (the service's is not in it)."""
 
 
 def run_example(binaries: Path, example: str, args: list[str], *, url: str = "", token: str = ADMIN_TOKEN,
@@ -75,12 +80,15 @@ def run_example(binaries: Path, example: str, args: list[str], *, url: str = "",
     """Run ``example`` with ``args`` (timely's, e.g. ``-w 4``, and the example's) against the
     service at ``url``; waits for it to exit."""
     env = {**os.environ, "TRACKER_URL": url, "TRACKER_ADMIN_TOKEN": token}
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     result = subprocess.run([str(binaries / "examples" / example), *args], capture_output=True, text=True,
                             env=env, timeout=timeout)
     wall = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
     match = re.search(r"elapsed_seconds ([0-9.]+)", result.stdout)
-    return Run(result.returncode, result.stdout, result.stderr, wall, float(match.group(1)) if match else None)
+    return Run(result.returncode, result.stdout, result.stderr, wall, float(match.group(1)) if match else None, cpu)
 
 
 def start_example(binaries: Path, example: str, args: list[str], *, url: str,
@@ -174,9 +182,18 @@ WORKLOADS = {
 STRESS = (["--rounds", "3000", "--records", "8"], ["--rounds", "1000", "--records", "8"])
 
 
-def _attached_run(binaries: Path, service: ServiceProcess, example: str, args: list[str]) -> tuple[Run, dict[str, int]]:
+def _service_cpu(service: ServiceProcess) -> float:
+    """CPU seconds the service's process has used so far."""
+    assert service.process is not None
+    fields = Path(f"/proc/{service.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _attached_run(binaries: Path, service: ServiceProcess, example: str, args: list[str]) -> tuple[Run, dict[str, Any]]:
     name = f"bench-{example}-{uuid.uuid4().hex[:8]}"
+    service_before = _service_cpu(service)
     run = run_example(binaries, example, ["-w", "4", "--name", name, *args], url=service.url)
+    service_seconds = _service_cpu(service) - service_before
     if run.returncode != 0:
         raise RuntimeError(f"{example} failed: {run.stderr[-2000:]}")
     with service.client() as client:
@@ -185,7 +202,8 @@ def _attached_run(binaries: Path, service: ServiceProcess, example: str, args: l
     if state != "complete":
         raise RuntimeError(f"{example}: the service says {state}, not complete")
     reports = parse_reports(run.stderr)
-    totals = {key: sum(r[key] for r in reports) for key in ("batches", "updates", "raw_updates")}
+    totals: dict[str, Any] = {key: sum(r[key] for r in reports) for key in ("batches", "updates", "raw_updates")}
+    totals["service_cpu_s"] = service_seconds
     return run, totals
 
 
@@ -198,7 +216,7 @@ def run(quick: bool) -> dict[str, Any]:
     warehouse = Path(tempfile.mkdtemp(prefix="bench-timely-")) / "warehouse"
     service = ServiceProcess(warehouse, env={"TRACKER_LOG_LEVEL": "warning"})
     figures: dict[str, Any] = {"load_average_before": os.getloadavg()[0]}
-    rows: list[tuple[str, str, float, float, float, float, float, dict[str, int]]] = []
+    rows: list[tuple[str, str, float, float, float, float, float, dict[str, float], dict[str, Any]]] = []
     try:
         service.start()
         for example, workloads in WORKLOADS.items():
@@ -206,25 +224,32 @@ def run(quick: bool) -> dict[str, Any]:
             detached: list[float] = []
             logging: list[float] = []
             attached: list[float] = []
+            cpu: dict[str, list[float]] = {"detached": [], "logging": [], "attached": []}
             drains: list[float] = []
-            totals: dict[str, int] = {}
+            totals: dict[str, Any] = {}
             for _ in range(repetitions):
                 plain = run_example(binaries, example, ["-w", "4", "--detached", *args])
                 if plain.returncode != 0:
                     raise RuntimeError(f"{example} failed: {plain.stderr[-2000:]}")
                 detached.append(plain.wall_seconds)
+                cpu["detached"].append(plain.cpu_seconds)
                 logged = run_example(binaries, example, ["-w", "4", "--logging-only", *args])
                 if logged.returncode != 0:
                     raise RuntimeError(f"{example} failed: {logged.stderr[-2000:]}")
                 logging.append(logged.wall_seconds)
+                cpu["logging"].append(logged.cpu_seconds)
                 connected, totals = _attached_run(binaries, service, example, args)
                 attached.append(connected.wall_seconds)
+                cpu["attached"].append(connected.cpu_seconds)
                 drains.append(connected.wall_seconds - (connected.elapsed_seconds or connected.wall_seconds))
             d, a, g = statistics.median(detached), statistics.median(attached), statistics.median(logging)
             drain = statistics.median(drains)
+            c = {key: statistics.median(values) for key, values in cpu.items()}
             figures[example] = {"detached_s": d, "logging_only_s": g, "attached_s": a, "slowdown": a / d,
-                                "drain_s": drain, "raw_updates_per_s": totals["raw_updates"] / a, **totals}
-            rows.append((example, " ".join(args), d, g, a, a / d, drain, totals))
+                                "drain_s": drain, "raw_updates_per_s": totals["raw_updates"] / a,
+                                "cpu_detached_s": c["detached"], "cpu_logging_only_s": c["logging"],
+                                "cpu_attached_s": c["attached"], "cpu_ratio": c["attached"] / c["detached"], **totals}
+            rows.append((example, " ".join(args), d, g, a, a / d, drain, c, totals))
         stress_run, stress = _attached_run(binaries, service, "collatz", STRESS[which])
         seconds = stress_run.elapsed_seconds or stress_run.wall_seconds
         figures["sustained"] = {"raw_updates_per_s": stress["raw_updates"] / seconds,
@@ -237,11 +262,14 @@ def run(quick: bool) -> dict[str, Any]:
     print(f"timely benchmark ({'quick' if quick else 'full'}): 4 workers, release build, median of {repetitions}; "
           f"load average {figures['load_average_before']:.1f} before, {figures['load_average_after']:.1f} after "
           "(shared machine: noisy)")
-    print(f"{'example':8} {'workload':56} {'detached s':>10} {'logging s':>9} {'attached s':>10} {'slowdown':>8} "
-          f"{'drain s':>7} {'timely updates':>14} {'sent':>8} {'batches':>7}")
-    for example, workload, d, g, a, ratio, drain, totals in rows:
-        print(f"{example:8} {workload:56} {d:10.2f} {g:9.2f} {a:10.2f} {ratio:8.3f} {drain:7.2f} "
-              f"{totals['raw_updates']:14} {totals['updates']:8} {totals['batches']:7}")
+    print("wall s: the process, median; cpu s: the program's user + system time (the service's not included)")
+    print(f"{'example':8} {'workload':56} {'detached':>8} {'logging':>8} {'attached':>8} {'slowdown':>8} "
+          f"{'drain':>6} {'cpu det.':>8} {'cpu log.':>8} {'cpu att.':>8} {'cpu x':>6} {'service cpu':>11} "
+          f"{'timely upd.':>11} {'sent':>7} {'batches':>7}")
+    for example, workload, d, g, a, ratio, drain, c, totals in rows:
+        print(f"{example:8} {workload:56} {d:8.2f} {g:8.2f} {a:8.2f} {ratio:8.3f} {drain:6.2f} {c['detached']:8.2f} "
+              f"{c['logging']:8.2f} {c['attached']:8.2f} {c['attached'] / c['detached']:6.2f} "
+              f"{totals['service_cpu_s']:11.2f} {totals['raw_updates']:11} {totals['updates']:7} {totals['batches']:7}")
     s = figures["sustained"]
     print(f"sustained (collatz {' '.join(STRESS[which])}): {s['raw_updates_per_s']:,.0f} timely updates/s captured, "
           f"{s['service_updates_per_s']:,.0f} updates/s and {s['batches_per_s']:,.0f} batches/s acknowledged, "

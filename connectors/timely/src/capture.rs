@@ -230,7 +230,6 @@ fn forward<E: Clone + 'static>(previous: &Previous<E>, data: &Option<Vec<(Durati
 
 #[cfg(test)]
 mod tests {
-    use std::collections::HashMap;
     use std::time::{Duration, Instant};
 
     use timely::dataflow::operators::vec::{Filter, Map};
@@ -239,7 +238,7 @@ mod tests {
     use timely::order::Product;
 
     use super::*;
-    use crate::mapping::{consolidate_into, Mapper, RawKey, ServiceKey};
+    use crate::mapping::{consolidate_into, Counts, Mapper, RawKey, ServiceKey};
     use crate::time::ScopeKind;
 
     /// Runs `build` in one worker with the capture installed; what the worker handed over.
@@ -295,14 +294,14 @@ mod tests {
         assert!(iterative.nodes.iter().any(|n| n.name == "Feedback"));
 
         // Every update timely sent, mapped, plus the initial capabilities: nothing left.
-        let mut raw: HashMap<RawKey, i64> = HashMap::new();
+        let mut raw: Counts<RawKey> = Counts::default();
         for message in &messages {
             if let Message::Sends(sends) = message {
                 consolidate_into(sends, &mut raw);
             }
         }
         assert!(!raw.is_empty());
-        let mut net: HashMap<ServiceKey, i64> = HashMap::new();
+        let mut net: Counts<ServiceKey> = Counts::default();
         Mapper::new(graph).map(&raw, &mut net);
         for (scope, node, port, time, delta) in graph.initial() {
             let key = ServiceKey { scope, node, port, source: true, time };

@@ -7,7 +7,6 @@
 //! raw updates to timely's own `reachability::Tracker`s in the service's order and compares
 //! every version's frontiers. Writing it costs the sender thread, never the worker.
 
-use std::collections::HashMap;
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::Path;
@@ -15,7 +14,7 @@ use std::path::Path;
 use serde_json::json;
 
 use crate::graph::DataflowGraph;
-use crate::mapping::RawKey;
+use crate::mapping::{Counts, RawKey};
 use crate::Status;
 
 /// One worker's journal file.
@@ -56,7 +55,7 @@ impl Journal {
         version: Option<u64>,
         part: (usize, usize),
         updates: usize,
-        raw: Option<&HashMap<RawKey, i64>>,
+        raw: Option<&Counts<RawKey>>,
     ) {
         let raw: Vec<_> = raw
             .map(|raw| {

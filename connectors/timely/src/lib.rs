@@ -130,7 +130,7 @@ impl Attach {
             token: token.to_owned(),
             name: name.to_owned(),
             times: vec![register_catalogue::<u32>, register_catalogue::<u64>, register_catalogue::<usize>],
-            linger: Duration::from_millis(5),
+            linger: Duration::from_millis(20),
             request_timeout: Duration::from_secs(10),
             finish_timeout: Duration::from_secs(30),
             journal: None,
@@ -147,8 +147,9 @@ impl Attach {
         self
     }
 
-    /// How long the sender waits for more progress before posting a batch (default 5 ms):
-    /// longer means fewer, larger batches and a service view that lags by as much.
+    /// How long the sender waits for more progress before posting a batch (default 20 ms):
+    /// longer means fewer, larger batches (more of a worker's updates cancel before they are
+    /// sent, and the service does less work per update) and a service view that lags by as much.
     pub fn linger(mut self, linger: Duration) -> Attach {
         self.linger = linger;
         self

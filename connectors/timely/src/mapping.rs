@@ -22,6 +22,7 @@
 
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 
 use serde_json::{json, Value};
 
@@ -131,9 +132,59 @@ pub struct RawKey {
     pub time: TimeKey,
 }
 
+/// Consolidated counts: every key's net delta, zero counts removed.
+///
+/// Hashed with [`FxHasher`] rather than the default SipHash: the keys are the program's own
+/// pointstamps, not an adversary's, and consolidating is most of the sender's work.
+pub type Counts<K> = HashMap<K, i64, BuildHasherDefault<FxHasher>>;
+
+/// The multiply-and-rotate hash of `rustc-hash` (Firefox's), a few instructions per word.
+#[derive(Clone, Copy, Default)]
+pub struct FxHasher {
+    hash: u64,
+}
+
+impl FxHasher {
+    #[inline]
+    fn add(&mut self, word: u64) {
+        self.hash = (self.hash.rotate_left(5) ^ word).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+}
+
+impl Hasher for FxHasher {
+    #[inline]
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(8) {
+            let mut word = [0; 8];
+            word[..chunk.len()].copy_from_slice(chunk);
+            self.add(u64::from_le_bytes(word));
+        }
+    }
+    #[inline]
+    fn write_u8(&mut self, i: u8) {
+        self.add(u64::from(i));
+    }
+    #[inline]
+    fn write_u32(&mut self, i: u32) {
+        self.add(u64::from(i));
+    }
+    #[inline]
+    fn write_u64(&mut self, i: u64) {
+        self.add(i);
+    }
+    #[inline]
+    fn write_usize(&mut self, i: usize) {
+        self.add(i as u64);
+    }
+    #[inline]
+    fn finish(&self) -> u64 {
+        self.hash
+    }
+}
+
 /// Adds `delta` at `key` into consolidated counts; a count reaching zero is removed.
 #[inline]
-pub fn add_raw(into: &mut HashMap<RawKey, i64>, key: RawKey, delta: i64) {
+pub fn add_raw(into: &mut Counts<RawKey>, key: RawKey, delta: i64) {
     match into.entry(key) {
         Entry::Occupied(mut entry) => {
             *entry.get_mut() += delta;
@@ -150,7 +201,7 @@ pub fn add_raw(into: &mut HashMap<RawKey, i64>, key: RawKey, delta: i64) {
 }
 
 /// Adds sends' updates into consolidated counts; zero counts are removed.
-pub fn consolidate_into(sends: &RawSends, into: &mut HashMap<RawKey, i64>) {
+pub fn consolidate_into(sends: &RawSends, into: &mut Counts<RawKey>) {
     for (identifier, node, port, source, time, delta) in sends.iter() {
         add_raw(into, RawKey { identifier, node, port, source, time: TimeKey::new(time) }, delta);
     }
@@ -223,7 +274,7 @@ impl Mapper {
     }
 
     /// Adds the service's updates for consolidated raw updates into `out` (zero counts removed).
-    pub fn map(&mut self, raw: &HashMap<RawKey, i64>, out: &mut HashMap<ServiceKey, i64>) {
+    pub fn map(&mut self, raw: &Counts<RawKey>, out: &mut Counts<ServiceKey>) {
         for (key, delta) in raw {
             let Some(&scope) = self.by_identifier.get(&key.identifier) else { continue };
             let mut time: Vec<u64> = key.time.as_slice().to_vec();
@@ -268,7 +319,7 @@ impl Mapper {
         port: usize,
         time: Vec<u64>,
         delta: i64,
-        out: &mut HashMap<ServiceKey, i64>,
+        out: &mut Counts<ServiceKey>,
     ) {
         let Some(targets) = self.scopes[scope].edges_from.get(&(node, port)) else { return };
         for &(target, target_port) in targets {
@@ -286,7 +337,7 @@ impl Mapper {
     }
 }
 
-fn add(out: &mut HashMap<ServiceKey, i64>, key: ServiceKey, delta: i64) {
+fn add(out: &mut Counts<ServiceKey>, key: ServiceKey, delta: i64) {
     match out.entry(key) {
         Entry::Occupied(mut entry) => {
             *entry.get_mut() += delta;
@@ -314,7 +365,7 @@ fn kind(source: bool) -> &'static str {
 /// Applying the increments first can only hold frontiers back (each is at a time some live
 /// pointstamp already could-result-in), so no intermediate version is ahead of the state the
 /// whole batch leads to. Within each sign, the order is the keys' (deterministic).
-pub fn split(updates: HashMap<ServiceKey, i64>, limit: usize) -> Vec<Vec<(ServiceKey, i64)>> {
+pub fn split(updates: Counts<ServiceKey>, limit: usize) -> Vec<Vec<(ServiceKey, i64)>> {
     let mut all: Vec<(ServiceKey, i64)> = updates.into_iter().collect();
     all.sort_by(|a, b| (a.1 < 0, &a.0).cmp(&(b.1 < 0, &b.0)));
     if all.len() <= limit {
@@ -371,8 +422,8 @@ mod tests {
         DataflowGraph { name: "t".into(), dataflow: 0, peers: 2, scopes: vec![root, inner] }
     }
 
-    fn raw(identifier: usize, updates: &[(u32, u32, bool, &[u64], i64)]) -> HashMap<RawKey, i64> {
-        let mut out = HashMap::new();
+    fn raw(identifier: usize, updates: &[(u32, u32, bool, &[u64], i64)]) -> Counts<RawKey> {
+        let mut out = Counts::default();
         for (node, port, source, time, delta) in updates {
             let key = RawKey { identifier, node: *node, port: *port, source: *source, time: TimeKey::new(time) };
             *out.entry(key).or_insert(0) += delta;
@@ -384,7 +435,7 @@ mod tests {
     fn records_entering_a_scope_are_consumed_at_its_node() {
         let graph = nested();
         let mut mapper = Mapper::new(&graph);
-        let mut out = HashMap::new();
+        let mut out = Counts::default();
         // Three records enter at epoch 5: +3 at the inner operator, -3 at the boundary output.
         mapper.map(&raw(11, &[(1, 0, false, &[5, 0], 3), (0, 0, true, &[5, 0], -3)]), &mut out);
         assert_eq!(out[&ServiceKey { scope: 1, node: 1, port: 0, source: false, time: vec![5, 0] }], 3);
@@ -396,7 +447,7 @@ mod tests {
     fn records_leaving_a_scope_arrive_at_every_consumer_in_the_parent() {
         let graph = nested();
         let mut mapper = Mapper::new(&graph);
-        let mut out = HashMap::new();
+        let mut out = Counts::default();
         mapper.map(&raw(11, &[(0, 0, false, &[5, 7], 2)]), &mut out);
         assert_eq!(out[&ServiceKey { scope: 0, node: 3, port: 0, source: false, time: vec![5] }], 2);
         assert_eq!(out[&ServiceKey { scope: 0, node: 4, port: 0, source: false, time: vec![5] }], 2);
@@ -407,7 +458,7 @@ mod tests {
     fn unknown_ports_are_dropped_and_counted() {
         let graph = nested();
         let mut mapper = Mapper::new(&graph);
-        let mut out = HashMap::new();
+        let mut out = Counts::default();
         mapper.map(&raw(10, &[(1, 1, true, &[0], -1), (1, 0, true, &[u64::MAX], 1)]), &mut out);
         assert_eq!(mapper.dropped, 1);
         assert_eq!(mapper.clamped, 1);
@@ -416,7 +467,7 @@ mod tests {
 
     #[test]
     fn splits_put_increments_first() {
-        let mut updates = HashMap::new();
+        let mut updates = Counts::default();
         for i in 0..10u64 {
             let key = ServiceKey { scope: 0, node: 1, port: 0, source: true, time: vec![i] };
             updates.insert(key, if i % 2 == 0 { 1 } else { -1 });

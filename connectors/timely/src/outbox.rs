@@ -7,12 +7,11 @@
 //! sent and received cancels out). Folding consecutive sends of one worker into one atomic
 //! batch is safe: it only skips intermediate states, it never reorders updates.
 
-use std::collections::HashMap;
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use crate::graph::DataflowGraph;
-use crate::mapping::{consolidate_into, RawKey, RawSends};
+use crate::mapping::{consolidate_into, Counts, RawKey, RawSends};
 
 /// What a worker hands to its sender.
 pub(crate) enum Message {
@@ -21,7 +20,7 @@ pub(crate) enum Message {
     /// Progress messages, in the order timely sent them.
     Sends(RawSends),
     /// Progress folded while the queue was full, consolidated.
-    Folded(HashMap<RawKey, i64>),
+    Folded(Counts<RawKey>),
 }
 
 #[derive(Default)]
@@ -55,7 +54,7 @@ impl Outbox {
         match message {
             Message::Sends(sends) if state.queued + updates > Self::BOUND => {
                 if !matches!(state.messages.last(), Some(Message::Folded(_))) {
-                    state.messages.push(Message::Folded(HashMap::new()));
+                    state.messages.push(Message::Folded(Counts::default()));
                 }
                 let Some(Message::Folded(folded)) = state.messages.last_mut() else { unreachable!() };
                 consolidate_into(&sends, folded);

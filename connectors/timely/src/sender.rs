@@ -9,7 +9,7 @@
 //! after it answers again: the service's view skips the outage's intermediate states and
 //! resumes exactly where timely is.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -18,7 +18,7 @@ use serde_json::{json, Value};
 use crate::client::{Answer, Client};
 use crate::graph::DataflowGraph;
 use crate::journal::Journal;
-use crate::mapping::{add_raw, split, updates_json, Mapper, RawKey, TimeKey};
+use crate::mapping::{add_raw, split, updates_json, Counts, Mapper, RawKey, TimeKey};
 use crate::outbox::{Message, Outbox};
 use crate::rendezvous::register;
 use crate::{Settings, Status};
@@ -39,7 +39,7 @@ pub(crate) struct Part {
     body: Value,
     index: usize,
     of: usize,
-    raw: Option<HashMap<RawKey, i64>>,
+    raw: Option<Counts<RawKey>>,
 }
 
 /// One dataflow as its worker's sender handles it.
@@ -48,7 +48,7 @@ pub(crate) struct Tracked {
     pub(crate) mapper: Mapper,
     pub(crate) endpoint: Endpoint,
     pub(crate) seq: u64,
-    pub(crate) pending: HashMap<RawKey, i64>,
+    pub(crate) pending: Counts<RawKey>,
     pub(crate) in_flight: VecDeque<Part>,
     pub(crate) retry_at: Option<Instant>,
     pub(crate) backoff: Duration,
@@ -122,7 +122,7 @@ fn receive(message: Message, tracked: &mut Vec<Tracked>, status: &Status) {
                 graph: *graph,
                 endpoint: Endpoint::Pending,
                 seq: 0,
-                pending: HashMap::new(),
+                pending: Counts::default(),
                 in_flight: VecDeque::new(),
                 retry_at: None,
                 backoff: Duration::from_millis(50),
@@ -198,7 +198,7 @@ fn advance(t: &mut Tracked, client: &Client, settings: &Settings, status: &Statu
                 return;
             }
             let raw = std::mem::take(&mut t.pending);
-            let mut mapped = HashMap::new();
+            let mut mapped = Counts::default();
             t.mapper.map(&raw, &mut mapped);
             if let Some(what) = t.mapper.first_dropped.take() {
                 status.note(format!(
@@ -321,7 +321,7 @@ mod tests {
             graph,
             endpoint,
             seq: 0,
-            pending: HashMap::new(),
+            pending: Counts::default(),
             in_flight: VecDeque::new(),
             retry_at: None,
             backoff: Duration::from_millis(1),

@@ -4,7 +4,7 @@
 //! `--journal DIR` (record what was sent, for `timely-progress-check`), `--detached` (run
 //! without the connector, to measure its overhead), `--logging-only` (no connector, but
 //! timely's logging turned on as attaching does, with loggers that do nothing: the share of
-//! the overhead that is timely's own), `--find-by-name` (for timely clusters of
+//! the overhead that is timely's own), `--linger-ms N` (`Attach::linger`), `--find-by-name` (for timely clusters of
 //! several processes, `-n`/`-p`), and the example's numeric arguments as `--KEY VALUE`. The service is `TRACKER_URL` (default `http://127.0.0.1:8000`) with the
 //! admin token `TRACKER_ADMIN_TOKEN`.
 
@@ -87,6 +87,9 @@ impl Options {
         let mut attach = Attach::new(&self.url, &self.token, &self.name).find_by_name(self.find_by_name);
         if let Some(dir) = &self.journal {
             attach = attach.journal(dir);
+        }
+        if let Some(ms) = self.numbers.get("linger-ms") {
+            attach = attach.linger(std::time::Duration::from_millis(*ms));
         }
         Some(attach.attach(worker).expect("attach"))
     }
