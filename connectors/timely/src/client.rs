@@ -45,6 +45,16 @@ impl Client {
         answer(request.send(body.to_string()))
     }
 
+    /// `POST {path}` with a body that is JSON already.
+    pub fn post_text(&self, path: &str, token: &str, body: &str) -> Answer {
+        let request = self
+            .agent
+            .post(format!("{}{path}", self.url))
+            .header("Authorization", format!("Bearer {token}"))
+            .content_type("application/json");
+        answer(request.send(body))
+    }
+
     /// `GET {path}`.
     pub fn get(&self, path: &str, token: &str) -> Answer {
         answer(self.agent.get(format!("{}{path}", self.url)).header("Authorization", format!("Bearer {token}")).call())

@@ -24,9 +24,9 @@ use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
-use serde_json::{json, Value};
+use serde_json::Value;
 
-use crate::graph::{location, DataflowGraph, Port};
+use crate::graph::{DataflowGraph, Port};
 use crate::time::MAX_TIME;
 
 /// Progress updates a worker sent, as timely logged them (`is_send`), many messages flat.
@@ -374,15 +374,30 @@ pub fn split(updates: Counts<ServiceKey>, limit: usize) -> Vec<Vec<(ServiceKey, 
     all.chunks(limit.max(1)).map(<[_]>::to_vec).collect()
 }
 
-/// One batch's `updates`, as the service's JSON.
-pub fn updates_json(graph: &DataflowGraph, updates: &[(ServiceKey, i64)]) -> Vec<Value> {
-    updates
-        .iter()
-        .map(|(k, d)| {
-            let path = graph.scopes[k.scope].path();
-            json!({"location": location(path, k.node, k.port, k.source), "time": k.time, "delta": d})
-        })
-        .collect()
+/// One batch's body, `{"worker", "seq", "updates"}`, written straight into a string: it is
+/// the sender's most frequent allocation otherwise (a JSON value tree per update).
+pub fn batch_body(graph: &DataflowGraph, worker: &str, seq: u64, updates: &[(ServiceKey, i64)]) -> String {
+    use std::fmt::Write;
+    let mut body = String::with_capacity(64 + 80 * updates.len());
+    let _ = write!(body, r#"{{"worker":{},"seq":{seq},"updates":["#, Value::from(worker));
+    for (i, (key, delta)) in updates.iter().enumerate() {
+        if i > 0 {
+            body.push(',');
+        }
+        body.push_str(r#"{"location":{"#);
+        let path = graph.scopes[key.scope].path();
+        if !path.is_empty() {
+            let _ = write!(body, r#""scope":{path:?},"#);
+        }
+        let kind = if key.source { "source" } else { "target" };
+        let _ = write!(
+            body,
+            r#""node":{},"port":{},"kind":"{kind}"}},"time":{:?},"delta":{delta}}}"#,
+            key.node, key.port, key.time
+        );
+    }
+    body.push_str("]}");
+    body
 }
 
 #[cfg(test)]
@@ -463,6 +478,20 @@ mod tests {
         assert_eq!(mapper.dropped, 1);
         assert_eq!(mapper.clamped, 1);
         assert_eq!(out[&ServiceKey { scope: 0, node: 1, port: 0, source: true, time: vec![MAX_TIME] }], 1);
+    }
+
+    #[test]
+    fn batch_bodies_are_the_services_json() {
+        let graph = nested();
+        let updates = vec![
+            (ServiceKey { scope: 1, node: 1, port: 0, source: false, time: vec![5, 0] }, 3),
+            (ServiceKey { scope: 0, node: 1, port: 0, source: true, time: vec![6] }, -1),
+        ];
+        let body: Value = serde_json::from_str(&batch_body(&graph, "w3", 7, &updates)).expect("JSON");
+        let expected = serde_json::json!({"worker": "w3", "seq": 7, "updates": [
+            {"location": {"scope": [2], "node": 1, "port": 0, "kind": "target"}, "time": [5, 0], "delta": 3},
+            {"location": {"node": 1, "port": 0, "kind": "source"}, "time": [6], "delta": -1}]});
+        assert_eq!(body, expected);
     }
 
     #[test]

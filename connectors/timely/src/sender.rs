@@ -13,12 +13,10 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use serde_json::{json, Value};
-
 use crate::client::{Answer, Client};
 use crate::graph::DataflowGraph;
 use crate::journal::Journal;
-use crate::mapping::{add_raw, split, updates_json, Counts, Mapper, RawKey, TimeKey};
+use crate::mapping::{add_raw, batch_body, split, Counts, Mapper, RawKey, TimeKey};
 use crate::outbox::{Message, Outbox};
 use crate::rendezvous::register;
 use crate::{Settings, Status};
@@ -36,7 +34,8 @@ pub(crate) enum Endpoint {
 /// One batch (or part of a split one), numbered, its body fixed until acknowledged.
 pub(crate) struct Part {
     seq: u64,
-    body: Value,
+    body: String,
+    updates: usize,
     index: usize,
     of: usize,
     raw: Option<Counts<RawKey>>,
@@ -216,18 +215,26 @@ fn advance(t: &mut Tracked, client: &Client, settings: &Settings, status: &Statu
             let of = parts.len();
             let mut raw = Some(raw);
             for (index, part) in parts.into_iter().enumerate() {
-                let body = json!({"worker": format!("w{}", settings.worker), "seq": t.seq, "updates": updates_json(&t.graph, &part)});
+                let body = batch_body(&t.graph, &format!("w{}", settings.worker), t.seq, &part);
+                let updates = part.len();
                 let last = index + 1 == of;
-                t.in_flight.push_back(Part { seq: t.seq, body, index, of, raw: if last { raw.take() } else { None } });
+                t.in_flight.push_back(Part {
+                    seq: t.seq,
+                    body,
+                    updates,
+                    index,
+                    of,
+                    raw: if last { raw.take() } else { None },
+                });
                 t.seq += 1;
             }
         }
         let Some(part) = t.in_flight.front() else { return };
-        match client.post(&path, &token, &part.body) {
+        match client.post_text(&path, &token, &part.body) {
             Answer::Ok(answer) => {
                 let duplicate = answer["duplicate"].as_bool().unwrap_or(false);
                 let version = if duplicate { None } else { answer["version"].as_u64() };
-                let updates = part.body["updates"].as_array().map_or(0, Vec::len);
+                let updates = part.updates;
                 if let Some(j) = journal.as_deref_mut() {
                     j.batch(
                         &id,
