@@ -46,8 +46,9 @@ def run_and_check(service: ServiceProcess, binaries: Path, workdir: Path, exampl
     """Run ``example`` attached, then hold the service to timely at every version."""
     journal = workdir / f"journal-{example}-{workers}"
     name = f"{example}-{uuid.uuid4().hex[:8]}"
-    run = run_example(binaries, example, ["-w", str(workers), "--name", name, "--journal", str(journal), *args],
-                      url=service.url)
+    # A short linger makes many small batches: more versions, more intermediate states checked.
+    run = run_example(binaries, example, ["-w", str(workers), "--name", name, "--journal", str(journal),
+                                          "--linger-ms", "1", *args], url=service.url)
     assert run.returncode == 0, run.stderr[-3000:]
     assert "does not answer" not in run.stderr, run.stderr[-3000:]
     dataflow_id = registered_id(journal)
