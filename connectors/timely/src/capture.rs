@@ -39,6 +39,7 @@ pub(crate) struct Capture {
     tracked: HashSet<usize>,
     first_dataflow: usize,
     buffer: RawSends,
+    registered: HashSet<&'static str>,
     outbox: Arc<Outbox>,
     status: Arc<Status>,
 }
@@ -61,6 +62,7 @@ impl Capture {
             tracked: HashSet::new(),
             first_dataflow,
             buffer: RawSends::default(),
+            registered: HashSet::new(),
             outbox,
             status,
         }
@@ -156,6 +158,10 @@ pub(crate) fn register_time<T: ServiceTimestamp>(
     flushers: &Flushers,
 ) {
     let type_name = std::any::type_name::<T>();
+    // Once per type: a second registration would chain to the first and count twice.
+    if !capture.borrow_mut().registered.insert(type_name) {
+        return;
+    }
     let shape = T::shape();
 
     let name = format!("timely/summary/{type_name}");
@@ -255,6 +261,8 @@ mod tests {
                 let mut registry = worker.log_register().expect("a registry");
                 register_time::<u64>(&mut registry, &capture, &flushers);
                 register_time::<Product<u64, u32>>(&mut registry, &capture, &flushers);
+                // A type declared twice is registered once (else every update would count twice).
+                register_time::<u64>(&mut registry, &capture, &flushers);
                 register_structure(&mut registry, &capture, &flushers);
             }
             build(worker);
