@@ -28,6 +28,7 @@ from api.shards.layout import url_of
 from api.web.app import create_app
 from api.web.protocol import guarded_http
 from api.web.security import HEADERS, redact
+from api.web.wsprotocol import AnsweringWebSockets
 
 
 class JsonFormatter(BaseFormatter):
@@ -138,8 +139,8 @@ def listen(host: str, port: int, send_buffer: int = 0) -> socket.socket:
 def app_from_env() -> Any:
     """Factory for ``uvicorn --factory api.run.server:app_from_env`` (settings from the environment).
     The head limits are uvicorn's protocol, not the app's: add ``--http api.web.protocol:GuardedHttp``
-    (64 KiB, 10 s) to keep them, and ``--ws websockets-sansio`` for the WebSocket protocol
-    ``tracker serve`` runs; ``tracker serve`` does both, with the configured values."""
+    (64 KiB, 10 s) to keep them, and ``--ws api.web.wsprotocol:AnsweringWebSockets`` for the WebSocket
+    protocol ``tracker serve`` runs; ``tracker serve`` does both, with the configured values."""
     return build(Settings.from_env())
 
 
@@ -159,7 +160,7 @@ def serve_hot(settings: Settings, listener: socket.socket, supervised: Supervise
                             ws_max_size=settings.max_body, ws_per_message_deflate=settings.ws_deflate,
                             lifespan="on", timeout_graceful_shutdown=5, headers=HEADERS,
                             http=guarded_http(settings.max_header_bytes, settings.header_timeout),
-                            ws="websockets-sansio")
+                            ws=AnsweringWebSockets)
     server = uvicorn.Server(config)
     try:
         server.run(sockets=[listener])

@@ -160,9 +160,11 @@ def create_front(shards: list[Shard], *, proxied: bool,
         return JSONResponse(found)
 
     @app.get("/healthz")
-    async def healthz() -> dict[str, Any]:
-        """``ok`` when every shard is, ``degraded`` otherwise, with each shard's own answer."""
-        answers = await asyncio.gather(*(_ask(client, s, "GET", "/healthz", timeout=2.0) for s in shards))
+    async def healthz(request: Request) -> dict[str, Any]:
+        """``ok`` when every shard is, ``degraded`` otherwise, with each shard's own answer (the
+        details a shard gives the admin token only, when the request bears it)."""
+        answers = await asyncio.gather(*(_ask(client, s, "GET", "/healthz", headers=_headers(request), timeout=2.0)
+                                         for s in shards))
         return merge_health({s.index: (a.status_code, a.json()) if a is not None else None
                              for s, a in zip(shards, answers, strict=True)},
                             {s.index: s.endpoint for s in shards})
