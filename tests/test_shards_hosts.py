@@ -1,0 +1,182 @@
+"""Shards on other hosts: two network namespaces stand for two machines, each with its own
+address on a veth pair to this one, each running ``tracker shard K``; ``tracker serve`` here runs
+shard 0, the front and HAProxy, and lists them in ``--shard-hosts``. All three share one Delta
+warehouse (one file system, as a shared volume would be).
+
+What is checked: registration spreads over the three hosts and each dataflow's routes reach its
+shard through the proxy, its ``endpoint`` naming the other host's address; a Spark job reads
+every shard's rows from the one warehouse, each acknowledged batch exactly once; when one host
+is gone (its shard killed, its link down) its dataflows answer 503 ``shard_unavailable`` naming
+the shard while the other hosts' dataflows keep answering.
+
+The test makes the namespaces and removes them (it needs root and ``ip``: it fails, naming
+what is missing, otherwise).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import polars as pl
+import pytest
+
+from api.shards.ids import shard_of
+from tests.helpers import ADMIN_TOKEN, ROOT, ServiceStarter, loop_graph, update, wait_for
+
+pytestmark = pytest.mark.service
+
+SUBNET = 232
+"""``10.SUBNET.K.0/30`` links host K to this machine (``.1`` here, ``.2`` there)."""
+
+
+def _ip(*args: str) -> None:
+    subprocess.run(["ip", *args], check=True, capture_output=True, timeout=10)
+
+
+class Host:
+    """A network namespace with a veth pair to this machine, running ``tracker shard K``."""
+
+    def __init__(self, shard: int, warehouse: Path, log: Path) -> None:
+        self.shard = shard
+        self.name = f"tsh{os.getpid()}-{shard}"
+        self.outside, self.inside = f"tsh{os.getpid() % 100000}o{shard}", f"tsh{os.getpid() % 100000}i{shard}"
+        self.address = f"10.{SUBNET}.{shard}.2"
+        self.url = f"http://{self.address}:8101"
+        self.blackholed = False
+        _ip("netns", "add", self.name)
+        _ip("link", "add", self.outside, "type", "veth", "peer", "name", self.inside)
+        _ip("link", "set", self.inside, "netns", self.name)
+        _ip("addr", "add", f"10.{SUBNET}.{shard}.1/30", "dev", self.outside)
+        _ip("link", "set", self.outside, "up")
+        for command in (("addr", "add", f"{self.address}/30", "dev", self.inside), ("link", "set", self.inside, "up"),
+                        ("link", "set", "lo", "up")):
+            _ip("netns", "exec", self.name, "ip", *command)
+        env = {**os.environ, "TRACKER_ADMIN_TOKEN": ADMIN_TOKEN, "TRACKER_SPARK": "0", "TRACKER_FLUSH_SECONDS": "0.2",
+               "PYTHONUNBUFFERED": "1"}
+        with open(log, "ab") as out:
+            self.process = subprocess.Popen(
+                ["ip", "netns", "exec", self.name, sys.executable, "-m", "tracker.cli", "shard", str(shard), "--host",
+                 self.address, "--port", "8101", "--warehouse", str(warehouse)],
+                cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+
+    def gone(self) -> None:
+        """The host disappears: its shard is killed, its link goes down and nothing sent to its
+        address comes back (a blackhole route: with no route at all, this machine's default route
+        could reach some other box answering for it)."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGKILL)
+            self.process.wait(10)
+        _ip("link", "set", self.outside, "down")
+        _ip("route", "add", "blackhole", f"{self.address}/32")
+        self.blackholed = True
+
+    def remove(self) -> None:
+        """Stop the shard (gracefully: its last Delta flush) and remove the namespace and link."""
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(20)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(10)
+        if self.blackholed:
+            subprocess.run(["ip", "route", "del", "blackhole", f"{self.address}/32"], capture_output=True, timeout=10)
+        subprocess.run(["ip", "link", "del", self.outside], capture_output=True, timeout=10)
+        subprocess.run(["ip", "netns", "del", self.name], capture_output=True, timeout=10)
+
+
+@pytest.fixture
+def hosts(tmp_path: Path) -> Iterator[list[Host]]:
+    if os.geteuid() != 0 or shutil.which("ip") is None:
+        pytest.fail("network namespaces need root and iproute2's `ip` (apt-get install iproute2)", pytrace=False)
+    made: list[Host] = []
+    try:
+        for shard in (1, 2):
+            made.append(Host(shard, tmp_path / "warehouse", tmp_path / f"shard-{shard}.log"))
+        yield made
+    finally:
+        for host in made:
+            host.remove()
+
+
+def _answers(url: str) -> bool:
+    try:
+        return httpx.get(url + "/healthz", timeout=1).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def test_shards_on_two_other_hosts_share_the_warehouse_and_one_host_gone_is_named(
+        hosts: list[Host], start_service: ServiceStarter, spark: Any) -> None:
+    for host in hosts:
+        wait_for(f"shard {host.shard} at {host.url}", lambda h=host: _answers(h.url), 60, interval=0.2)  # type: ignore[misc]
+    service = start_service(shards=1, shard_hosts=",".join(f"{h.shard}={h.url}" for h in hosts),
+                            TRACKER_FLUSH_SECONDS="0.2")
+    assert str(service.warehouse) == hosts[0].process.args[-1]  # one warehouse for the three hosts
+    wait_for("every shard up at the front", lambda: httpx.get(service.url + "/healthz").json()["status"] == "ok",
+             30, interval=0.2)
+    made: list[dict[str, Any]] = []
+    with service.client() as client:
+        for i in range(3):
+            answer = client.post("/v1/dataflows", json=loop_graph(operators=3, name=f"hosted-{i}"))
+            assert answer.status_code == 201, answer.text
+            made.append(answer.json())
+    by_shard = {shard_of(m["id"]): m for m in made}
+    assert sorted(by_shard) == [0, 1, 2]
+    for host in hosts:
+        assert by_shard[host.shard]["endpoint"] == host.url
+    batches = 5
+    for m in made:
+        for seq in range(batches):
+            answer = httpx.post(f"{service.url}/v1/dataflows/{m['id']}/progress",
+                                headers={"Authorization": f"Bearer {m['token']}"},
+                                json={"worker": "w", "seq": seq, "updates": [update(0, 0, "source", [seq + 1], 1)]})
+            assert answer.status_code == 200 and answer.json()["version"] == seq + 1, answer.text
+    gone = by_shard[2]
+
+    def flushed() -> bool:  # shard 2's rows are in the shared tables before its host goes
+        rows = pl.read_delta(str(service.warehouse / "progress")).filter(pl.col("dataflow_id") == gone["id"])
+        return rows.filter(pl.col("version") > 0).height == batches
+
+    wait_for("shard 2's rows in the warehouse", flushed, 30, interval=0.2)
+    hosts[1].gone()
+
+    seen: list[str] = []
+
+    def refused() -> dict[str, Any] | None:
+        answer = httpx.get(f"{service.url}/v1/dataflows/{gone['id']}/frontier", headers=service.admin_headers,
+                           timeout=10)
+        seen.append(f"{answer.status_code} {answer.text[:200]}")
+        return answer.json() if answer.status_code == 503 else None
+
+    try:
+        body = wait_for("shard 2's dataflow to answer 503", refused, 20, interval=0.2)
+    except AssertionError:
+        raise AssertionError(f"shard 2's dataflow never answered 503; its last answers: {seen[-3:]}") from None
+    assert body["error"] == "shard_unavailable" and body["shard"] == 2 and hosts[1].url in body["detail"]
+    for shard in (0, 1):  # the other hosts' dataflows keep answering
+        m = by_shard[shard]
+        answer = httpx.post(f"{service.url}/v1/dataflows/{m['id']}/progress",
+                            headers={"Authorization": f"Bearer {m['token']}"},
+                            json={"worker": "w", "seq": batches, "updates": [update(0, 0, "source", [9], 1)]})
+        assert answer.status_code == 200 and answer.json()["version"] == batches + 1
+    health = httpx.get(service.url + "/healthz").json()
+    assert health["status"] == "degraded" and [s["status"] for s in health["shards"]] == ["ok", "ok", "unavailable"]
+    service.stop()  # graceful: shard 0's last flush
+    hosts[0].remove()  # and shard 1's
+    # Spark reads every shard's rows from the one warehouse: each acknowledged batch once.
+    progress = spark.read.format("delta").load(str(service.warehouse / "progress"))  # type: ignore[attr-defined]
+    rows = progress.filter("version > 0").select("dataflow_id", "worker", "seq").collect()
+    found = {(r["dataflow_id"], r["worker"], r["seq"]) for r in rows}
+    assert len(rows) == len(found)  # none twice
+    expected = {(m["id"], "w", s) for m in made for s in range(batches)}
+    expected |= {(by_shard[k]["id"], "w", batches) for k in (0, 1)}
+    assert found == expected
