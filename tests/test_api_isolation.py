@@ -210,6 +210,7 @@ def test_a_dataflow_is_served_back_in_slices_as_its_response_model_would(drawn: 
     spec = registration_record(RegisterRequest.model_validate({"name": "n", "timestamp_arity": arity, **body}))
     detail = {"id": "d", "name": spec.name, "timestamp_arity": arity, "version": 3, "created_at": "t",
               "state": "running", "nodes": spec.nodes * 40, "edges": spec.edges * 40,  # several slices
+              "endpoint": "http://127.0.0.1:8101",
               "status": {"state": "running", "spark_check": "skipped", "workers": {"w": 2}}}
     whole = DataflowDetail.model_validate(detail).model_dump(mode="json", by_alias=True)
     assert b"".join(detail_json(detail)) == json.dumps(whole, ensure_ascii=False, separators=(",", ":")).encode()

@@ -193,6 +193,14 @@ def test_without_the_proxy_the_front_sends_a_dataflows_requests_to_its_shard(sta
         assert client.get("/v1/dataflows/s5-" + "ef" * 14).status_code == 404
 
 
+def _hot_pid(service: ServiceProcess, shard: int) -> int | None:
+    """The shard's hot-path process, or ``None`` while the front lists none for it (restarting)."""
+    try:
+        return service.pid_of("hot", shard=shard)
+    except StopIteration:
+        return None
+
+
 class _Writer(BatchWriter):
     """Random batches over a dataflow's locations."""
 
@@ -210,14 +218,14 @@ def test_kill_9_of_one_shard_under_load_leaves_the_other_serving_and_loses_nothi
     service = start_service(shards=2, TRACKER_FLUSH_SECONDS="0.2")
     body = loop_graph(operators=4)
     graph, initial = core_graph(body)
-    made = []
-    with service.client() as client:
-        for i in range(2):
+    with service.client() as client:  # the least loaded shard takes each: one on each within a few
+        found = {}
+        for i in range(4):
             answer = client.post("/v1/dataflows", json={**body, "name": f"load-{i}"})
             assert answer.status_code == 201
-            made.append(answer.json())
-    killed, spared = sorted(made, key=lambda m: not m["id"].startswith("s1-"))  # shard 1's, then shard 0's
-    assert killed["id"].startswith("s1-") and not spared["id"].startswith("s1-")
+            found.setdefault(answer.json()["id"].startswith("s1-"), answer.json())
+    killed, spared = found[True], found[False]  # shard 1's dataflow, shard 0's
+    made = [killed, spared]
     writers = {m["id"]: [_Writer(f"w{i}", service.url, m["token"], m["id"], graph.locations()) for i in range(2)]
                for m in made}
     probes: list[int] = []
@@ -241,7 +249,7 @@ def test_kill_9_of_one_shard_under_load_leaves_the_other_serving_and_loses_nothi
             before = sum(len(w.acked) for w in writers[spared["id"]])
             os.kill(pid, signal.SIGKILL)
             wait_for("the killed shard to be gone", lambda p=pid: not alive(p), 10, interval=0.02)  # type: ignore[misc]
-            new = wait_for("the shard's restart", lambda p=pid: (q := service.pid_of("hot", shard=1)) != p and q,
+            new = wait_for("the shard's restart", lambda p=pid: (q := _hot_pid(service, 1)) != p and q,  # type: ignore[misc]
                            30, interval=0.1, service=service)
             assert new != pid
             assert sum(len(w.acked) for w in writers[spared["id"]]) > before  # the other shard kept taking batches

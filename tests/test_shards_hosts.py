@@ -71,12 +71,12 @@ class Host:
         """The host disappears: its shard is killed, its link goes down and nothing sent to its
         address comes back (a blackhole route: with no route at all, this machine's default route
         could reach some other box answering for it)."""
+        _ip("route", "add", "blackhole", f"{self.address}/32")  # first: no moment without a route to it
+        self.blackholed = True
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGKILL)
             self.process.wait(10)
         _ip("link", "set", self.outside, "down")
-        _ip("route", "add", "blackhole", f"{self.address}/32")
-        self.blackholed = True
 
     def remove(self) -> None:
         """Stop the shard (gracefully: its last Delta flush) and remove the namespace and link."""

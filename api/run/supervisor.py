@@ -56,7 +56,7 @@ from pathlib import Path
 from api.channel.supervised import _PR_SET_PDEATHSIG, CANNOT_BOOT, FD_ENV, PID_ENV
 from api.config import ENGINE_NAMES, Settings
 from api.run.hot import SETTINGS_ENV
-from api.run.server import StartupError, prepare
+from api.run.server import StartupError
 from api.run.topology import Process, Topology, serve_topology, shard_topology
 
 log = logging.getLogger("tracker.supervisor")
@@ -257,12 +257,10 @@ def _supervise(args: argparse.Namespace, shard: int | None) -> int:
         settings.spark_address = str(runtime / "spark.sock")
     try:
         try:
-            lock, _ = prepare(settings, warehouse_lock=shard is None)
             topology = serve_topology(settings, runtime) if shard is None else shard_topology(settings, shard)
         except StartupError as error:
             print(f"{command}: error: {error}", file=sys.stderr)
             return 2
-        topology.held.append(lock)
         for note in topology.notes:
             print(f"[tracker] {note}", file=sys.stderr, flush=True)
         log.info("starting", extra={

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from api.config import Settings
-from api.run.server import StartupError, listen
+from api.run.server import StartupError, listen, prepare
 from api.shards import haproxy
 from api.shards.layout import Shard, default_shards, logged_shards, parse_shard_hosts, plan, url_of
 
@@ -93,8 +93,9 @@ def _shard_lock(settings: Settings, index: int, what: str) -> Any:
 
 
 def serve_topology(settings: Settings, runtime: Path) -> Topology:
-    """``tracker serve``'s processes for ``settings`` (the warehouse lock already held). Raises
-    :class:`StartupError` with one line for a layout that cannot run."""
+    """``tracker serve``'s processes for ``settings``: every port bound first, then the
+    warehouse taken (:func:`~api.run.server.prepare`: its lock is among :attr:`Topology.held`).
+    Raises :class:`StartupError` with one line for a layout that cannot run."""
     try:
         remote = parse_shard_hosts(settings.shard_hosts)
     except ValueError as error:
@@ -105,12 +106,15 @@ def serve_topology(settings: Settings, runtime: Path) -> Topology:
     public = listen(settings.host, settings.port, settings.send_buffer)
     url = url_of(settings.host, settings.port)
     if local == 1 and not remote:  # one shard: it serves everything at the public address
+        warehouse, _ = prepare(settings)
         shard = Shard(0, url_of(settings.advertise_host or settings.host, settings.port), True)
         lock = _shard_lock(settings, 0, f"tracker serve on port {settings.port}")
         _check_logs(settings, [shard])
-        return Topology([shard], [_hot(settings, shard, public, lock, False)], url, True, [], [public, lock])
+        return Topology([shard], [_hot(settings, shard, public, lock, False)], url, True, [],
+                        [public, warehouse, lock])
     first = settings.port + 101 if settings.shard_port is None else settings.shard_port
     listeners = [listen(settings.host, first + k if first else 0, settings.send_buffer) for k in range(local)]
+    warehouse, _ = prepare(settings)
     shards = plan(local, remote, settings.advertise_host or settings.host,
                   [s.getsockname()[1] for s in listeners])
     _check_logs(settings, shards)
@@ -131,7 +135,7 @@ def serve_topology(settings: Settings, runtime: Path) -> Topology:
         processes.append(Process("proxy", [binary, "-db", "-f", str(config)], pass_fds=(public.fileno(),),
                                  supervised=False))
     processes.append(_front(settings, shards, front_listener, proxied=binary is not None))
-    return Topology(shards, processes, url, True, notes, [public, front_listener, *listeners, *locks])
+    return Topology(shards, processes, url, True, notes, [public, front_listener, *listeners, warehouse, *locks])
 
 
 def _front(settings: Settings, shards: list[Shard], listener: socket.socket, proxied: bool) -> Process:
@@ -147,8 +151,10 @@ def _front(settings: Settings, shards: list[Shard], listener: socket.socket, pro
 
 
 def shard_topology(settings: Settings, index: int) -> Topology:
-    """``tracker shard K``'s one process: shard ``index`` on ``--host``/``--port``."""
+    """``tracker shard K``'s one process: shard ``index`` on ``--host``/``--port`` (the port bound
+    first, then the warehouse prepared, whose lock it does not take: ``tracker serve``'s)."""
     listener = listen(settings.host, settings.port, settings.send_buffer)
+    prepare(settings, warehouse_lock=False)
     shard = Shard(index, url_of(settings.advertise_host or settings.host, settings.port), True)
     lock = _shard_lock(settings, index, f"tracker shard {index} on port {settings.port}")
     return Topology([shard], [_hot(settings, shard, listener, lock, True)], shard.endpoint, False, [],

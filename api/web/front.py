@@ -87,12 +87,25 @@ def create_front(shards: list[Shard], *, proxied: bool,
     client = httpx.AsyncClient(timeout=httpx.Timeout(30.0, connect=1.0),
                                limits=httpx.Limits(max_keepalive_connections=64))
 
+    async def health(shard: Shard) -> httpx.Response | bool:
+        """The shard's ``/healthz``, or whether it could be reached at all (a slow answer on a busy
+        machine is no reason to send registrations elsewhere; a refused connection is)."""
+        try:
+            return await client.get(shard.endpoint + "/healthz", timeout=5.0)
+        except httpx.TimeoutException:
+            return True
+        except httpx.HTTPError:
+            return False
+
     async def poll() -> None:
         while True:
-            answers = await asyncio.gather(*(_ask(client, s, "GET", "/healthz", timeout=2.0) for s in shards))
+            answers = await asyncio.gather(*(health(s) for s in shards))
             for shard, answer in zip(shards, answers, strict=True):
-                known.up[shard.index] = answer is not None and answer.status_code == 200
-                if known.up[shard.index] and answer is not None:  # a read older than a registration since: kept
+                if isinstance(answer, bool):
+                    known.up[shard.index] = answer
+                    continue
+                known.up[shard.index] = answer.status_code == 200
+                if answer.status_code == 200:  # a read older than a registration since: kept
                     known.load[shard.index] = max(known.load[shard.index], int(answer.json().get("dataflows", 0)))
             await asyncio.sleep(POLL_SECONDS)
 
