@@ -40,7 +40,6 @@ from api.shards.merge import merge_health, merge_metrics
 from api.web import dashboard
 from api.web.app import answer_errors
 
-log = logging.getLogger("tracker.front")
 logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request to a shard, every second
 POLL_SECONDS = 1.0
 """How often the front reads each shard's load (its ``/healthz``)."""
@@ -220,8 +219,10 @@ def create_front(shards: list[Shard], *, proxied: bool,
     async def socket(websocket: WebSocket, id: str) -> None:
         """Refused (403 at the handshake): a WebSocket reaches its shard through the proxy or at
         the dataflow's ``endpoint``."""
+        shard = owner(id)
         with contextlib.suppress(Exception):
-            await websocket.close(code=1008, reason=f"connect to the dataflow's endpoint ({owner(id) or 'unknown'})")
+            await websocket.close(code=1008, reason=f"connect at the dataflow's endpoint ({shard.endpoint})" if shard
+                                  else "unknown_dataflow")
 
     app.include_router(dashboard.pages)
     return app
