@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import sys
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -23,8 +24,15 @@ _STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"messa
 
 
 class JsonFormatter(logging.Formatter):
-    """One JSON object per line: time, level, logger, message, and every ``extra`` field, passed
-    through ``redact`` (the hot path's removes token values)."""
+    """One JSON object per line: time, level, logger, message, and every ``extra`` field, each
+    text passed through ``redact`` (the hot path's removes token values) and stripped of terminal
+    colours (uvicorn's ``color_message`` is dropped) before it is encoded, so the line stays JSON.
+
+    >>> line = JsonFormatter().format(logging.makeLogRecord({"msg": "\x1b[1mbold\x1b[0m",
+    ...                                                      "color_message": "x"}))
+    >>> json.loads(line)["msg"], "color_message" in json.loads(line)
+    ('bold', False)
+    """
 
     def __init__(self, redact: Callable[[str], str] = lambda text: text) -> None:
         super().__init__()
@@ -38,11 +46,24 @@ class JsonFormatter(logging.Formatter):
             "msg": record.getMessage(),
         }
         for key, value in vars(record).items():
-            if key not in _STANDARD and not key.startswith("_"):
+            if key not in _STANDARD and not key.startswith("_") and key != "color_message":
                 entry[key] = value
         if record.exc_info:
             entry["exc"] = self.formatException(record.exc_info)
-        return self.redact(json.dumps(entry, default=str))
+        return json.dumps(self._clean(entry), default=lambda other: self._clean(str(other)))
+
+    def _clean(self, value: Any) -> Any:
+        """``value`` with every text in it redacted and stripped of terminal escapes."""
+        if isinstance(value, str):
+            return self.redact(_COLOURS.sub("", value))
+        if isinstance(value, dict):
+            return {key: self._clean(item) for key, item in value.items()}
+        if isinstance(value, list | tuple):
+            return [self._clean(item) for item in value]
+        return value
+
+
+_COLOURS = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 
 def configure_logging(level: str, formatter: logging.Formatter | None = None,

@@ -6,8 +6,9 @@ the same machine, and checks the answers it times (``native``, ``recovery``, ``r
 figures). Importing a module here starts nothing heavy; ``run`` does.
 
 >>> from bench.__main__ import available
->>> sorted(available())
-['ages', 'isolation', 'limits', 'native', 'recovery', 'restart', 'scopes', 'service', 'spark', 'tenants', 'workers']
+>>> sorted(available())  # doctest: +NORMALIZE_WHITESPACE
+['ages', 'isolation', 'limits', 'native', 'recovery', 'restart', 'scopes', 'service', 'spark', 'tenants',
+ 'timely', 'workers']
 >>> available()["native"]
 'native: the incremental tracker against a from-scratch recompute, and the compiled engine against it.'
 """

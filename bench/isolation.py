@@ -7,6 +7,9 @@ clients back to back), SSE resumes from ``Last-Event-ID: 1`` that never read (40
 a 4 KB receive buffer), 1,000 idle WebSockets subscribed to a busy dataflow, 500 SSE
 subscribers reading a busy dataflow (whose own poster is timed too), batches moving the
 input's capability on an 8,000-operator chain (8,000 frontier changes each) back to back, the
+same on the most expensive graph the service accepts of a family it refuses when larger (a
+chain of ``k`` diamonds of arity 2, branches ``[1, 0]`` and ``[0, 1]``: the largest ``k`` of
+48, 44, 40, ... registered, ``k + 1`` times in the last frontiers), the
 answers that span a whole 50,000-node chain (its graph, frontier, lag, an explanation and the
 summaries from its input) back to back, and registrations of a 50,000-node chain and of a
 refused 200,000-port graph back to back. The
@@ -47,7 +50,7 @@ import httpx
 from websockets.asyncio.client import ClientConnection, connect
 
 from api.run.process import ADMIN_TOKEN, ServiceProcess
-from bench.workloads import loop_graph
+from bench.workloads import diamonds_graph, loop_graph
 
 RSS_BOUND_MB = 1024
 """The bound the service's resident memory must stay under through every abuse (MiB), plus
@@ -73,11 +76,12 @@ def _chain_body(nodes: int, name: str) -> dict[str, Any]:
                       for i in range(nodes - 1)]}
 
 
-def _advance(seq: int) -> str:
-    """A batch moving the input's capability from ``seq`` to ``seq + 1``."""
+def _advance(seq: int, arity: int = 1) -> str:
+    """A batch moving the input's capability from ``seq`` to ``seq + 1`` (in the first coordinate)."""
+    rest = [0] * (arity - 1)
     return json.dumps({"worker": "w", "seq": seq, "updates": [
-        {"location": {"node": 0, "port": 0, "kind": "source"}, "time": [seq], "delta": -1},
-        {"location": {"node": 0, "port": 0, "kind": "source"}, "time": [seq + 1], "delta": 1}]})
+        {"location": {"node": 0, "port": 0, "kind": "source"}, "time": [seq, *rest], "delta": -1},
+        {"location": {"node": 0, "port": 0, "kind": "source"}, "time": [seq + 1, *rest], "delta": 1}]})
 
 
 def _locations(body: dict[str, Any]) -> int:
@@ -94,8 +98,10 @@ def _rss_mb(pid: int) -> float:
 class _Tenant:
     """A registered dataflow and a worker that numbers its batches."""
 
-    def __init__(self, service: ServiceProcess, client: httpx.AsyncClient, dataflow_id: str, token: str) -> None:
+    def __init__(self, service: ServiceProcess, client: httpx.AsyncClient, dataflow_id: str, token: str,
+                 arity: int = 1) -> None:
         self.service, self.client, self.id, self.token, self.seq = service, client, dataflow_id, token, 0
+        self.arity = arity
 
     @classmethod
     async def register(cls, service: ServiceProcess, client: httpx.AsyncClient, body: dict[str, Any]) -> _Tenant:
@@ -104,7 +110,7 @@ class _Tenant:
         if answer.status_code != 201:
             raise RuntimeError(f"registration refused: {answer.text[:200]}")
         _hosted[0] += _locations(body)
-        return cls(service, client, answer.json()["id"], answer.json()["token"])
+        return cls(service, client, answer.json()["id"], answer.json()["token"], body.get("timestamp_arity", 1))
 
     def ws(self, subscribe: bool = False) -> Any:
         url = f"{self.service.ws_url}/v1/dataflows/{self.id}/ws?subscribe={'true' if subscribe else 'false'}"
@@ -114,7 +120,7 @@ class _Tenant:
     async def acked(self, ws: ClientConnection) -> float:
         """Send the next batch, wait for its ack (skipping change events); the seconds it took."""
         started = time.perf_counter()
-        await ws.send(_advance(self.seq))
+        await ws.send(_advance(self.seq, self.arity))
         self.seq += 1
         while True:
             # Undecoded: the 1.6 MB change events of the 8,000-operator chain are skipped anyway,
@@ -133,7 +139,7 @@ class _Tenant:
             while versions > 0:
                 window = min(512, versions)
                 for _ in range(window):
-                    await ws.send(_advance(self.seq))
+                    await ws.send(_advance(self.seq, self.arity))
                     self.seq += 1
                 for _ in range(window):
                     await ws.recv()
@@ -339,6 +345,27 @@ async def _run(service: ServiceProcess, quick: bool) -> dict[str, dict[str, Any]
 
         results["huge_batch"] = await _scenario(service, probe, seconds, huge_batches)
 
+        diamonds, too_costly = None, []
+        for k in (48, 44, 40, 36, 32, 24, 16):  # the largest the service accepts
+            try:
+                diamonds = await _Tenant.register(service, client, diamonds_graph(k, f"diamonds-{k}"))
+                break
+            except RuntimeError:
+                too_costly.append(k)
+        assert diamonds is not None, "no chain of diamonds accepted"
+
+        async def expensive_batches(stop: asyncio.Event, ready: asyncio.Event, counter: list[int]
+                                    ) -> dict[str, Any]:
+            assert diamonds is not None
+            async with diamonds.ws(subscribe=True) as ws:
+                ready.set()
+                while not stop.is_set():
+                    await diamonds.acked(ws)
+                    counter[0] += 1
+            return {"diamonds_accepted": k, "diamonds_refused": too_costly}
+
+        results["expensive_graph"] = await _scenario(service, probe, seconds, expensive_batches)
+
         wide = await _Tenant.register(service, client, _chain_body(10_000 if quick else 50_000, "chain-reads"))
         reads = [f"/v1/dataflows/{wide.id}{path}" for path in (
             "", "/frontier", "/lag", "/frontier/explain?node=1&port=0&kind=target&time=0",
@@ -406,6 +433,9 @@ def run(quick: bool) -> dict[str, Any]:
               f"{row['samples']:5} {row['rss_max_mb']:7.0f}M {row['rss_after_mb']:8.0f}M {bound:8.0f}M {poster:>18} "
               f"{'yes' if ok else 'NO'}")
         figures.update({f"{name}_{key}": value for key, value in row.items()})
+    accepted = results["expensive_graph"]
+    print(f"expensive_graph: {accepted['diamonds_accepted']} diamonds accepted and moved back to back "
+          f"(refused first: {', '.join(map(str, accepted['diamonds_refused'])) or 'none'})")
     targets = {f"{name}_p99_ms": {"max": limit} for name in results if name != "baseline"}
     targets.update({f"{name}_rss_max_mb": {"max": bound} for name, bound in bounds.items()})
     return {"name": "isolation", "figures": figures, "targets": targets}

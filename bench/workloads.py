@@ -221,3 +221,30 @@ def register(service: ServiceProcess, body: dict[str, Any]) -> tuple[str, str]:
 def update(node: int, port: int, kind: str, time_: list[int], delta: int) -> dict[str, Any]:
     """One update's JSON."""
     return {"location": {"node": node, "port": port, "kind": kind}, "time": time_, "delta": delta}
+
+
+def diamonds_graph(k: int, name: str = "diamonds") -> dict[str, Any]:
+    """A registration body of arity 2: an input, then a chain of ``k`` diamonds, each two
+    branches (summaries ``[1, 0]`` and ``[0, 1]``) from the previous output joining in one
+    node. From the input, the minimal path summaries to the ``j``-th join are the ``j + 1``
+    incomparable ``[a, j - a]``: the antichains, and the frontiers one time there makes, grow
+    with ``k``.
+
+    >>> body = diamonds_graph(2)
+    >>> len(body["nodes"]), len(body["edges"])
+    (7, 10)
+    """
+    nodes: list[dict[str, Any]] = [{"id": 0, "name": "input", "inputs": 0, "outputs": 1}]
+    edges: list[dict[str, Any]] = []
+    previous = 0
+    for i in range(k):
+        a, b, join = 3 * i + 1, 3 * i + 2, 3 * i + 3
+        for node, summary in ((a, [1, 0]), (b, [0, 1])):
+            nodes.append({"id": node, "inputs": 1, "outputs": 1,
+                          "connections": [{"input": 0, "output": 0, "summaries": [summary]}]})
+            edges.append({"source": {"node": previous, "port": 0}, "target": {"node": node, "port": 0}})
+        nodes.append({"id": join, "inputs": 2, "outputs": 1})
+        edges += [{"source": {"node": a, "port": 0}, "target": {"node": join, "port": 0}},
+                  {"source": {"node": b, "port": 0}, "target": {"node": join, "port": 1}}]
+        previous = join
+    return {"name": name, "timestamp_arity": 2, "nodes": nodes, "edges": edges}

@@ -19,10 +19,12 @@ import shutil
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 import httpx
 import pytest
 
+from api.durability.marks import read_block
 from api.durability.records import Batch, decode
 from api.durability.segments import HEADER_SIZE, scan
 from tests.helpers import (
@@ -77,13 +79,13 @@ def test_a_damaged_record_refuses_its_dataflow_alone_and_nothing_is_cut(start_se
     service.kill9()
     [segment] = sorted((service.warehouse / "_wal").glob("wal-*.log"))
     original = segment.read_bytes()
-    frames = scan(original).payloads
+    frames = scan(original, read_block(original).size).payloads  # the frames follow the mark block
     batches = [(offset, decode(payload)) for offset, payload in frames if isinstance(decode(payload), Batch)]
     middle_offset, middle = batches[len(batches) // 2]
     last_offset, last = batches[-1]
     trials = [
         ("a byte in the middle of a batch's payload", middle_offset + HEADER_SIZE + 12, middle.df),
-        ("byte 20: the first record's first header copy", 20, None),
+        ("byte 20 of the first record's first header copy", frames[0][0] + 20, None),
         ("a byte in the complete last record", last_offset + HEADER_SIZE + 50, last.df),
     ]
     for what, offset, refused in trials:
@@ -108,7 +110,9 @@ def test_a_damaged_record_refuses_its_dataflow_alone_and_nothing_is_cut(start_se
         if refused is None:
             assert health["status"] == "ok" and _metric(service, "tracker_dataflows_damaged") == 0, what
         else:
-            assert health["status"] == "degraded" and [d["id"] for d in health["damaged"]] == [refused], what
+            assert health == {**health, "status": "degraded", "damaged_count": 1} and "damaged" not in health, what
+            admin = httpx.get(service.url + "/healthz", headers=service.admin_headers).json()
+            assert [d["id"] for d in admin["damaged"]] == [refused] and "byte" in admin["damaged"][0]["detail"], what
             assert _metric(service, "tracker_dataflows_damaged") == 1, what
         service.kill9()
     segment.write_bytes(original)
@@ -215,9 +219,10 @@ def test_unwritable_delta_keeps_the_lag_counted_and_health_degraded(start_servic
                 assert time.monotonic() < deadline, (_metric(service, "tracker_delta_lag_versions"),
                                                      client.get("/healthz").json())
                 time.sleep(0.05)
-            health = client.get("/healthz")
+            health = httpx.get(service.url + "/healthz")  # no token: the error itself is not shown
             assert health.status_code == 200 and health.json()["status"] == "degraded"
-            assert health.json()["delta_failing"]["lag_versions"] == 5
+            assert health.json()["delta_failing"]["lag_versions"] == 5 and "error" not in health.json()["delta_failing"]
+            assert httpx.get(service.url + "/healthz", headers=service.admin_headers).json()["delta_failing"]["error"]
         finally:
             log.unlink()
             aside.rename(log)
@@ -226,6 +231,54 @@ def test_unwritable_delta_keeps_the_lag_counted_and_health_degraded(start_servic
             assert time.monotonic() < deadline, "the flush never recovered"
             time.sleep(0.05)
         assert _metric(service, "tracker_delta_lag_versions") == 0
+
+
+def test_a_damaged_or_missing_delta_file_is_reported_and_the_service_starts_from_what_it_can_read(
+        start_service: ServiceStarter) -> None:
+    """A missing or damaged data file of a table recovery reads stopped the start with a stack
+    trace, and a missing file of ``progress`` was not noticed at all. Each in turn now: the
+    service starts, every dataflow comes back exactly (the log still holds its batches), and
+    ``/healthz`` names the table (what is wrong: for the admin token)."""
+    service = start_service(TRACKER_FLUSH_SECONDS="0.1", TRACKER_COMPACT_SECONDS="0.2")
+    body = loop_graph(operators=2)
+    _, initial = core_graph(body)
+    flows = [register_flow(service, body)[0] for _ in range(2)]
+    sent = [[update(1, 0, "target", [seq], 1)] for seq in range(4)]
+    with service.client() as client:
+        for dataflow_id in flows:
+            for seq, batch in enumerate(sent):
+                _send(client, dataflow_id, "w", seq, batch)
+        deadline = time.monotonic() + 30
+        while any(client.get(f"/v1/dataflows/{d}").json()["status"]["delta_version"] < 4 for d in flows) \
+                or not list((service.warehouse / "pointstamps").rglob("*.parquet")):
+            assert time.monotonic() < deadline, "never flushed and compacted"
+            time.sleep(0.1)
+    service.kill9()
+    pristine = service.warehouse.parent / "pristine"
+    shutil.copytree(service.warehouse, pristine)
+    counts = oracle.accumulate([initial, *(as_updates(b) for b in sent)])
+    for table, damage in (("pointstamps", "missing"), ("pointstamps", "garbage"), ("progress", "missing"),
+                          ("dataflows", "missing")):
+        from deltalake import DeltaTable
+
+        listed = DeltaTable(str(service.warehouse / table)).get_add_actions(flatten=True).column("path").to_pylist()
+        victim = service.warehouse / table / unquote(sorted(listed)[-1])  # a file the current version reads
+        if damage == "missing":
+            victim.unlink()
+        else:
+            victim.write_bytes(b"not parquet")
+        service.restart()
+        health = httpx.get(service.url + "/healthz").json()
+        assert health["status"] == "degraded" and health["delta_damaged"] == [table], (table, damage, health)
+        detail = httpx.get(service.url + "/healthz", headers=service.admin_headers).json()["delta_damaged_detail"]
+        assert list(detail) == [table] and detail[table].startswith(
+            "1 data file(s) its Delta log lists are missing" if damage == "missing" else "cannot be read"), detail
+        with service.client() as client:
+            for dataflow_id in flows:
+                assert _state(client, dataflow_id) == (4, {"w": 3}, counts), (table, damage)
+        service.kill9()
+        shutil.rmtree(service.warehouse)
+        shutil.copytree(pristine, service.warehouse)
 
 
 def test_with_the_log_down_registration_is_503_and_an_unacknowledged_seq_is_not_used(

@@ -91,3 +91,22 @@ def test_many_dataflows_share_commits_and_tidying_keeps_every_row(start_service:
     for dataflow_id, _ in registered:
         mine = rows.filter(pl.col("dataflow_id") == dataflow_id)
         assert sorted(mine["version"].to_list()) == [0, *sorted(list(range(1, BATCHES + 1)) * 2)]
+
+
+def test_a_failed_graph_table_write_is_retried_without_a_restart(start_service: ServiceStarter) -> None:
+    """The graph tables' first write fails (a file stands where the ``nodes`` table goes): it
+    was not tried again until a restart; now it is, and lands once the obstacle is gone."""
+    service = start_service(TRACKER_FLUSH_SECONDS="0.2")
+    blocker = service.warehouse / "nodes"
+    blocker.write_text("not a table")
+    dataflow_id, token = register(service, loop_graph(operators=2))
+    with service.client(token) as client:
+        time.sleep(2.0)  # a first attempt and a retry, both failing
+        assert client.get(f"/v1/dataflows/{dataflow_id}").json()["status"]["graph_stored"] is False
+        blocker.unlink()
+        deadline = time.monotonic() + 20
+        while not client.get(f"/v1/dataflows/{dataflow_id}").json()["status"]["graph_stored"]:
+            assert time.monotonic() < deadline, "the graph tables were never written again"
+            time.sleep(0.2)
+    nodes = pl.read_delta(str(service.warehouse / "nodes")).filter(pl.col("dataflow_id") == dataflow_id)
+    assert nodes.height == 3  # written once: the input and the two operators

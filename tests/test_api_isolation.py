@@ -227,3 +227,36 @@ def test_accepted_connections_get_the_bounded_send_buffer() -> None:
         accepted, _ = listener.accept()
         with accepted:
             assert 65536 <= accepted.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF) <= 2 * 65536
+
+
+def _rss_mb(service: ServiceProcess) -> float:
+    assert service.process is not None
+    status = Path(f"/proc/{service.process.pid}/status").read_text()
+    return int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmRSS:"))) / 1024
+
+
+def test_a_graph_too_costly_to_track_is_refused_with_its_estimate_whatever_its_size(service: ServiceProcess) -> None:
+    """Chains of k diamonds (arity 2, branches [1, 0] and [0, 1]: k + 1 summaries at the end).
+    k = 400 and 700 were accepted before (the check was skipped past a budget): one batch then
+    took seconds of the event loop and k = 700 grew the service by 800 MB at registration. Every
+    size is now judged (a cheap bound, then the exact search where the bound is too high), and
+    refused with what it found; a smaller chain within the engine's budget is served."""
+    from bench.workloads import diamonds_graph
+
+    before = _rss_mb(service)
+    with service.client() as client:
+        for k in (200, 400, 700):
+            answer = client.post("/v1/dataflows", json=diamonds_graph(k))
+            assert answer.status_code == 422, (k, answer.text[:300])
+            detail = answer.json()["detail"]
+            assert "more than 64 incomparable minimal path summaries (65)" in detail, detail
+            assert f"the estimate: up to {k + 1} at" in detail, detail
+    assert _rss_mb(service) < before + 150
+    dataflow, token = register(service, diamonds_graph(20, name="twenty-diamonds"))
+    with service.client(token) as client:
+        moved = client.post(f"/v1/dataflows/{dataflow}/progress", json={"worker": "w", "seq": 0, "updates": [
+            {"location": {"node": 0, "port": 0, "kind": "source"}, "time": [0, 0], "delta": -1},
+            {"location": {"node": 0, "port": 0, "kind": "source"}, "time": [1, 0], "delta": 1}]})
+        assert moved.status_code == 200
+        end = client.get(f"/v1/dataflows/{dataflow}/frontier", params={"node": 60, "port": 0, "kind": "source"})
+        assert sorted(end.json()["locations"][0]["frontier"]) == [[1 + a, 20 - a] for a in range(21)]

@@ -93,6 +93,28 @@ def test_a_count_left_negative_is_a_violation_naming_it(service: ServiceProcess)
     assert repaired["state"] in ("running", "stalled") and repaired["violations"] == []
 
 
+def test_a_frontier_moved_backwards_is_a_violation_at_once_naming_the_update(start_service: ServiceStarter) -> None:
+    """+1 at time 1 after the input's capability moved to 5: nothing held could produce it (the
+    frontier there had passed 5). It was applied with no signal, while a negative count became a
+    violation; it is applied still (the protocol's own batches never do it), and the state says
+    so at once, naming it; a pointstamp the frontier allows is not one. Both engines."""
+    for engine in ("native", "reference"):
+        service = start_service(engine=engine, TRACKER_DELTA="0")
+        dataflow, _ = register(service, pair("backwards"))
+        assert post(service, dataflow, 0, [update(0, 0, "source", [0], -1), update(0, 0, "source", [5], 1)]
+                    ).status_code == 200
+        assert post(service, dataflow, 1, [update(1, 0, "target", [6], 1)]).status_code == 200  # allowed: 6 >= 5
+        assert status(service, dataflow)["state"] == "running" and status(service, dataflow)["regression_count"] == 0
+        assert post(service, dataflow, 2, [update(1, 0, "target", [6], -1), update(1, 0, "target", [1], 1)]
+                    ).status_code == 200
+        found = status(service, dataflow)
+        assert found["state"] == "violation" and found["regression_count"] == 1, (engine, found)
+        assert found["regressions"] == [{"location": {"node": 1, "port": 0, "kind": "target"}, "time": [1],
+                                         "version": 3}], engine
+        assert "moved a frontier backwards" in service.log_path.read_text()
+        service.stop()
+
+
 def test_list_filters_by_state_and_name(service: ServiceProcess) -> None:
     done, _ = register(service, pair("filtered"))
     live, _ = register(service, pair("filtered"))

@@ -188,6 +188,32 @@ def test_oversized_heads_get_431_without_buffering_them(service: ServiceProcess)
     assert httpx.get(service.url + "/healthz", timeout=2).status_code == 200
 
 
+def _upgrade(path: bytes, extra: bytes = b"") -> bytes:
+    return (b"GET " + path + b" HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+            b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n" + extra + b"\r\n")
+
+
+def test_websocket_handshakes_refused_by_their_size_are_answered_and_closed(service: ServiceProcess) -> None:
+    """A WebSocket upgrade whose request line is over 8 KiB (under the head limit) was never
+    answered nor closed, without any token: the client got 0 bytes and the server kept the
+    descriptor. Now: 414 with the JSON error, then the connection ends; a header line over
+    8 KiB gets 431 the same way."""
+    long_path = b"/v1/dataflows/x/ws?subscribe=false&pad=" + b"a" * 9000
+    answer, waited = _raw(service, _upgrade(long_path))
+    assert _status(answer) == 414 and _body(answer)["error"] == "uri_too_long", answer[:300]
+    assert b"\r\nx-frame-options: DENY\r\n" in answer and waited < 5
+    answer, waited = _raw(service, _upgrade(b"/v1/dataflows/x/ws", b"X-Padding: " + b"p" * 9000 + b"\r\n"))
+    assert _status(answer) == 431 and _body(answer)["error"] == "headers_too_large", answer[:300]
+    assert waited < 5
+    with ExitStack() as stack:  # many at once: each one ends (before, each held its descriptor)
+        socks = [stack.enter_context(socket.create_connection(("127.0.0.1", service.port))) for _ in range(50)]
+        for sock in socks:
+            sock.settimeout(10)
+            sock.sendall(_upgrade(long_path))
+        assert all(_status(_until_closed(sock)) == 414 for sock in socks)
+    assert httpx.get(service.url + "/healthz", timeout=5).status_code == 200
+
+
 def test_incomplete_heads_are_timed_out_and_kept_alive_connections_are_not(service: ServiceProcess) -> None:
     partial, waited = _raw(service, b"GET /healthz HTTP/1.1\r\nHost: x\r\n")  # never finished
     assert _status(partial) == 408 and _body(partial)["error"] == "request_timeout", partial
@@ -201,6 +227,35 @@ def test_incomplete_heads_are_timed_out_and_kept_alive_connections_are_not(servi
             time.sleep(pause)
             sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
             assert _status(_response(sock)) == 200
+
+
+def test_a_body_that_stops_arriving_is_timed_out_and_a_client_leaving_mid_body_is_no_error(
+        service: ServiceProcess) -> None:
+    """Content-Length 1000, one byte sent: the connection was held 40 s and more (with a
+    dataflow token); now 408 once no byte came for the head timeout, and closed. A client that
+    leaves mid-body was logged as an ERROR with a stack trace; now one info line."""
+    dataflow_id, token = register(service, loop_graph())
+    head = (f"POST /v1/dataflows/{dataflow_id}/progress HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n"
+            "Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n").encode()
+    answer, waited = _raw(service, head + b"{", wait=HEAD_TIMEOUT + 10)
+    assert _status(answer) == 408 and _body(answer)["error"] == "request_timeout", answer[:300]
+    assert HEAD_TIMEOUT * 0.8 <= waited < HEAD_TIMEOUT + 5, waited
+    with socket.create_connection(("127.0.0.1", service.port)) as sock:  # a slow body is not idle
+        sock.settimeout(10)
+        body = json.dumps({"worker": "slow", "seq": 0, "updates": []}).encode()
+        sock.sendall(head.replace(b"1000", str(len(body)).encode()))
+        for i in range(0, len(body), 8):
+            time.sleep(HEAD_TIMEOUT / 4)
+            sock.sendall(body[i:i + 8])
+        assert _status(_response(sock)) == 200
+    mark = len(service.log_path.read_text())
+    with socket.create_connection(("127.0.0.1", service.port)) as sock:
+        sock.sendall(head + b'{"worker"')
+        time.sleep(0.2)
+    time.sleep(0.5)
+    lines = [json.loads(line) for line in service.log_path.read_text()[mark:].splitlines() if line.startswith("{")]
+    assert not [line for line in lines if line["level"] in ("error", "critical")], lines
+    assert any("went away before its request body arrived" in line["msg"] for line in lines), lines
 
 
 def test_oversized_bodies_and_messages_are_refused(service: ServiceProcess) -> None:
@@ -235,6 +290,26 @@ def test_tokens_in_websocket_urls_never_reach_the_log(service: ServiceProcess) -
     handshakes = [line for line in log.splitlines() if f"/v1/dataflows/{dataflow_id}/ws" in line]
     assert any("token=[redacted]" in line for line in handshakes), handshakes  # the lines exist, redacted
     assert token not in log and ADMIN_TOKEN not in log
+
+
+def test_every_log_line_is_json_without_secrets_or_colours(service: ServiceProcess) -> None:
+    """``?access_token=`` was logged in clear; a redacted ``?token=`` at the end of a quoted path
+    took the backslash escaping the quote with it (an invalid JSON line); uvicorn's colour codes
+    were copied into the lines."""
+    dataflow_id, token = register(service, loop_graph())
+    for query in (f"access_token={token}", f"token=wrong-{token}"):  # refused (401), and logged
+        with pytest.raises(InvalidStatus), ws_connect(f"{service.ws_url}/v1/dataflows/{dataflow_id}/ws?{query}"):
+            pass
+    time.sleep(0.5)
+    log = service.log_path.read_text()
+    assert token not in log and "access_token=[redacted]" in log
+    lines = [line for line in log.splitlines() if line.strip()]
+    # The start-up line meant for people ("[tracker] ready at ...") is the one line not JSON.
+    assert [line for line in lines if line.startswith("[tracker] ready at ")]
+    for line in lines:
+        if not line.startswith("[tracker] "):
+            json.loads(line)  # every other line is one JSON object
+    assert not [line for line in lines if "\\u001b" in line or "\x1b" in line]
 
 
 def test_security_headers_on_the_dashboard_and_the_api(service: ServiceProcess) -> None:

@@ -208,9 +208,9 @@ BAD_GRAPHS: list[tuple[str, Any]] = [
         {"id": i, "inputs": 1, "outputs": 1, "connections": [{"input": 0, "output": 0, "summaries": _UNITS}]}
         for i in range(1, 7)], "edges": [{"source": {"node": i, "port": 0}, "target": {"node": i + 1, "port": 0}}
                                          for i in range(6)]}),
-    # (A 63-operator chain of two-summary connections, 64 summaries at its end and widths growing
-    # all along, took the reference tracker seconds per batch: refused by --engine reference,
-    # accepted by the compiled engine (3 ms per batch); see tests/test_api_engine.py.)
+    # (A 40-operator chain of two-summary connections, 41 summaries at its end and widths growing
+    # all along, takes the reference tracker seconds per batch: refused by --engine reference,
+    # accepted by the compiled engine (under 1 ms per pointstamp); see tests/test_api_engine.py.)
     ("edge to unknown port", {"name": "g", "nodes": [{"id": 0, "inputs": 0, "outputs": 1}],
                               "edges": [{"source": {"node": 0, "port": 0}, "target": {"node": 5, "port": 0}}]}),
     ("duplicate node", {"name": "g", "nodes": [{"id": 0, "inputs": 0, "outputs": 1},
@@ -429,17 +429,21 @@ def test_registering_a_large_graph_does_not_block_progress(service: ServiceProce
     latencies = []
     with service.client(token) as client:
         thread.start()
-        for seq in range(30):
+        seq = overlapped = 0
+        while thread.is_alive() or seq < 30:  # posting for as long as the registration runs
+            in_flight = thread.is_alive()
             started = time.perf_counter()
             answer = client.post(f"/v1/dataflows/{dataflow_id}/progress",
                                  json={"worker": "w", "seq": seq, "updates": [update(1, 0, "target", [seq], 1)]})
             latencies.append(time.perf_counter() - started)
             assert answer.status_code == 200
-        in_flight = thread.is_alive()
+            overlapped += in_flight and thread.is_alive()  # sent and answered while it ran
+            seq += 1
         thread.join(120)
     assert done, "the large registration failed"
-    print(f"registration took {done[0]:.2f} s; progress latencies max {max(latencies) * 1e3:.1f} ms")
-    assert in_flight or done[0] > sum(latencies) / 2, "registration was too quick to overlap with the progress"
+    print(f"registration took {done[0]:.2f} s; {overlapped} batches answered during it; "
+          f"progress latencies max {max(latencies) * 1e3:.1f} ms")
+    assert overlapped >= 2, "registration was too quick to overlap with the progress"
     assert max(latencies) < max(0.5, done[0] / 2), "a progress batch waited for the registration"
 
 

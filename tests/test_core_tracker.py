@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from tests.strategies import acyclic_graphs, raw_graphs, update_batches
 from tracker import oracle
+from tracker.bounds import summary_bound
 from tracker.graph import Connection, Edge, Graph, GraphError, Location, Node
 from tracker.reachability import FrontierChange, Tracker
 from tracker.structure import branching_locations, find_cycles, path_summaries, summary_cost, widest_summaries
@@ -114,6 +115,32 @@ def test_widest_summaries_bounds_every_antichain_of_psi(graph: Graph, limit: int
         assert overflow.cost > budget and costs[overflow.origin] >= overflow.cost
     if widest_summaries(graph, 1000, cost_base=budget) is None:  # then the cost decided nothing
         assert all(cost <= budget for cost in costs.values())
+
+
+@SETTINGS
+@given(graph=acyclic_graphs(arity=2, max_nodes=8) | acyclic_graphs(arity=3, max_nodes=6))
+def test_the_cheap_summary_bound_is_never_below_an_antichain_of_psi(graph: Graph) -> None:
+    """``summary_bound`` judges every graph without ``Psi``: it must never be below a width of
+    ``Psi`` (loops included: cycles that advance time)."""
+    bound = summary_bound(graph)
+    for (_, dest), chain in path_summaries(graph).items():
+        assert len(chain) <= bound.widths[dest], (dest, chain, bound.widths[dest])
+    assert bound.widest == max(bound.widths.values(), default=1)
+
+
+def test_the_summary_bound_is_exact_on_a_chain_of_diamonds() -> None:
+    """k diamonds of branches [1, 0] and [0, 1]: k + 1 summaries at the end, and the bound says
+    so (it is what refuses k = 400 and 700, whose exact check would cost too much)."""
+    from api.schema.models import RegisterRequest
+    from api.schema.registration import build_graph, registration_record
+    from bench.workloads import diamonds_graph
+
+    for k in (3, 10, 40):
+        graph, _ = build_graph(registration_record(RegisterRequest.model_validate(diamonds_graph(k))), new=False)
+        bound = summary_bound(graph)
+        psi = path_summaries(graph, [Location.source(0, 0)])
+        assert bound.widest == k + 1 == max(len(chain) for chain in psi.values())
+        assert all(bound.widths[d] == len(chain) for (_, d), chain in psi.items())
 
 
 def test_timely_worked_example() -> None:

@@ -11,15 +11,19 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
+import tempfile
 from pathlib import Path
 
+import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from api.durability.records import BATCH, Batch, Check, Checkpoint, Record, Register, decode, encode
-from api.durability.recovery import Evidence, gather, span
-from api.durability.segments import HEADER_SIZE, UnreadableLog, frame, scan, segment_name
+from api.durability.marks import read_block
+from api.durability.records import BATCH, Batch, Check, Checkpoint, Delete, Record, Register, decode, encode
+from api.durability.recovery import Evidence, gather, span, unregistered
+from api.durability.segments import HEADER_SIZE, UnreadableLog, frame, scan, segment_name, segments
 from api.durability.wal import WriteAheadLog
 
 REGISTER = Register(name="r", arity=1, nodes=[{"id": 0, "inputs": 0, "outputs": 1, "name": "in"}], edges=[],
@@ -114,7 +118,8 @@ def test_recover_cuts_only_the_newest_segments_torn_tail_and_keeps_damaged_bytes
     old, new = tmp_path / segment_name(1), tmp_path / segment_name(2)
     old_bytes, new_bytes = bytearray(old.read_bytes()), new.read_bytes()
     _, starts = _frames(first)
-    old_bytes[starts[1] + HEADER_SIZE + 5] ^= 0x40  # inside the payload of d1's batch at version 1
+    frames_start = read_block(bytes(old_bytes)).size  # the frames follow the segment's mark block
+    old_bytes[frames_start + starts[1] + HEADER_SIZE + 5] ^= 0x40  # inside the payload of d1's batch at version 1
     old.write_bytes(bytes(old_bytes))
     new.write_bytes(new_bytes + frame(encode(_batch(5)))[:-2])  # a torn tail: never acknowledged
     contents = WriteAheadLog(tmp_path).recover()
@@ -138,7 +143,7 @@ def test_bytes_nobody_can_own_stop_the_start_and_stay(tmp_path: Path) -> None:
     _write(tmp_path, [[REGISTER, _batch(1), _batch(2)]])
     path = tmp_path / segment_name(1)
     data = bytearray(path.read_bytes())
-    start = len(frame(encode(REGISTER)))
+    start = read_block(bytes(data)).size + len(frame(encode(REGISTER)))
     for copy in (0, HEADER_SIZE // 2):  # both header copies of batch 1
         data[start + copy + 1] ^= 0xFF
     path.write_bytes(bytes(data))
@@ -154,3 +159,110 @@ def test_span_names_the_versions_the_log_lacks() -> None:
     assert span(evidence, snapshot=4, in_delta=-1) == (4, 8, [7])
     assert span(evidence, snapshot=6, in_delta=9) == (4, 9, [7, 9])  # progress knows of a later one
     assert span(evidence, snapshot=2, in_delta=-1) == (2, 8, [3, 4, 7])  # counts need 3-4 too
+
+
+_STEPS = st.lists(st.tuples(st.sampled_from(["d1", "d2", "d3"]), st.sampled_from(["batch"] * 4 + ["rotate", "delete"])),
+                  min_size=1, max_size=20)
+
+
+def _acknowledge(directory: Path, steps: list[tuple[str, str]]) -> list[Record]:
+    """Register d1-d3, then each step through the real log (each awaited: acknowledged);
+    returns every acknowledged record a client was told about (registrations, batches, deletions)."""
+    acked: list[Record] = []
+    versions = {"d1": 0, "d2": 0, "d3": 0}
+    deleted: dict[str, Delete] = {}
+    registers = {d: msgspec.structs.replace(REGISTER, df=d) for d in versions}
+
+    def header() -> list[Record]:
+        return [*registers.values(), *(Checkpoint(df=d, v=v, workers={}) for d, v in versions.items()),
+                *deleted.values()]
+
+    async def main() -> None:
+        wal = WriteAheadLog(directory, header=header)
+        wal.open()
+        for registration in registers.values():
+            await wal.enqueue(registration)
+            acked.append(registration)
+        for dataflow, step in steps:
+            if step == "rotate":
+                await wal.rotate(header)
+                continue
+            if dataflow in deleted:
+                continue
+            record: Record
+            if step == "delete":
+                record = deleted.setdefault(dataflow, Delete(df=dataflow, at=1.0))
+            else:
+                versions[dataflow] += 1
+                record = _batch(versions[dataflow], dataflow)
+            await wal.enqueue(record)
+            acked.append(record)
+        wal.close()
+
+    asyncio.run(main())
+    return acked
+
+
+@settings(max_examples=25, deadline=None)
+@given(steps=_STEPS, unacknowledged=st.integers(0, 3), where=st.floats(0, 1))
+def test_a_cut_anywhere_refuses_exactly_the_dataflows_that_lost_an_acknowledged_record(
+        steps: list[tuple[str, str]], unacknowledged: int, where: float) -> None:
+    """Each segment in turn cut after its mark block, inside a record and at the record
+    boundaries around that point: a dataflow that lost an acknowledged record (a batch, its
+    registration, its deletion) from the whole log is refused, and no other; a torn tail that
+    was never acknowledged is cut in silence."""
+    with tempfile.TemporaryDirectory() as name:
+        written = Path(name) / "written"
+        acked = [encode(r) for r in _acknowledge(written, steps)]
+        found = segments(written)
+        # The next batches of a live dataflow, written when the process died: never acknowledged.
+        records = [decode(a) for a in acked]
+        live = next((d for d in ("d1", "d2", "d3") if not any(isinstance(r, Delete) and r.df == d for r in records)),
+                    None)
+        if live is not None:
+            last = max([r.v for r in records if isinstance(r, Batch) and r.df == live], default=0)
+            with open(found[-1][1], "ab") as handle:
+                for v in range(last + 1, last + 1 + unacknowledged):
+                    handle.write(frame(encode(_batch(v, live))))
+        for number, path in found:
+            data = path.read_bytes()
+            start = read_block(data).size
+            inside = start + int(where * (len(data) - start))
+            boundaries = [offset for offset, _ in scan(data, start).payloads] + [len(data)]
+            before = max(b for b in boundaries if b <= inside)
+            for cut in sorted({inside, before, min(before + 50, len(data)), min(b for b in boundaries if b >= inside)}):
+                directory = Path(name) / f"cut-{number}-{cut}"
+                shutil.copytree(written, directory)
+                (directory / path.name).write_bytes(data[:cut])
+                _check_cut(directory, acked, cut, newest=number == found[-1][0])
+
+
+def _check_cut(directory: Path, acked: list[bytes], cut: int, newest: bool) -> None:
+    contents = WriteAheadLog(directory).recover()
+    evidence, _, deletions = gather(contents)
+    survivors = {encode(record) for _, record in contents.records}
+    for dataflow in ("d1", "d2", "d3"):
+        lost = [a for a in acked if decode(a).df == dataflow and a not in survivors]
+        found = evidence[dataflow]
+        refused = (unregistered(dataflow, found) is not None or found.lost_deletion(dataflow in deletions) is not None
+                   or bool(span(found, snapshot=0, in_delta=-1)[2]))
+        assert refused == bool(lost), (dataflow, [decode(a) for a in lost], cut)
+    if newest and all(a in survivors for a in acked):  # the torn rest, never acknowledged: cut in silence
+        assert not contents.fresh_segment
+
+
+def test_a_damaged_mark_stops_the_start_in_the_newest_segment_only(tmp_path: Path) -> None:
+    """The newest segment's marks say what was acknowledged: one that fails its checksum could
+    hide a cut, so the start stops, naming the segment and byte (the bytes stay). An older
+    segment's marks are superseded by the newest's: damage there is only reported."""
+    _write(tmp_path, [[REGISTER, _batch(1)], [REGISTER, Checkpoint(df="d1", v=1, workers={}), _batch(2)]])
+    old, new = tmp_path / segment_name(1), tmp_path / segment_name(2)
+    for path in (old, new):
+        data = bytearray(path.read_bytes())
+        data[64 + 40] ^= 0x01  # in the first slot's version
+        path.write_bytes(bytes(data))
+        if path == old:
+            assert [r for _, r in WriteAheadLog(tmp_path).recover().records][-1] == _batch(2)
+    with pytest.raises(UnreadableLog, match=rf"{segment_name(2)} is unreadable from byte 64 .*high-water mark"):
+        WriteAheadLog(tmp_path).recover()
+    assert new.read_bytes() == bytes(data)

@@ -49,7 +49,7 @@ def find_cycles(graph: Graph) -> list[Transition]:
     ['(0,0,source) -> (0,0,target) +[0]', '(0,0,target) -> (0,0,source) +[0]']
     """
     zero = [t for t in graph.transitions() if t.summary.is_zero()]
-    component = _strong_components(graph.locations(), zero)
+    component = strong_components(graph.locations(), zero)
     return sorted({t for t in zero if component[t.src] == component[t.dst]}, key=_transition_key)
 
 
@@ -112,12 +112,14 @@ def release(*containers: dict[Any, Any] | list[Any]) -> None:
 class SummaryOverflow(NamedTuple):
     """Why a graph's path summaries are too many to track: from ``origin``, either one
     antichain (at ``dest``) holds more than the allowed ``size``, or the tracking ``cost`` of
-    one pointstamp at ``origin`` (see :func:`widest_summaries`) exceeds its budget."""
+    one pointstamp at ``origin`` (see :func:`widest_summaries`) exceeds its budget; or
+    (``exhausted``) the search itself ran out of its steps there, nothing found yet."""
 
     origin: Location
     dest: Location
     size: int
     cost: int = 0
+    exhausted: bool = False
 
 
 SUMMARY_COST_BASE = 50_000
@@ -136,8 +138,12 @@ def summary_cost(width: int) -> int:
     return max(0, width ** 3 - 8)
 
 
-def widest_summaries(graph: Graph, limit: int, cost_base: int = SUMMARY_COST_BASE) -> SummaryOverflow | None:
-    """The first origin whose path summaries are too many to track, or ``None``.
+def widest_summaries(graph: Graph, limit: int, cost_base: int = SUMMARY_COST_BASE,
+                     steps: int | None = None) -> SummaryOverflow | None:
+    """The first origin whose path summaries are too many to track, or ``None``; with
+    ``steps``, the search does at most that much work over all origins (a step per summary
+    settled and per comparison with an antichain's elements), and says it ran out
+    (``exhausted``) rather than answer without having looked everywhere.
 
     From an origin ``o``, the tracker's work for one pointstamp change grows with the cube of
     the antichain widths ``w = |Psi[o, d]|`` (``w`` frontier changes at each ``d``, each
@@ -154,8 +160,10 @@ def widest_summaries(graph: Graph, limit: int, cost_base: int = SUMMARY_COST_BAS
     ...                 [Edge(Location.source(i, 0), Location.target(i + 1, 0)) for i in range(2)])
     >>> widest_summaries(g, 3).size, widest_summaries(g, 4)
     (4, None)
-    >>> widest_summaries(g, 4, cost_base=50)[2:]  # three antichains of width 3 by then: 3 x 19 > 50
+    >>> widest_summaries(g, 4, cost_base=50)[2:4]  # three antichains of width 3 by then: 3 x 19 > 50
     (3, 57)
+    >>> widest_summaries(g, 4, steps=3).exhausted
+    True
 
     The search starts from the :func:`branching_locations` only: from any other origin an
     antichain is at most one element wider than from the branching location its chain leads
@@ -163,19 +171,20 @@ def widest_summaries(graph: Graph, limit: int, cost_base: int = SUMMARY_COST_BAS
     non-zero summary of the graph points the same way (``(0, 1)`` and ``(0, 2)``, say, as in
     loops that count iterations), all path summaries are totally ordered and nothing is searched.
     """
-    if graph.arity == 1 or _one_direction(graph):
+    if graph.arity == 1 or one_direction(graph):
         return None
     outgoing = _outgoing(graph)
     zero = PathSummary.zero(graph.arity)
+    left = [steps if steps is not None else math.inf]
     for origin in branching_locations(graph, outgoing):
-        overflow = _widest_from(origin, outgoing, zero, limit, cost_base)
+        overflow = _widest_from(origin, outgoing, zero, limit, cost_base, left)
         if overflow is not None:
             return overflow
     return None
 
 
 def _widest_from(origin: Location, outgoing: dict[Location, list[Transition]], zero: PathSummary,
-                 limit: int, cost_base: int) -> SummaryOverflow | None:
+                 limit: int, cost_base: int, left: list[float]) -> SummaryOverflow | None:
     """The first antichain from ``origin`` to grow beyond ``limit``, or the cost beyond its
     budget, or ``None``.
 
@@ -192,6 +201,9 @@ def _widest_from(origin: Location, outgoing: dict[Location, list[Transition]], z
     while heap:
         _, _, here, summary = heapq.heappop(heap)
         antichain = settled.setdefault(here, Antichain())
+        left[0] -= 1 + len(antichain)  # an insertion compares with every element
+        if left[0] < 0:
+            return SummaryOverflow(origin, here, len(antichain), cost, exhausted=True)
         if not antichain.insert(summary):
             continue
         width = len(antichain)
@@ -206,18 +218,9 @@ def _widest_from(origin: Location, outgoing: dict[Location, list[Transition]], z
     return None
 
 
-def summary_search_pairs(graph: Graph) -> int:
-    """How many (origin, location) pairs :func:`widest_summaries` may visit: 0 when it needs no
-    search (arity 1, or summaries that all point one way), else branching origins x locations.
-    Callers use it to bound the check's cost before running it."""
-    if graph.arity == 1 or _one_direction(graph):
-        return 0
-    return len(branching_locations(graph)) * len(graph.locations())
-
-
-def _one_direction(graph: Graph) -> bool:
+def one_direction(graph: Graph) -> bool:
     """True iff every non-zero transition summary is a multiple of one vector: then every path
-    summary is too, and any two of them are comparable."""
+    summary is too, and any two of them are comparable (every antichain has one element)."""
     directions = set()
     for step in graph.transitions():
         if not step.summary.is_zero():
@@ -269,8 +272,9 @@ def _search(origin: Location, outgoing: dict[Location, list[Transition]], zero: 
     return reached
 
 
-def _strong_components(locations: list[Location], transitions: list[Transition]) -> dict[Location, int]:
-    """Tarjan's algorithm, iterative so deep graphs do not hit the recursion limit."""
+def strong_components(locations: list[Location], transitions: list[Transition]) -> dict[Location, int]:
+    """Each location's strongly connected component (an id shared by its members): Tarjan's
+    algorithm, iterative so deep graphs do not hit the recursion limit."""
     successors: dict[Location, list[Location]] = defaultdict(list)
     for t in transitions:
         successors[t.src].append(t.dst)

@@ -3,7 +3,10 @@
 ``dataflows.deleted_at`` of deleted ones.
 
 Guarantees: a queued dataflow's tables are written once, with its ``dataflows`` row last, so a
-crash half-way leaves it without that row and recovery queues it again; a burst of
+crash half-way leaves it without that row and recovery queues it again; a write that fails is
+retried (after 1 s, then twice as long each time, at most :data:`RETRY_MAX_SECONDS`) until it
+lands, as is a failed ``deleted_at`` (each write replaces its dataflows' partitions, so a
+retry after a partial failure writes nothing twice); a burst of
 registrations costs a few commits, not six each, and does not hold the progress flushes back
 (they share the one Delta thread). The native ``Psi`` of every scope fills ``summaries`` in the
 same step, before the ``dataflows`` row, so a listed dataflow has its summaries, for dataflows
@@ -28,6 +31,8 @@ from tracker.structure import path_summaries
 
 log = logging.getLogger("tracker.graphs")
 NATIVE_PSI_MAX_LOCATIONS = 1000
+RETRY_MAX_SECONDS = 60.0
+"""The longest wait between two attempts at a failed graph-table write."""
 
 
 class Described(Protocol):
@@ -89,25 +94,37 @@ class GraphWriter:
             self._task = asyncio.get_running_loop().create_task(self._drain())
 
     async def _drain(self) -> None:
-        # Whatever queued up while a batch was written goes into the next one.
+        # Whatever queued up while a batch was written goes into the next one; a batch that
+        # failed goes back in front of it, after a pause.
         loop = asyncio.get_running_loop()
+        pause = 1.0
         while self._queued or self._deleted:
             batch, self._queued = self._queued, []
-            if batch:
-                await loop.run_in_executor(self.pool, self._write, batch)
+            written = not batch or await loop.run_in_executor(self.pool, self._write, batch)
+            if not written:
+                self._queued[:0] = batch
             deleted, self._deleted = self._deleted, []
-            if deleted:
-                await loop.run_in_executor(self.pool, self._mark, deleted)
+            marked = not deleted or await loop.run_in_executor(self.pool, self._mark, deleted)
+            if not marked:
+                self._deleted[:0] = deleted
+            if written and marked:
+                pause = 1.0
+                continue
+            await asyncio.sleep(pause)
+            pause = min(2 * pause, RETRY_MAX_SECONDS)
 
-    def _mark(self, dataflows: list[Described]) -> None:
+    def _mark(self, dataflows: list[Described]) -> bool:
         assert self.store is not None
         try:
             self.store.mark_deleted({d.id: d.deleted_at for d in dataflows if d.deleted_at is not None})
+            return True
         except Exception:
             self.metrics.delta_errors.inc()
-            log.exception("marking dataflows deleted failed", extra={"dataflows": [d.id for d in dataflows]})
+            log.exception("marking dataflows deleted failed; will retry",
+                          extra={"dataflows": [d.id for d in dataflows]})
+            return False
 
-    def _write(self, dataflows: list[Described]) -> None:
+    def _write(self, dataflows: list[Described]) -> bool:
         assert self.store is not None
         try:
             graphs = [(d.id, d.name, d.graph if d.hosting is None else d.hosting.nested, d.created_at)
@@ -119,6 +136,8 @@ class GraphWriter:
             for dataflow in dataflows:
                 dataflow.lag.graph_stored = True
             self.store.mark_deleted({d.id: d.deleted_at for d in dataflows if d.deleted_at is not None})
+            return True
         except Exception:
             self.metrics.delta_errors.inc()
-            log.exception("writing the graph tables failed", extra={"dataflows": [d.id for d in dataflows]})
+            log.exception("writing the graph tables failed; will retry", extra={"dataflows": [d.id for d in dataflows]})
+            return False

@@ -17,7 +17,8 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -46,6 +47,20 @@ nested dataflow's stand-ins mapped to their scopes."""
 log = logging.getLogger("tracker.store")
 
 
+@dataclass
+class Survey:
+    """What recovery reads of the tables in bulk (:meth:`Store.survey`): the dataflows whose
+    graph tables are complete, the compacted snapshots, the highest version of each dataflow in
+    ``progress`` and in ``frontier_changes``, and the damaged tables with what is wrong."""
+
+    registered: set[str] = field(default_factory=set)
+    snapshots: dict[str, tuple[int, dict[tuple[Location | ScopedLocation, Timestamp], int]]] = field(
+        default_factory=dict)
+    in_delta: dict[str, int] = field(default_factory=dict)
+    compacted: dict[str, int] = field(default_factory=dict)
+    problems: dict[str, str] = field(default_factory=dict)
+
+
 class Store:
     """Reads and writes of the tables the service owns (``spark_jobs.tables.TABLES``)."""
 
@@ -55,6 +70,65 @@ class Store:
         self.warehouse = Warehouse(root)
 
     # -- recovery -------------------------------------------------------------------------
+
+    def survey(self, dataflow_ids: Iterable[str]) -> Survey:
+        """Everything recovery reads of the tables in bulk, each table on its own: a table whose
+        Delta log cannot be read, or whose current version lists a data file that is missing,
+        or whose files cannot be read, is named in :attr:`Survey.problems` (and logged) and
+        counts as absent where recovery would read its rows (``pointstamps``: no snapshot, so
+        the log and ``progress`` supply every batch; ``dataflows``: the graph tables are
+        written again). The statistics of ``progress`` and ``frontier_changes`` come from their
+        Delta logs, which a missing file does not change: a dataflow that then needs the
+        missing rows is refused alone when it reads them. One damaged table never stops the
+        start."""
+        ids = list(dataflow_ids)
+        survey = Survey()
+        for table in ("dataflows", "pointstamps", "progress", "frontier_changes"):
+            try:
+                missing = self.missing_files(table)
+            except Exception as error:  # the Delta log itself
+                survey.problems[table] = f"its Delta log cannot be read: {type(error).__name__}: {error}"[:500]
+                continue
+            if missing:
+                survey.problems[table] = (f"{len(missing)} data file(s) its Delta log lists are missing, e.g. "
+                                          f"{missing[0]}: their rows are lost")
+        if "dataflows" not in survey.problems:  # else every dataflow's graph tables are written again
+            survey.registered = self._surveyed(survey, "dataflows", self.registered, set())
+        if "pointstamps" not in survey.problems:
+            survey.snapshots = self._surveyed(survey, "pointstamps", lambda: self.snapshots(ids), {})
+        if "progress" not in survey.problems or "missing" in survey.problems["progress"]:
+            survey.in_delta = self._surveyed(survey, "progress", lambda: self.max_versions("progress"), {})
+        if "frontier_changes" not in survey.problems or "missing" in survey.problems["frontier_changes"]:
+            survey.compacted = self._surveyed(survey, "frontier_changes",
+                                              lambda: self.max_versions("frontier_changes"), {})
+        for table, problem in survey.problems.items():
+            log.error("a Delta table is damaged: recovery goes on without what it cannot read",
+                      extra={"table": table, "problem": problem})
+        return survey
+
+    @staticmethod
+    def _surveyed(survey: Survey, table: str, read: Callable[[], Any], absent: Any) -> Any:
+        try:
+            return read()
+        except Exception as error:
+            survey.problems.setdefault(table, f"cannot be read: {type(error).__name__}: {error}"[:500])
+            return absent
+
+    def missing_files(self, table: str) -> list[str]:
+        """The data files ``table``'s current version lists that do not exist (relative paths).
+
+        Raises:
+            Exception: the table's Delta log cannot be read.
+        """
+        from deltalake import DeltaTable
+
+        path = self.warehouse.path(table)
+        if not DeltaTable.is_deltatable(path):
+            return []
+        files = pa.table(DeltaTable(path).get_add_actions(flatten=True))
+        if files.num_rows == 0:
+            return []
+        return [p for p in files.column("path").to_pylist() if not os.path.exists(os.path.join(path, unquote(p)))]
 
     def progress(self, dataflow_id: str, after: int = -1, hosting: Hosting | None = None
                  ) -> dict[int, tuple[str, int, list[Update], float]]:

@@ -254,10 +254,13 @@ class Syncer:
                 dataflow.lag.compacted_state = version
 
     async def rotate(self) -> None:
-        """Start a new log segment when the current one is large, and delete old segments once
-        every batch in them is in the Delta ``progress`` table *and* in the ``pointstamps``
-        snapshot: then either table alone, with the log, still rebuilds every dataflow (the
-        new segment's header holds the workers' positions)."""
+        """Start a new log segment when the current one is large and has grown since its header
+        by at least the header's size, and delete old segments once every batch in them is in
+        the Delta ``progress`` table *and* in the ``pointstamps`` snapshot: then either table
+        alone, with the log, still rebuilds every dataflow (the new segment's header holds the
+        workers' positions). The growth condition means an idle log never rotates, and a
+        rotation never writes more than the records since the last one did (a header larger
+        than a segment, after the segment size was lowered, rotated every pass, idle)."""
         if self.store is None:
             return
         wal = self.wal
@@ -273,7 +276,7 @@ class Syncer:
             size = os.path.getsize(wal.path(wal.segment))
         except OSError:
             return
-        if size < self.segment_bytes:
+        if size < self.segment_bytes or size - wal.header_end < wal.header_end:
             return
         versions = {d.id: d.live.version for d in self.dataflows.values()}
         segment = await wal.rotate(self.header)

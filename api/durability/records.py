@@ -102,14 +102,23 @@ def attribution(data: bytes) -> tuple[int, int, str]:
     return kind, version, dataflow.rstrip(b"\0").decode("ascii", "replace")
 
 
+def owner(record: Record) -> tuple[int, int, str]:
+    """``(kind, version, dataflow id)``: the attribution :func:`encode` gives ``record``.
+
+    >>> owner(Checkpoint(df="d1", v=4, workers={}))
+    (4, 4, 'd1')
+    """
+    return _KINDS[type(record)], record.v if isinstance(record, Batch | Checkpoint) else 0, record.df
+
+
 def encode(record: Record) -> bytes:
     """The payload of ``record`` (see the module docstring).
 
     Raises:
         ValueError: the dataflow id is longer than 32 ASCII bytes.
     """
-    version = record.v if isinstance(record, Batch | Checkpoint) else 0
-    head = ATTRIBUTION.pack(_KINDS[type(record)], version, _dataflow_bytes(record.df))
+    kind, version, dataflow = owner(record)
+    head = ATTRIBUTION.pack(kind, version, _dataflow_bytes(dataflow))
     if isinstance(record, Batch):
         return head + _ENCODER.encode(_BatchHead(record.df, record.v, record.at)) + b"\n" + record.body
     if isinstance(record, Register) and len(record.nodes) + len(record.edges) > _SLICE:

@@ -3,8 +3,10 @@ write from corruption, segment file names, and the reading of the whole log at r
 one place.
 
 Guarantees: every reader and writer of segments (the log, its sync process, recovery) names and
-frames them through this module. A segment is a file ``wal-<number, six digits>.log`` holding
-frames back to back. A frame is a header written twice, then the payload::
+frames them through this module. A segment is a file ``wal-<number, six digits>.log``: its
+high-water marks' block (:mod:`api.durability.marks`), then frames back to back; it is created
+whole under another name and renamed (:func:`create_segment`). A frame is a header written
+twice, then the payload::
 
     header = <u32 length><u32 crc32(payload)><attribution, 41 bytes><u32 crc32(the 49 bytes before)>
     frame  = header header payload                        (little endian)
@@ -18,12 +20,16 @@ known and reading goes on after it.
 :func:`scan` classifies what it reads: intact payloads; *damaged* frames (an intact header but a
 payload that fails its CRC, whether or not valid frames follow); a *torn* tail (the file ends
 inside a frame, or only zero bytes follow from inside it: what a crash during a write leaves,
-the zeros being blocks the write never filled; such a record was never acknowledged, because
-acknowledgement follows the ``fdatasync`` covering it); and *unreadable* bytes (neither header
+the zeros being blocks the write never filled); and *unreadable* bytes (neither header
 copy intact and not a torn tail: nothing says whose they are, so reading of the segment stops
 there). A payload never ends in a zero byte (it ends in JSON), so a final frame whose payload
 ends in zeros, followed by zeros only, two or more in all, is torn; any one damaged byte leaves
-a complete final record damaged, never torn.
+a complete final record damaged, never torn. A torn record may have been acknowledged (the
+segment was cut after the fact): it is cut off only when the marks show it was not
+(:func:`api.durability.recovery.settle_tail`).
+
+Long because: the segment's format and its reading at recovery (framing, the scan's verdicts,
+the marks compared with what was read) are one format and must be read together.
 
 >>> from api.durability.records import ATTRIBUTION
 >>> a, b = (ATTRIBUTION.pack(1, v, b"d1") + b"x" * v for v in (1, 2))
@@ -45,7 +51,15 @@ import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from api.durability.records import ATTRIBUTION, Record, attribution, decode
+from api.durability.marks import Block, DamagedBlock, Mark, Marks, read_block
+from api.durability.records import (
+    ATTRIBUTION,
+    REGISTER,
+    Record,
+    attribution,
+    decode,
+    encode,
+)
 
 log = logging.getLogger("tracker.wal")
 
@@ -84,8 +98,12 @@ class Scan:
     """``(offset, payload)`` of every intact frame, in order."""
     damaged: list[Damage] = field(default_factory=list)
     """Damaged frames, and at most one unreadable stretch (last)."""
+    block: Block | None = None
+    """The segment's mark block (:func:`read_segment` reads it; :func:`scan` reads frames only)."""
     torn: int | None = None
     """Where a torn tail starts (the data ends inside it), if there is one."""
+    torn_owner: tuple[int, int, str] | None = None
+    """The torn record's attribution, when a copy of its header is intact."""
 
     @property
     def unreadable(self) -> Damage | None:
@@ -112,10 +130,19 @@ def _zero_tail(payload: bytes, data: bytes, end: int) -> bool:
     return zeros > 0 and zeros + len(data) - end >= 2 and not data[end:].strip(b"\0")
 
 
-def scan(data: bytes) -> Scan:
-    """Read a segment's bytes frame by frame (see the module docstring for the verdicts)."""
+def _owner(data: bytes, offset: int) -> tuple[int, int, str] | None:
+    """The attribution in the first header copy at ``offset``, if that copy is whole and intact."""
+    copy = data[offset:offset + _FIELDS.size + _CHECK.size]
+    if len(copy) == _FIELDS.size + _CHECK.size and zlib.crc32(copy[:_FIELDS.size]) == _CHECK.unpack_from(copy,
+                                                                                                         _FIELDS.size)[0]:
+        return attribution(_FIELDS.unpack_from(copy)[2])
+    return None
+
+
+def scan(data: bytes, start: int = 0) -> Scan:
+    """Read a segment's bytes frame by frame from ``start`` (see the module docstring for the verdicts)."""
     found = Scan()
-    offset, size = 0, len(data)
+    offset, size = start, len(data)
     while offset < size:
         if size - offset < HEADER_SIZE:
             found.torn = offset
@@ -143,6 +170,8 @@ def scan(data: bytes) -> Scan:
         else:
             found.damaged.append(Damage(offset, end, attribution(attributed), "the record fails its checksum"))
         offset = end
+    if found.torn is not None:
+        found.torn_owner = _owner(data, found.torn)
     return found
 
 
@@ -160,6 +189,41 @@ def segment_number(path: Path) -> int | None:
     return int(digits) if digits.isascii() and digits.isdigit() else None
 
 
+def create_segment(directory: Path, number: int, block: Marks, header: list[Record]) -> tuple[int, int]:
+    """Write segment ``number`` whole (``block``, then the ``header`` records) under a
+    temporary name, make it durable, then give it its name: a segment exists only complete, so
+    a missing or cut mark block is damage, never a crash during a rotation. Blocking: a big
+    header takes a while (run it off the event loop).
+
+    Returns:
+        Its size (where the header ends) and the mark block's size.
+    """
+    framed = b"".join(frame(encode(record)) for record in header)
+    data = block.block(block.size + len(framed)) + framed
+    path = directory / segment_name(number)
+    temporary = path.with_suffix(".new")
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fdatasync(fd)
+    finally:
+        os.close(fd)
+    os.rename(temporary, path)
+    sync_directory(directory)
+    return len(data), block.size
+
+
+def sync_directory(directory: Path) -> None:
+    """Make ``directory``'s entries durable (a new or renamed file's name, a deleted one's absence)."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def segments(directory: Path) -> list[tuple[int, Path]]:
     """Every segment in ``directory``, oldest first."""
     found = []
@@ -171,9 +235,21 @@ def segments(directory: Path) -> list[tuple[int, Path]]:
 
 
 def read_segment(path: Path) -> tuple[list[Record], Scan]:
-    """Every intact record of a segment, and what :func:`~api.durability.segments.scan` found. A payload
-    that passes its CRC but is not a record (written by a newer version?) counts as damaged."""
-    found = scan(path.read_bytes())
+    """Every intact record of a segment, and what :func:`~api.durability.segments.scan` found
+    (its :attr:`Scan.block` too). A payload that passes its CRC but is not a record (written
+    by a newer version?) counts as damaged.
+
+    Raises:
+        UnreadableLog: the segment's mark block is damaged or cut, so where its frames start
+            is unknown.
+    """
+    data = path.read_bytes()
+    try:
+        block = read_block(data)
+    except DamagedBlock as error:
+        raise UnreadableLog(path, Damage(error.offset, len(data), None, str(error))) from None
+    found = scan(data, block.size)
+    found.block = block
     records: list[Record] = []
     for offset, payload in found.payloads:
         try:
@@ -192,48 +268,87 @@ class UnreadableLog(RuntimeError):
     def __init__(self, path: Path, damage: Damage) -> None:
         super().__init__(
             f"write-ahead log segment {path} is unreadable from byte {damage.start} of {damage.end} "
-            f"({damage.reason}): the records there cannot be attributed to a dataflow, so the service does not "
-            "start. The bytes are left in place; move the segment aside to start without it (recovery then checks "
-            "every dataflow against the Delta tables)")
+            f"({damage.reason}): nothing says which dataflow's records or acknowledgements those bytes held, so "
+            "the service does not start. The bytes are left in place; move the segment aside to start without it "
+            "(recovery then checks every dataflow against the Delta tables)")
         self.path, self.damage = path, damage
 
 
 @dataclass(frozen=True)
+class Torn:
+    """The newest segment's incomplete final record: where it starts and, when a copy of its
+    header is intact, whose it is (``(kind, version, dataflow id)``)."""
+
+    segment: int
+    path: Path
+    at: int
+    owner: tuple[int, int, str] | None
+
+
+@dataclass
 class LogContents:
     """What :meth:`WriteAheadLog.recover` read: every intact record with its segment, oldest
-    first, and every damaged record ``(segment, damage)`` (each with an attribution)."""
+    first; every damaged record ``(segment, damage)`` (each with an attribution); the newest
+    segment's high-water marks and its block; the framed size of each dataflow's registration;
+    the newest segment's torn tail, if any; and whether the log must go on in a new segment (the
+    newest one ends inside a record that may have been acknowledged, whose bytes are kept)."""
 
     records: list[tuple[int, Record]]
     damaged: list[tuple[int, Damage]]
+    marks: dict[str, Mark] = field(default_factory=dict)
+    block: Marks | None = None
+    header_end: int = 0
+    registration_bytes: dict[str, int] = field(default_factory=dict)
+    torn: Torn | None = None
+    fresh_segment: bool = False
 
 
 def read_log(directory: Path) -> LogContents:
-    """Read every segment of ``directory``, oldest first; cut a torn tail off the newest one
-    only, so that new records follow intact ones; keep (never cut) damaged records.
+    """Read every segment of ``directory``, oldest first, changing nothing: damaged records are
+    reported, and so is the newest segment's torn tail (:attr:`LogContents.torn`; whether it is
+    cut is :func:`api.durability.recovery.settle_tail`'s call).
 
     Raises:
-        UnreadableLog: a segment holds bytes that cannot be attributed (left in place).
+        UnreadableLog: a segment holds bytes that cannot be attributed, or the newest segment's
+            marks cannot be read (left in place).
     """
-    records: list[tuple[int, Record]] = []
-    damaged: list[tuple[int, Damage]] = []
+    contents = LogContents([], [])
     found = segments(directory)
     for index, (number, path) in enumerate(found):
         intact, read = read_segment(path)
+        assert read.block is not None
         unowned = next((d for d in read.damaged if d.attribution is None), None)
         if unowned is not None:
             raise UnreadableLog(path, unowned)
-        if read.torn is not None and index == len(found) - 1:
-            log.warning("wal: cutting a torn tail (an incomplete final record, never acknowledged)",
-                        extra={"segment": number, "at": read.torn, "size": path.stat().st_size})
-            with open(path, "r+b") as handle:
-                handle.truncate(read.torn)
-                os.fsync(handle.fileno())
-        elif read.torn is not None:  # the records cut off are missing: recovery checks every version
-            log.error("wal: an older segment ends inside a record", extra={"segment": number, "at": read.torn})
+        if index == len(found) - 1:
+            if read.block.damaged:
+                raise UnreadableLog(path, Damage(read.block.damaged[0], read.block.size, None,
+                                                 "a high-water mark fails its checksum"))
+            contents.marks, contents.block = read.block.marks, read.block.live
+            contents.header_end = read.block.header_end
+            if read.torn is not None:
+                contents.torn = Torn(number, path, read.torn, read.torn_owner)
+        else:  # the newest segment's marks supersede an older one's; its records cut off are checked by version
+            if read.torn is not None:
+                log.error("wal: an older segment ends inside a record", extra={"segment": number, "at": read.torn})
+            if read.block.damaged:
+                log.error("wal: an older segment's high-water marks are damaged (the newest segment's count)",
+                          extra={"segment": number, "at": read.block.damaged})
         for damage in read.damaged:
             log.error("wal: damaged record kept in place", extra={
                 "segment": number, "at": damage.start, "end": damage.end, "reason": damage.reason,
                 "attribution": damage.attribution})
-            damaged.append((number, damage))
-        records.extend((number, record) for record in intact)
-    return LogContents(records, damaged)
+            contents.damaged.append((number, damage))
+        for _, payload in read.payloads:
+            kind, _, dataflow = attribution(payload[:ATTRIBUTION.size].ljust(ATTRIBUTION.size, b"\0"))
+            if kind == REGISTER:  # what it adds to every new segment's header
+                contents.registration_bytes[dataflow] = HEADER_SIZE + len(payload)
+        contents.records.extend((number, record) for record in intact)
+    return contents
+
+
+def cut_tail(path: Path, at: int) -> None:
+    """Cut a segment at byte ``at`` (its torn tail), durably."""
+    with open(path, "r+b") as handle:
+        handle.truncate(at)
+        os.fsync(handle.fileno())

@@ -56,6 +56,7 @@ scheduled inline commit, a pending rotation) whose transitions must be read toge
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import subprocess
@@ -65,8 +66,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from api.durability.records import Record, encode
-from api.durability.segments import LogContents, frame, read_log, segment_name, segments
+from api.durability.marks import DELETED, IDLE_SYNC_SECONDS, REGISTERED, Marks, read_block
+from api.durability.records import Batch, Delete, Record, Register, encode
+from api.durability.recovery import settle_tail
+from api.durability.segments import (
+    LogContents,
+    create_segment,
+    frame,
+    read_log,
+    segment_name,
+    segments,
+    sync_directory,
+)
 from api.durability.syncer import ANSWER, REQUEST
 
 log = logging.getLogger("tracker.wal")
@@ -96,6 +107,19 @@ class _Entry:
     """The record as framed for the segment (empty for a barrier)."""
     future: asyncio.Future[None] | None
     on_durable: Callable[[], None] | None
+    mark: tuple[str, int, int] | None = None
+    """The high-water mark its acknowledgement raises: ``(dataflow, version, state)``."""
+
+
+def _mark(record: Record) -> tuple[str, int, int] | None:
+    """What acknowledging ``record`` tells the marks (:mod:`api.durability.marks`)."""
+    if isinstance(record, Batch):
+        return record.df, record.v, REGISTERED
+    if isinstance(record, Register):
+        return record.df, 0, REGISTERED
+    if isinstance(record, Delete):
+        return record.df, 0, DELETED
+    return None  # checks and checkpoints: nobody waits for them, losing one costs nothing
 
 
 def framed(record: Record) -> bytes:
@@ -107,13 +131,19 @@ def framed(record: Record) -> bytes:
 class WriteAheadLog:
     """An append-only, segmented, group-committed log in ``directory``."""
 
-    def __init__(self, directory: Path, *, on_sync: Callable[[int, float], None] | None = None) -> None:
+    def __init__(self, directory: Path, *, on_sync: Callable[[int, float], None] | None = None,
+                 header: Callable[[], list[Record]] | None = None) -> None:
+        """``header()`` gives the records a segment the log starts by itself begins with (when
+        the marks outgrow a segment's block, or the newest segment was cut)."""
         self.directory = directory
         self.directory.mkdir(parents=True, exist_ok=True)
         self._fd: int | None = None
+        self._mark_fd: int | None = None  # the same segment, not appending: the marks are rewritten in place
         self._segment = 0
         self._group: list[_Entry] = []
-        self._inflight: tuple[list[_Entry], float, tuple[int, int, asyncio.Future[int]] | None] | None = None
+        # The group being synced (none for a rotation or a sync of the marks alone), when it
+        # started, and how many mark writes had been made by then (the sync makes them durable).
+        self._inflight: tuple[list[_Entry], float, int] | None = None
         self._inline = False  # a quiet log's group commit is scheduled on the loop's next turn
         self._heavy = False  # the next group's durable callbacks are long (see prefer_sync_process)
         self._sync_seconds = 0.0  # a recent fdatasync's duration (the disk's), decaying: what "quiet" is measured by
@@ -123,6 +153,15 @@ class WriteAheadLog:
         self._on_sync = on_sync
         self._rotate_to: Callable[[], list[Record]] | None = None
         self._rotated: asyncio.Future[int] | None = None
+        self._header = header or list
+        self._marks = Marks.fresh({})
+        self._mark_writes = 0  # mark writes made so far (into the page cache)
+        self._marks_synced = 0  # of those, how many a finished sync covered
+        self._idle_sync: asyncio.TimerHandle | None = None
+        self._unslotted: set[str] = set()  # dataflows waiting for a new segment's block to have a slot
+        self._recovered: LogContents | None = None
+        self.header_end = 0
+        """Where the current segment's header (its mark block and first records) ends."""
         self.failed: BaseException | None = None
         self.kept: set[int] = set()
         """Segments holding damaged records: never deleted (their bytes are evidence)."""
@@ -149,15 +188,30 @@ class WriteAheadLog:
         Raises:
             UnreadableLog: a segment holds bytes that cannot be attributed (left in place).
         """
-        contents = read_log(self.directory)
+        contents = self._recovered = read_log(self.directory)
+        settle_tail(contents)
         self.kept |= {number for number, _ in contents.damaged}
         return contents
 
     def open(self) -> None:
-        """Open the newest segment for appending (or create the first one), start the syncer."""
-        segments = self.segments()
-        self._segment = segments[-1][0] if segments else 1
-        self._fd = self._open_segment(self._segment)
+        """Open the newest segment for appending, or start a new one (the first, or after a
+        newest one that was cut: its bytes stay, the new one starts with ``header()`` and every
+        mark), and start the syncer."""
+        found = self.segments()
+        recovered, self._recovered = self._recovered, None
+        if found and not (recovered is not None and recovered.fresh_segment):
+            self._segment, path = found[-1]
+            if recovered is not None and recovered.block is not None:
+                self._marks, self.header_end = recovered.block, recovered.header_end
+            else:  # opened without recover() (tests)
+                block = read_block(path.read_bytes())
+                self._marks, self.header_end = block.live, block.header_end
+        else:
+            self._segment = found[-1][0] + 1 if found else 1
+            self._marks = Marks.fresh(recovered.marks if recovered is not None else {})
+            self.header_end, _ = create_segment(self.directory, self._segment, self._marks.copy(),
+                                                self._header() if found else [])
+        self._fd, self._mark_fd = self._open_segment(self._segment)
         self._syncer = subprocess.Popen([sys.executable, "-m", "api.durability.syncer", str(self.directory)],
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         # One sync before serving: a syncer that cannot start or sync fails the start-up, not
@@ -169,18 +223,10 @@ class WriteAheadLog:
             raise OSError(f"the write-ahead log's sync process failed to start or sync (answer {answer!r})")
         self._last_done = time.perf_counter()
 
-    def _open_segment(self, number: int) -> int:
-        fd = os.open(self.path(number), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        self._sync_directory()
-        return fd
-
-    def _sync_directory(self) -> None:
-        # A new file's directory entry must be durable too, or the whole segment can vanish.
-        dir_fd = os.open(self.directory, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+    def _open_segment(self, number: int) -> tuple[int, int]:
+        """Descriptors of an existing segment: one appending, one for its marks."""
+        path = self.path(number)
+        return os.open(path, os.O_WRONLY | os.O_APPEND), os.open(path, os.O_WRONLY)
 
     @property
     def segment(self) -> int:
@@ -197,7 +243,7 @@ class WriteAheadLog:
                 path.unlink(missing_ok=True)
                 removed += 1
         if removed:
-            self._sync_directory()
+            sync_directory(self.directory)
         return removed
 
     # -- appending ------------------------------------------------------------------------
@@ -217,7 +263,12 @@ class WriteAheadLog:
         if self.failed is not None:
             raise LogFailed() from self.failed
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._group.append(_Entry(framed(record) if as_framed is None else as_framed, future, on_durable))
+        mark = _mark(record)
+        if mark is not None and not self._marks.take(mark[0]):
+            # The block is full: the record goes to a new segment, whose block has room.
+            self._unslotted.add(mark[0])
+            self.rotate(self._header).add_done_callback(lambda done: done.cancelled() or done.exception())
+        self._group.append(_Entry(framed(record) if as_framed is None else as_framed, future, on_durable, mark))
         self._kick()
         return future
 
@@ -243,7 +294,10 @@ class WriteAheadLog:
         """Start a new segment beginning with the records ``header()`` returns, called when the
         segment is started: every record enqueued before it is durable then, and none after it
         is, so the header describes exactly what the older segments hold. Resolves to the new
-        segment number once the header is durable; records enqueued later go to the new segment."""
+        segment number once the header is durable; records enqueued later go to the new segment.
+        A rotation already asked for and not started yet is shared (its header is used)."""
+        if self._rotated is not None:
+            return self._rotated
         rotated: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         self._rotated = rotated
         self._rotate_to = header
@@ -259,14 +313,7 @@ class WriteAheadLog:
         started = time.perf_counter()
         try:
             if self._rotate_to is not None:
-                header, self._rotate_to = self._rotate_to, None
-                rotated, self._rotated = self._rotated, None
-                number = self._segment + 1
-                fd = self._open_segment(number)
-                self._write(fd, b"".join(frame(encode(r)) for r in header()))
-                assert rotated is not None
-                self._inflight = ([], started, (number, fd, rotated))
-                self._request(number)
+                self._start_rotation()
                 return
             if not self._group:
                 return
@@ -279,13 +326,52 @@ class WriteAheadLog:
                 return
             group, self._group, self._heavy = self._group, [], False
             data = b"".join(e.data for e in group)
-            self._inflight = (group, started, None)
+            self._inflight = (group, started, self._mark_writes)
             if not data:  # barriers only: everything before them is durable already
                 asyncio.get_running_loop().call_soon(self._synced, 0)
                 return
             self._to_syncer(data)
         except OSError as error:
             self._fail(error)
+
+    def _start_rotation(self) -> None:
+        """Take the header now (every record before it durable, none after it) and write the
+        new segment in a worker thread: encoding and writing a big header (the registrations of
+        every dataflow) held the event loop for hundreds of milliseconds."""
+        header, self._rotate_to = self._rotate_to, None
+        rotated, self._rotated = self._rotated, None
+        assert header is not None and rotated is not None
+        records = header()
+        # Records enqueued from now on go to the new segment: their slots are taken in its block.
+        self._marks = Marks.fresh(self._marks.marks, (*self._marks.names(), *self._unslotted))
+        self._unslotted = set()
+        number = self._segment + 1
+        self._inflight = ([], time.perf_counter(), self._mark_writes)
+
+        def created(done: asyncio.Future[tuple[int, int]]) -> None:
+            if self._inflight is None or self.failed is not None:  # closed or failed meanwhile
+                return
+            try:
+                self.header_end, _ = done.result()
+                fds = self._open_segment(number)
+            except OSError as error:
+                self._fail(error)
+                if not rotated.done():
+                    rotated.set_exception(LogFailed())
+                return
+            for old in (self._fd, self._mark_fd):
+                if old is not None:
+                    os.close(old)
+            (self._fd, self._mark_fd), self._segment = fds, number
+            self._inflight = None
+            self._marks_synced = self._mark_writes  # the new block holds every mark, durably
+            self._last_done = time.perf_counter()
+            if not rotated.done():
+                rotated.set_result(number)
+            self._kick()
+
+        asyncio.get_running_loop().run_in_executor(
+            None, create_segment, self.directory, number, self._marks.copy(), records).add_done_callback(created)
 
     def _to_syncer(self, data: bytes) -> None:
         """Write the group in flight (``data``) and ask the sync process to sync it; a big one is
@@ -323,8 +409,8 @@ class WriteAheadLog:
     def _commit_inline(self) -> None:
         """Write and ``fdatasync`` the group on the event loop (a quiet log's commit)."""
         self._inline = False
-        if self._inflight is not None or self.failed is not None or not self._group:
-            self._kick()
+        if self._inflight is not None or self.failed is not None or not self._group or self._rotate_to is not None:
+            self._kick()  # a rotation asked for meanwhile goes first: this group follows its header
             return
         if self._syncer is None or self._fd is None:  # closed meanwhile: its futures stay pending
             return
@@ -335,7 +421,7 @@ class WriteAheadLog:
         group, self._group = self._group, []
         heavy, self._heavy = self._heavy, False
         started = time.perf_counter()
-        self._inflight = (group, started, None)
+        self._inflight = (group, started, self._mark_writes)
         data = b"".join(e.data for e in group)
         if heavy and data:  # the loop has a long publish ahead: not a sync on top of it
             self._to_syncer(data)
@@ -384,20 +470,16 @@ class WriteAheadLog:
     def _synced(self, errno: int, disk_seconds: float | None = None) -> None:
         """A group's sync returned (``disk_seconds``: how long ``fdatasync`` itself took)."""
         assert self._inflight is not None
-        group, started, rotation = self._inflight
+        group, started, marks_written = self._inflight
         self._inflight = None
         if errno:  # a failed fsync is fatal for the log: nothing more is acknowledged
             self._fail(OSError(errno, os.strerror(errno)))
-            if rotation is not None and not rotation[2].done():
-                rotation[2].set_exception(LogFailed())
             return
-        if rotation is not None:
-            number, fd, rotated = rotation
-            old, self._fd, self._segment = self._fd, fd, number
-            if old is not None:
-                os.close(old)
-            if not rotated.done():
-                rotated.set_result(number)
+        self._marks_synced = max(self._marks_synced, marks_written)
+        # The marks go to the page cache before anything is acknowledged (a crash of the process
+        # keeps them) and become durable with the next sync of this segment.
+        if not self._write_marks(group):
+            return
         records = sum(1 for e in group if e.data)
         took = time.perf_counter() - started
         if disk_seconds is not None:
@@ -417,8 +499,48 @@ class WriteAheadLog:
                     log.exception("wal: on_durable callback failed")
             if entry.future is not None and not entry.future.done():
                 entry.future.set_result(None)
-        self._last_done = time.perf_counter()
+        if group:  # a sync of the marks alone says nothing of how busy the log is
+            self._last_done = time.perf_counter()
         self._kick()
+        if (self._mark_writes > self._marks_synced and self._idle_sync is None and self._inflight is None
+                and not self._inline):
+            self._idle_sync = asyncio.get_running_loop().call_later(IDLE_SYNC_SECONDS, self._sync_marks)
+
+    def _write_marks(self, group: list[_Entry]) -> bool:
+        """Raise the marks of a durable group and write the changed slots in place; ``False``
+        if the write failed (the log failed: nothing of the group is acknowledged)."""
+        for entry in group:
+            if entry.mark is not None:
+                self._marks.acknowledge(*entry.mark)
+        runs = self._marks.dirty_runs()
+        if not runs:
+            return True
+        try:
+            assert self._mark_fd is not None
+            for offset, data in runs:
+                os.pwrite(self._mark_fd, data, offset)
+        except OSError as error:
+            self._fail(error)
+            return False
+        self._mark_writes += 1
+        return True
+
+    def _sync_marks(self) -> None:
+        """Make the marks durable once no group followed them for :data:`IDLE_SYNC_SECONDS` (a
+        sync of the segment alone, so rare that a batch seldom waits behind it)."""
+        self._idle_sync = None
+        if (self._mark_writes <= self._marks_synced or self._inflight is not None or self._inline or self._group
+                or self.failed is not None or self._syncer is None or self._rotate_to is not None):
+            return  # synced meanwhile, or a sync coming will cover them (and look again)
+        quiet_for = time.perf_counter() - self._last_done
+        if quiet_for < IDLE_SYNC_SECONDS:  # groups went on: the next one syncs them, or wait for quiet
+            self._idle_sync = asyncio.get_running_loop().call_later(IDLE_SYNC_SECONDS - quiet_for, self._sync_marks)
+            return
+        self._inflight = ([], time.perf_counter(), self._mark_writes)
+        try:
+            self._request(self._segment)
+        except OSError as error:
+            self._fail(error)
 
     def _fail(self, error: BaseException) -> None:
         self.failed = error
@@ -436,7 +558,17 @@ class WriteAheadLog:
             self._watched = None
 
     def close(self) -> None:
-        """Close the current segment and stop the syncer (pending groups must have been awaited)."""
+        """Close the current segment and stop the syncer (pending groups must have been awaited);
+        the marks are made durable first."""
+        if self._idle_sync is not None:
+            self._idle_sync.cancel()
+            self._idle_sync = None
+        if self._mark_fd is not None:
+            with contextlib.suppress(OSError):  # a failed log is not made worse by closing it
+                if self._mark_writes > self._marks_synced and self.failed is None:
+                    os.fdatasync(self._mark_fd)
+            os.close(self._mark_fd)
+            self._mark_fd = None
         if self._syncer is not None:
             self._unwatch()
             assert self._syncer.stdin is not None

@@ -33,6 +33,7 @@ its acknowledgement also means durable; a refused batch changes nothing and rais
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -51,6 +52,7 @@ from tracker.reachability import FrontierChange
 if TYPE_CHECKING:
     from progress_engine import ChangeBatch
 
+log = logging.getLogger("tracker.ingest")
 
 PREPARE_JSON_MIN = 4096
 """A version with at least this many frontier changes has its ``changes`` payload encoded by a
@@ -59,7 +61,8 @@ microseconds; encoding 4,096 changes ~0.15 ms)."""
 
 
 class Refused(Exception):
-    """A batch that was not acknowledged: ``status`` and ``body`` are the answer."""
+    """A request (a batch, a registration) that was not acknowledged: ``status`` and ``body``
+    are the answer."""
 
     def __init__(self, status: int, body: dict[str, Any]) -> None:
         super().__init__(body.get("detail") or body.get("error"))
@@ -194,7 +197,11 @@ def _order(tenant: Tenant, worker: str, seq: int, updates: list[Update] | Indexe
     box: list[list[FrontierChange] | ChangeBatch] = []
     durable = wal.enqueue(Batch(tenant.id, version, pending.received, raw),
                           lambda: made_durable(tenant, pending, box[0], raw, metrics))
+    regressed = live.regression_count
     changes = live.apply(pending)
+    if live.regression_count and not regressed:  # the first: the status keeps naming them, the log says it once
+        log.warning("a batch moved a frontier backwards (a protocol violation): the dataflow is in violation",
+                    extra={"dataflow": tenant.id, "version": version, "worker": worker, "seq": seq})
     if not isinstance(changes, list) and len(changes) >= PREPARE_JSON_MIN and tenant.engine_mode != "spark":
         # Encoded by a thread of the engine's while the log syncs and other dataflows are
         # served: encoding 32,000 changes on publishing held the event loop ~1.7 ms.

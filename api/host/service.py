@@ -8,6 +8,9 @@ answered. Recovery rebuilds each dataflow from its registration, then the compac
 beyond what ``progress`` holds, so every acknowledged batch is applied exactly once; the
 batches the log holds but ``progress`` does not are queued for the next flush, so that
 ``progress`` too gets every batch exactly once.
+
+Long because: registration, deletion and recovery each change the registry, the token index,
+the log's header and its size together; split apart, those invariants would be read in pieces.
 """
 
 from __future__ import annotations
@@ -26,13 +29,14 @@ from api.background.state import Hosted
 from api.config import ENGINE_NAMES, Settings
 from api.delta.columns import RawBatch
 from api.delta.graphs import GraphWriter
-from api.delta.store import Store
+from api.delta.store import Store, Survey
 from api.delta.sync import Syncer
 from api.delta.tidy import Tidier
 from api.durability.records import Check, Checkpoint, Delete, Record, Register
 from api.durability.recovery import Damaged, Evidence, gather, missing_detail, span, unregistered
 from api.durability.wal import LogFailed, WriteAheadLog, framed
 from api.host.build import Builder
+from api.host.ingest import Refused
 from api.host.tenant import Tenant
 from api.host.tokens import Principal, matches, new_token, token_hash
 from api.live.scopes import Hosting
@@ -59,7 +63,7 @@ class Service:
         self.admin_hash = token_hash(admin_token)
         self.dataflows: dict[str, Tenant] = {}
         self.token_index: dict[str, str] = {}
-        self.wal = WriteAheadLog(settings.warehouse / "_wal", on_sync=self.metrics.on_sync)
+        self.wal = WriteAheadLog(settings.warehouse / "_wal", on_sync=self.metrics.on_sync, header=self.log_header)
         self.store = store
         self.delta_pool = ThreadPoolExecutor(1, thread_name_prefix="delta")
         self.background = SparkLink(settings, self.metrics, self.dataflows, self._remember_check)
@@ -67,12 +71,15 @@ class Service:
         self.loop: asyncio.AbstractEventLoop | None = None  # the event loop serving requests
         self.checks: dict[str, Check] = {}  # dataflow id -> its logged Spark check result
         self.damaged: dict[str, Damaged] = {}  # dataflows recovery refused
+        self.delta_damaged: dict[str, str] = {}  # Delta tables recovery found damaged -> what is wrong
         self.deletions: dict[str, Delete] = {}  # dataflow id -> its logged deletion
         self.syncer = Syncer(store, self.delta_pool, self.wal, self.metrics, self.dataflows, self.log_header,
                              segment_bytes=settings.segment_bytes,
                              tidier=Tidier(store, self.delta_pool, settings.vacuum_hours))
         self.graphs = GraphWriter(store, self.delta_pool, self.metrics)
         self.build = Builder(settings, store is not None)
+        self.header_bytes = 0
+        """Bytes of the registrations every new log segment starts with (those of the dataflows hosted)."""
         self._unstored: list[Tenant] = []  # recovered without their graph tables: write them
         self._unchecked: list[Tenant] = []  # recovered with no Spark check result: run it
         self.stopping = False
@@ -130,11 +137,13 @@ class Service:
         # Its frontier copy and Publication are O(graph): off the loop too (nothing there awaits).
         tenant = await asyncio.to_thread(self.build.tenant, record, graph, tracker, initial, hosting)
         as_framed = await asyncio.to_thread(framed, record)  # O(graph): ~35 ms for 50,000 nodes
+        self._make_room(len(as_framed))
         self.dataflows[tenant.id] = tenant  # in the registry (and log headers) before it is durable
         try:
             await self.wal.enqueue(record, as_framed=as_framed)
         except LogFailed:
             del self.dataflows[tenant.id]
+            self.header_bytes -= len(as_framed)
             raise
         tenant.ready = True
         self.token_index[tenant.token_hash] = tenant.id
@@ -148,6 +157,20 @@ class Service:
                                                "locations": len(graph.locations())})
         self._after_registration(tenant)
         return tenant, token
+
+    def _make_room(self, size: int) -> None:
+        """Count a registration of ``size`` framed bytes into :attr:`header_bytes`, or refuse it
+        (507 ``log_header_full``) if every new log segment would then start with more than half
+        a segment of registrations: a header as large as a segment rotated the log over and over."""
+        limit = self.settings.segment_bytes // 2
+        if self.header_bytes + size > limit:
+            raise Refused(507, {"error": "log_header_full", "detail": (
+                f"the registrations of the {len(self.dataflows)} dataflows hosted take {self.header_bytes} bytes "
+                f"of the write-ahead log, and this one {size} more: every log segment starts with all of them, and "
+                f"they may take at most half a segment ({limit} bytes; TRACKER_WAL_SEGMENT_BYTES is "
+                f"{self.settings.segment_bytes}). Register a smaller graph, or raise TRACKER_WAL_SEGMENT_BYTES and "
+                "restart (deleted dataflows stay in the header)")})
+        self.header_bytes += size
 
     async def delete(self, tenant: Tenant) -> None:
         """Delete a dataflow: from now on its progress is refused (410) and its streams end;
@@ -217,20 +240,20 @@ class Service:
         Raises:
             api.durability.segments.UnreadableLog: log bytes that cannot be attributed to a dataflow.
         """
-        evidence, self.checks, self.deletions = gather(self.wal.recover())
+        contents = self.wal.recover()
+        evidence, self.checks, self.deletions = gather(contents)
         store = self.store
         with store.warehouse.pinned() if store is not None else contextlib.nullcontext():
-            stored = store.registered() if store is not None else set()
             ids = sorted(evidence)
-            snapshots = store.snapshots(ids) if store is not None else {}
-            in_delta = store.max_versions("progress") if store is not None else {}
-            compacted = store.max_versions("frontier_changes") if store is not None else {}
+            survey = store.survey(ids) if store is not None else Survey()
+            self.delta_damaged = survey.problems
+            stored, snapshots, in_delta, compacted = survey.registered, survey.snapshots, survey.in_delta, \
+                survey.compacted
             for dataflow_id in ids:
                 refused = unregistered(dataflow_id, evidence[dataflow_id])
-                if refused is None and dataflow_id not in self.deletions and evidence[dataflow_id].damaged_deletion():
-                    # Serving it again would undo a deletion that was acknowledged.
-                    refused = self._refusal(evidence[dataflow_id], "its deletion record is damaged ("
-                                            f"{evidence[dataflow_id].where_damaged()}); it is not served")
+                lost = evidence[dataflow_id].lost_deletion(dataflow_id in self.deletions)
+                if refused is None and lost is not None:  # serving it would undo an acknowledged deletion
+                    refused = self._refusal(evidence[dataflow_id], lost)
                 if refused is None:
                     try:
                         refused = self._recover_one(evidence[dataflow_id], snapshots.get(dataflow_id),
@@ -241,6 +264,7 @@ class Service:
                         refused = self._refusal(evidence[dataflow_id], f"recovery failed: {error}")
                 if refused is not None:
                     self._refuse(refused)
+        self.header_bytes = sum(contents.registration_bytes.get(d, 0) for d in self.dataflows)
         for dataflow_id, deletion in self.deletions.items():  # deleted stays deleted: 410, no stream
             if dataflow_id in self.dataflows:
                 self.dataflows[dataflow_id].deleted_at = deletion.at
@@ -282,6 +306,10 @@ class Service:
         missing = [v for v in missing if v not in from_delta]
         if missing:
             return self._refusal(evidence, missing_detail(missing, evidence))
+        if evidence.acknowledged is not None and evidence.acknowledged.version > evidence.log_reaches():
+            log.warning("acknowledged batches missing from the write-ahead log (cut?) were read from Delta", extra={
+                "dataflow": dataflow_id, "acknowledged": evidence.acknowledged.version,
+                "log_reaches": evidence.log_reaches()})
         snapshot = None if stored_snapshot is None else (base, _stand_ins(stored_snapshot[1], hosting))
         if snapshot is None:  # never compacted: replay everything from the initial counts
             tracker = self.build.engine(graph, initial, hosting)

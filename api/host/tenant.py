@@ -103,7 +103,8 @@ class Tenant:
         return assess(self.rules, self.counts() if counts is None else counts,
                       last_change=self.publication.last_change_at, last_batch=self.live.last_batch_at,
                       now=time.time(), deleted_at=self.deleted_at,
-                      location_json=location_json if self.hosting is None else self.hosting.location_json)
+                      location_json=location_json if self.hosting is None else self.hosting.location_json,
+                      regressions=self.live.regressions, regression_count=self.live.regression_count)
 
     def status(self) -> dict[str, Any]:
         """The ``status`` object of ``GET /v1/dataflows/{id}``."""

@@ -6,11 +6,13 @@ arrived) into the ``status`` fields ``state``, ``violations``,
 ``last_frontier_change_at`` and ``deleted_at``. The states, first match wins:
 
 * ``deleted``: ``DELETE /v1/dataflows/{id}`` was answered; progress is refused (410);
-* ``violation``: some occurrence count is negative and no batch arrived for
-  ``violation_seconds``: a negative count is legal for a moment (one worker's ``-1`` may reach
-  the service before another worker's ``+1``), but one that outlives every worker's last batch
-  is a protocol violation (a message consumed twice, a capability dropped twice); the status
-  names each such location, time and count;
+* ``violation``: some update moved a frontier backwards (a pointstamp at a time its location's
+  frontier did not allow: nothing held could have produced it, so some worker broke the
+  protocol; the status names the first ones, and the state stays), or some occurrence count is
+  negative and no batch arrived for ``violation_seconds``: a negative count is legal for a
+  moment (one worker's ``-1`` may reach the service before another worker's ``+1``), but one
+  that outlives every worker's last batch is a protocol violation (a message consumed twice, a
+  capability dropped twice); the status names each such location, time and count;
 * ``complete``: every frontier is empty, i.e. no pointstamp is live: nothing can happen any
   more (every capability dropped, every message received);
 * ``stalled``: some frontier is not empty and no frontier changed for ``stall_seconds``: live
@@ -35,7 +37,7 @@ status is reproducible; it never reports ``complete`` while a count is negative.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -69,7 +71,8 @@ def iso(at: float | None) -> str | None:
 
 def assess(rules: Rules, counts: Mapping[tuple[Location, Timestamp], int], *, last_change: float,
            last_batch: float | None, now: float, deleted_at: float | None = None,
-           location_json: Callable[[Location], dict[str, Any]] | None = None) -> dict[str, Any]:
+           location_json: Callable[[Location], dict[str, Any]] | None = None,
+           regressions: Sequence[tuple[Location, Timestamp, int]] = (), regression_count: int = 0) -> dict[str, Any]:
     """The lifecycle fields of a status (see the module docstring for the rules).
 
     Args:
@@ -78,13 +81,15 @@ def assess(rules: Rules, counts: Mapping[tuple[Location, Timestamp], int], *, la
         last_batch: when the last progress batch arrived, or ``None`` if none ever did.
         deleted_at: when the dataflow was deleted, if it was.
         location_json: a location's JSON (a nested dataflow's carries its scope).
+        regressions: the first updates that moved a frontier backwards, ``(location, time,
+            version)``, of ``regression_count`` in all.
     """
     as_json = location_json or models.location_json
     negative = sorted((key for key, count in counts.items() if count < 0), key=_order)
     quiet_since = last_batch if last_batch is not None else last_change
     if deleted_at is not None:
         state = "deleted"
-    elif negative and now - quiet_since >= rules.violation_seconds:
+    elif regression_count or (negative and now - quiet_since >= rules.violation_seconds):
         state = "violation"
     elif not counts:
         state = "complete"
@@ -100,6 +105,9 @@ def assess(rules: Rules, counts: Mapping[tuple[Location, Timestamp], int], *, la
         "violation_count": len(negative) if state == "violation" else 0,
         "violations": [{"location": as_json(loc), "time": list(t), "count": counts[(loc, t)]}
                        for loc, t in negative[:MAX_LISTED]] if state == "violation" else [],
+        "regression_count": regression_count,
+        "regressions": [{"location": as_json(loc), "time": list(t), "version": version}
+                        for loc, t, version in regressions[:MAX_LISTED]],
     }
 
 

@@ -3,8 +3,13 @@
 Guarantees: batches of one worker are applied in ``seq`` order exactly once (a repeated ``seq``
 is answered as a duplicate, a skipped one raises :class:`SequenceGap`), each applied batch gets
 the next version, and :attr:`LiveState.durable_version` never passes a version whose log record
-is not durable. Nothing here awaits: the caller (:mod:`api.host.ingest`) orders, logs and applies a
-batch with no ``await`` in between, which on the single-threaded event loop makes a batch
+is not durable. An update that moves a frontier backwards (a pointstamp at a time its
+location's frontier did not allow before the batch: nothing held could have produced it) is
+applied and counted in :attr:`LiveState.regressions`, which makes the dataflow's state
+``violation`` (:mod:`api.live.lifecycle`).
+
+Nothing here awaits: the caller (:mod:`api.host.ingest`) orders, logs and applies a batch with
+no ``await`` in between, which on the single-threaded event loop makes a batch
 atomic and the batches of one dataflow totally ordered without a lock.
 
 >>> from tracker.graph import Edge, Graph, Location, Node
@@ -27,6 +32,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from api.live.counts import CountsOnly
 from api.schema.parsing import Indexed
 from tracker.engine import FrontierEngine
 from tracker.graph import GraphError, Location, Update
@@ -41,6 +47,8 @@ if TYPE_CHECKING:
     from progress_engine import ChangeBatch, Frontiers
 
 Counts = dict[tuple[Location, Timestamp], int]
+MAX_REGRESSIONS = 20
+"""Regressions kept (with their location, time and version) per dataflow; all are counted."""
 
 
 class SequenceGap(Exception):
@@ -76,6 +84,10 @@ class LiveState:
     whose log record never became durable does not use up its seq here)."""
     last_batch_at: float | None = None
     """When the last applied batch arrived (POSIX seconds), ``None`` before the first."""
+    regressions: list[tuple[Location, Timestamp, int]] = field(default_factory=list)
+    """The first updates that moved a frontier backwards, ``(location, time, version)``
+    (since the service started: replayed batches are checked again, a snapshot's are not)."""
+    regression_count: int = 0
     _recent: dict[tuple[str, int], int] = field(default_factory=dict)
     _pending: dict[int, Pending] = field(default_factory=dict)
     native: Any = field(init=False, default=None)
@@ -85,13 +97,33 @@ class LiveState:
     def __post_init__(self) -> None:
         self.native = getattr(self.tracker, "engine", None)
 
-    def _apply(self, updates: list[Update] | Indexed) -> list[FrontierChange] | ChangeBatch:
+    def _apply(self, updates: list[Update] | Indexed, version: int) -> list[FrontierChange] | ChangeBatch:
         native = self.native
         if native is None:
+            if not isinstance(self.tracker, CountsOnly):  # it knows no frontier: Spark's are checked nowhere
+                tracker = self.tracker
+                self._regressed(version, updates, [i for i, (loc, t, d) in enumerate(updates)
+                                                   if d > 0 and tracker.can_notify(loc, t)])
             return self.tracker.apply(updates, validated=True)
         if isinstance(updates, Indexed):
-            return native.apply_indexed(updates.locations, updates.times, updates.deltas)
-        return native.apply(updates)
+            changes: ChangeBatch = native.apply_indexed(updates.locations, updates.times, updates.deltas)
+        else:
+            changes = native.apply(updates)
+        if changes.regressions:  # the engine checks each update against the frontier before the batch
+            self._regressed(version, updates, changes.regressions)
+        return changes
+
+    def _regressed(self, version: int, updates: list[Update] | Indexed, indices: list[int]) -> None:
+        if not indices:
+            return
+        self.regression_count += len(indices)
+        for i in indices[:MAX_REGRESSIONS - len(self.regressions)]:
+            if isinstance(updates, Indexed):
+                arity = updates.arity
+                found = (updates.order[updates.locations[i]], tuple(updates.times[i * arity:(i + 1) * arity]))
+            else:
+                found = updates[i][:2]
+            self.regressions.append((*found, version))
 
     def admit(self, worker: str, seq: int) -> int | None:
         """The version a new batch ``(worker, seq)`` gets, or ``None`` for a duplicate.
@@ -120,7 +152,7 @@ class LiveState:
         """Apply an admitted, validated batch whose log record is on its way to disk."""
         self._pending[pending.version] = pending
         self.last_batch_at = pending.received
-        return self._apply(pending.updates)
+        return self._apply(pending.updates, pending.version)
 
     def made_durable(self, version: int) -> None:
         """The log record of ``version`` is durable (called in version order)."""
@@ -138,7 +170,7 @@ class LiveState:
         """
         if version != self.version + 1:
             raise GraphError(f"recovered version {version} does not follow {self.version}")
-        changes = self._apply(updates)
+        changes = self._apply(updates, version)
         self.version = self.durable_version = version
         self.workers[worker] = self.durable_workers[worker] = (seq, version)
         self._remember(worker, seq, version)

@@ -27,6 +27,7 @@ from api.logs import configure_logging as json_lines
 from api.web.app import create_app
 from api.web.protocol import guarded_http
 from api.web.security import HEADERS, redact
+from api.web.wsprotocol import AnsweringWebSockets
 
 
 class JsonFormatter(BaseFormatter):
@@ -163,8 +164,8 @@ class _Announcing(uvicorn.Server):
 def app_from_env() -> Any:
     """Factory for ``uvicorn --factory api.run.server:app_from_env`` (settings from the environment).
     The head limits are uvicorn's protocol, not the app's: add ``--http api.web.protocol:GuardedHttp``
-    (64 KiB, 10 s) to keep them, and ``--ws websockets-sansio`` for the WebSocket protocol
-    ``tracker serve`` runs; ``tracker serve`` does both, with the configured values."""
+    (64 KiB, 10 s) to keep them, and ``--ws api.web.wsprotocol:AnsweringWebSockets`` for the WebSocket
+    protocol ``tracker serve`` runs; ``tracker serve`` does both, with the configured values."""
     return build(Settings.from_env())
 
 
@@ -183,7 +184,7 @@ def serve_hot(settings: Settings, listener: socket.socket, supervised: Supervise
                             ws_max_size=settings.max_body, ws_per_message_deflate=settings.ws_deflate,
                             lifespan="on", timeout_graceful_shutdown=5, headers=HEADERS,
                             http=guarded_http(settings.max_header_bytes, settings.header_timeout),
-                            ws="websockets-sansio")
+                            ws=AnsweringWebSockets)
     server = _Announcing(config, reachable_url(settings.host, listener.getsockname()[1]),
                          settings.warehouse / "service-url")
     try:

@@ -195,17 +195,30 @@ class Violation(BaseModel):
     count: int
 
 
+class Regression(BaseModel):
+    """An update that moved a frontier backwards: a pointstamp at a time its location's frontier
+    did not allow (nothing held could have produced it), and the version that applied it."""
+
+    location: dict[str, Any] = Field(description="a location (with its `scope` in a nested dataflow)")
+    time: list[int]
+    version: int
+
+
 class DataflowStatus(BaseModel):
     """What the service knows about a dataflow: its lifecycle state (``api.live.lifecycle``) and more."""
 
     state: State = Field(description="running; complete once every frontier is empty; stalled when live "
-                         "pointstamps saw no frontier change for TRACKER_STALL_SECONDS; violation when a count stayed "
-                         "negative with no batch for TRACKER_VIOLATION_SECONDS; deleted")
+                         "pointstamps saw no frontier change for TRACKER_STALL_SECONDS; violation when an update moved "
+                         "a frontier backwards, or a count stayed negative with no batch for "
+                         "TRACKER_VIOLATION_SECONDS; deleted")
     deleted_at: str | None = None
     last_frontier_change_at: str | None = None
     last_batch_at: str | None = None
     violation_count: int = 0
     violations: list[Violation] = Field(default_factory=list, description="the first 20, sorted by location")
+    regression_count: int = Field(default=0, description="updates that moved a frontier backwards (since the "
+                                  "service started)")
+    regressions: list[Regression] = Field(default_factory=list, description="the first 20 of them")
     spark_check: str = Field(description="pending | running | agreed | disagreed | skipped | timed_out | error")
     spark_detail: str | None = None
     audit: dict[str, Any] | None = Field(default=None, description="last Spark audit of the live frontier")

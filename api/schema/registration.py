@@ -25,6 +25,7 @@ from typing import Any, Literal
 import msgspec
 
 from api.schema.models import RegisterRequest, location_json
+from tracker.bounds import summary_bound
 from tracker.graph import (
     MAX_LOCATIONS,
     MAX_TRANSITIONS,
@@ -37,7 +38,7 @@ from tracker.graph import (
     Update,
 )
 from tracker.scope import NestedGraph, NonIncrementingCycle, ScopedLocation, ScopedUpdate
-from tracker.structure import branching_locations, find_cycles, summary_search_pairs, widest_summaries
+from tracker.structure import SUMMARY_COST_BASE, branching_locations, find_cycles, widest_summaries
 from tracker.timestamp import PathSummary
 
 InitialRow = tuple[int, int, Literal["source", "target"], tuple[int, ...], int]
@@ -48,13 +49,14 @@ more can have several): each is one more frontier element per pointstamp, and gr
 antichains grow combinatorially would stall the event loop on a single small batch. Wide
 antichains along many locations are refused earlier, by their cost
 (:func:`tracker.structure.widest_summaries`)."""
-SUMMARY_CHECK_BUDGET = 1_000_000
-"""The antichain check searches from each branching location (two or more outgoing transitions)
-to everything it reaches, about 2.3 us per (origin, location) pair in the worst case (a braid of
-diamonds): graphs with up to this many ``branching x locations`` pairs are checked (at most
-~2.5 s, off the event loop). Chains, trees and graphs whose summaries all point one way (loops
-counting iterations) cost next to nothing, whatever their size; only a larger graph that is
-both densely branching and mixes summary directions goes unchecked."""
+SUMMARY_CHECK_STEPS = 1_000_000
+"""Every graph is judged first by a cheap bound on its antichains' widths
+(:func:`tracker.bounds.summary_bound`, linear): within the limits, it is accepted at once, whatever
+its size. Otherwise the exact check searches from each branching location, settling at most
+this many summaries in all (about 2.3 us each in the worst case: ~2.5 s, off the event loop),
+and stops at the first antichain over the limit; a graph it cannot finish within them is
+refused with the bound's figures (before, such a graph went unchecked, and a chain of 400
+diamonds then took 8.9 s per batch)."""
 
 
 class RegistrationError(Exception):
@@ -101,16 +103,19 @@ def registration_record(req: RegisterRequest) -> Spec:
     )
 
 
-BATCH_SECONDS = 0.025
-"""The most one pointstamp may cost the engine per batch (the antichain cost check's budget,
-:data:`tracker.structure.SUMMARY_COST_BASE` for the reference engine)."""
+BATCH_SECONDS = 0.001
+"""The most one pointstamp may cost the compiled engine (CPU seconds, measured by
+:func:`compiled_cost`): a batch moving a capability (two pointstamps) then holds the event loop
+about 2 ms, what another tenant's batches cost already (a chain of 40 diamonds of ``[1, 0]`` and
+``[0, 1]`` is accepted, 1.7 ms per batch moving its input; 48 are refused, 3.2 ms). The
+reference engine's budget is :data:`tracker.structure.SUMMARY_COST_BASE`, about 25 ms."""
 TRIAL_SECONDS = 5.0
 """How long the compiled engine's trial of a graph (:func:`compiled_cost`) may take in all."""
 
 
 def compiled_cost(graph: Graph) -> tuple[float, int] | None:
     """The compiled engine's cost of one pointstamp at any branching location of ``graph``
-    (:func:`tracker.compiled.pointstamp_cost`: the slowest batch in seconds, the widest frontier),
+    (:func:`tracker.compiled.pointstamp_cost`: the slowest batch in CPU seconds, the widest frontier),
     measured in a separate process so that a graph whose antichains explode cannot stall or
     exhaust the service: ``None`` if the trial did not finish within :data:`TRIAL_SECONDS`."""
     context = multiprocessing.get_context("spawn")
@@ -150,7 +155,8 @@ def build_graph(record: Spec, *, new: bool = True, compiled: bool = False) -> tu
         compiled: the compiled engine will track the graph (``--engine native``): a graph
             over the reference's antichain cost budget (but with no antichain over
             :data:`MAX_SUMMARY_ANTICHAIN` on the way) is accepted if the compiled engine's
-            measured cost (:func:`compiled_cost`) is under :data:`BATCH_SECONDS` per batch.
+            measured cost (:func:`compiled_cost`) is under :data:`BATCH_SECONDS` per pointstamp
+            (:func:`check_summaries`).
 
     Returns:
         The graph and its initial pointstamps (Naiad's input-vertex rule if none were named).
@@ -183,38 +189,8 @@ def build_graph(record: Spec, *, new: bool = True, compiled: bool = False) -> tu
             "cycle": [{"from": location_json(t.src), "to": location_json(t.dst), "summary": list(t.summary)}
                       for t in cycles],
         })
-    if new and summary_search_pairs(graph) <= SUMMARY_CHECK_BUDGET:
-        overflow = widest_summaries(graph, MAX_SUMMARY_ANTICHAIN)
-        if overflow is not None and overflow.size > MAX_SUMMARY_ANTICHAIN:
-            raise RegistrationError({"error": "invalid_graph", "detail": (
-                f"more than {MAX_SUMMARY_ANTICHAIN} incomparable minimal path summaries lead from {overflow.origin} "
-                f"to {overflow.dest}: one time at {overflow.origin} would put that many times in the frontier "
-                f"at {overflow.dest}, and tracking it would stall the service; merge the parallel summaries "
-                "(connections with several summaries, or paths with different ones) into fewer")})
-        if overflow is not None and compiled:
-            measured = compiled_cost(graph)
-            if measured is not None and measured[0] <= BATCH_SECONDS and measured[1] <= MAX_SUMMARY_ANTICHAIN:
-                overflow = None
-            elif measured is not None and measured[1] > MAX_SUMMARY_ANTICHAIN:
-                raise RegistrationError({"error": "invalid_graph", "detail": (
-                    f"more than {MAX_SUMMARY_ANTICHAIN} incomparable minimal path summaries ({measured[1]}) lead "
-                    "from one location to another: one time there would put that many times in a frontier; "
-                    "merge the parallel summaries (connections with several summaries, or paths with different "
-                    "ones) into fewer")})
-            else:
-                cost = "more than 5 s" if measured is None else f"{measured[0] * 1e3:.0f} ms"
-                raise RegistrationError({"error": "invalid_graph", "detail": (
-                    f"too many incomparable minimal path summaries fan out from {overflow.origin}: one time "
-                    f"there costs the compiled engine {cost} per batch (the limit is "
-                    f"{BATCH_SECONDS * 1e3:.0f} ms), stalling the service; merge the parallel summaries "
-                    "(connections with several summaries, or paths with different ones) into fewer")})
-        if overflow is not None:
-            raise RegistrationError({"error": "invalid_graph", "detail": (
-                f"too many incomparable minimal path summaries fan out from {overflow.origin} (already "
-                f"{overflow.size} to {overflow.dest}): the antichains multiply along the way, and one time at "
-                f"{overflow.origin} would cost the tracker about {overflow.cost // 2000} ms or more per batch, "
-                "stalling the service; merge the parallel summaries (connections with several summaries, or "
-                "paths with different ones) into fewer")})
+    if new:
+        check_summaries(graph, compiled=compiled)
     if record.initial:
         if new:
             _positive_initial(record.initial)
@@ -225,6 +201,60 @@ def build_graph(record: Spec, *, new: bool = True, compiled: bool = False) -> tu
     else:
         initial = graph.default_initial()
     return graph, initial
+
+
+def check_summaries(graph: Graph, *, compiled: bool = False, where: str = "") -> None:
+    """Refuse a graph whose path summaries would make one pointstamp too costly to track
+    (``where``: the scope, for the message). First the cheap bound
+    (:func:`tracker.bounds.summary_bound`): within the limits, accepted whatever the graph's
+    size. Else the exact search, within :data:`SUMMARY_CHECK_STEPS`: for an antichain over
+    :data:`MAX_SUMMARY_ANTICHAIN` (refused), then, for the compiled engine, a measured trial
+    (:func:`compiled_cost`, at most :data:`BATCH_SECONDS` per pointstamp), for the reference
+    engine, the cost budget :data:`tracker.structure.SUMMARY_COST_BASE`.
+
+    Raises:
+        RegistrationError: with the 422 body, what refused it in ``detail``.
+    """
+    bound = summary_bound(graph)
+    advice = ("merge the parallel summaries (connections with several summaries, or paths with different ones) "
+              "into fewer")
+    if bound.widest > MAX_SUMMARY_ANTICHAIN:  # the bound may over-estimate: look for the antichain itself
+        wide = widest_summaries(graph, MAX_SUMMARY_ANTICHAIN, cost_base=2**62, steps=SUMMARY_CHECK_STEPS)
+        if wide is not None and wide.exhausted:
+            raise RegistrationError({"error": "invalid_graph", "detail": (
+                f"{where}the path summaries cannot be checked within {SUMMARY_CHECK_STEPS:,} steps, and their "
+                f"estimate is too high: up to {bound.widest} incomparable minimal path summaries may lead to "
+                f"{bound.at} (the service tracks at most {MAX_SUMMARY_ANTICHAIN}), and one pointstamp could put up "
+                f"to {bound.entries:,} times in frontiers; {advice}")})
+        if wide is not None:
+            raise RegistrationError({"error": "invalid_graph", "detail": (
+                f"{where}more than {MAX_SUMMARY_ANTICHAIN} incomparable minimal path summaries ({wide.size}) lead "
+                f"from {wide.origin} to {wide.dest}: one time at {wide.origin} would put that many times in the "
+                f"frontier at {wide.dest} (the estimate: up to {bound.widest} at {bound.at}), and tracking it would "
+                f"stall the service; {advice}")})
+    if bound.cost <= SUMMARY_COST_BASE:
+        return
+    if compiled:
+        measured = compiled_cost(graph)
+        if measured is not None and measured[0] <= BATCH_SECONDS:
+            return
+        cost = "more than 5 s" if measured is None else f"{measured[0] * 1e3:.1f} ms"
+        raise RegistrationError({"error": "invalid_graph", "detail": (
+            f"{where}too many incomparable minimal path summaries fan out (up to {bound.widest}, at {bound.at}): one "
+            f"pointstamp costs the compiled engine {cost} of CPU per batch (the limit is "
+            f"{BATCH_SECONDS * 1e3:.1f} ms), which would hold every other dataflow's requests as long; {advice}")})
+    costly = widest_summaries(graph, MAX_SUMMARY_ANTICHAIN, steps=SUMMARY_CHECK_STEPS)
+    if costly is not None and costly.exhausted:
+        raise RegistrationError({"error": "invalid_graph", "detail": (
+            f"{where}the path summaries cannot be checked within {SUMMARY_CHECK_STEPS:,} steps, and their estimated "
+            f"cost is too high: up to {bound.widest} incomparable minimal path summaries at {bound.at}, about "
+            f"{bound.cost // 2000} ms per batch or more; {advice}")})
+    if costly is not None:
+        raise RegistrationError({"error": "invalid_graph", "detail": (
+            f"{where}too many incomparable minimal path summaries fan out from {costly.origin} (already "
+            f"{costly.size} to {costly.dest}): the antichains multiply along the way, and one time at "
+            f"{costly.origin} would cost the tracker about {costly.cost // 2000} ms or more per batch, "
+            f"stalling the service; {advice}")})
 
 
 def _positive_initial(rows: list[InitialRow]) -> None:
@@ -280,15 +310,7 @@ def build_nested(record: Spec, *, new: bool = True) -> tuple[NestedGraph, list[S
         raise RegistrationError({"error": "invalid_graph", "detail": "the graph has no operator ports"})
     if new:
         for path, graph in graphs:
-            if summary_search_pairs(graph) > SUMMARY_CHECK_BUDGET:
-                continue
-            overflow = widest_summaries(graph, MAX_SUMMARY_ANTICHAIN)
-            if overflow is not None:
-                raise RegistrationError({"error": "invalid_graph", "detail": (
-                    f"{_where(path)}: too many incomparable minimal path summaries fan out from {overflow.origin} "
-                    f"(already {overflow.size} to {overflow.dest}); tracking them would stall the service: merge "
-                    "the parallel summaries (connections with several summaries, or paths with different ones) "
-                    "into fewer")})
+            check_summaries(graph, where=f"{_where(path)}: ")
     if record.initial:
         if new:
             _positive_initial(record.initial)

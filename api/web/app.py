@@ -31,6 +31,7 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.config import ENGINE_NAMES, Settings
@@ -41,6 +42,7 @@ from api.host.service import RegistrationError, Service
 from api.ops.scrape import service_scrape
 from api.schema.models import ErrorBody, ProgressRequest, RegisterRequest
 from api.web import dashboard
+from api.web.auth import bearer_or_none
 from api.web.dataflows import router as dataflows_routes
 from api.web.deps import admin
 from api.web.frontiers import router as frontier_routes
@@ -178,6 +180,13 @@ behind. A refused handshake answers the same 401/403/404 as the REST routes; a s
 socket beyond the subscriber limits is accepted and closed with 1013 (try again later) and a reason."""
 
 
+def _admin(service: Service, authorization: str | None) -> bool:
+    """Whether an ``Authorization`` header (maybe absent) bears the admin token."""
+    token = bearer_or_none(authorization)
+    caller = service.authenticate(token) if token is not None else None
+    return caller is not None and caller.admin
+
+
 def create_app(settings: Settings, admin_token: str,
                supervised: Callable[[], Coroutine[Any, Any, None]] | None = None) -> FastAPI:
     """The application for ``settings`` (``uvicorn`` serves it; tests start it the same way);
@@ -271,28 +280,43 @@ def create_app(settings: Settings, admin_token: str,
     async def log_down(request: Request, error: LogFailed) -> JSONResponse:
         return JSONResponse({"error": "log_failed", "detail": str(error)}, status_code=503)
 
+    @app.exception_handler(ClientDisconnect)
+    async def gone(request: Request, error: ClientDisconnect) -> Response:
+        # Nobody reads the answer; a client leaving mid-body is not the service's error.
+        log.info("client went away before its request body arrived", extra={"path": request.url.path})
+        return Response(status_code=400)
+
     @app.exception_handler(Exception)
     async def crashed(request: Request, error: Exception) -> JSONResponse:
         log.exception("unhandled error", extra={"path": request.url.path})
         return JSONResponse({"error": "internal_error", "detail": "see the service log"}, status_code=500)
 
     @app.get("/healthz", summary="Liveness", responses={503: {"description": "the write-ahead log failed"}})
-    async def healthz() -> Any:
+    async def healthz(request: Request) -> Any:
         """Open (no token): the service is up and serving. 503 ``failed`` once the log failed
         (nothing is acknowledged until a restart); 200 ``degraded`` while it serves but some
-        dataflow was refused at recovery (``damaged``) or the Delta writes fail (``delta_failing``);
-        200 ``ok`` otherwise."""
+        dataflow was refused at recovery (``damaged_count``), recovery found Delta tables damaged
+        (``delta_damaged``: their names) or the Delta writes fail (``delta_failing``); 200 ``ok``
+        otherwise. Which dataflows were refused and why (``damaged``: ids, names, log positions),
+        what is wrong with the tables and the Delta error are for the admin token only."""
         if service.wal.failed is not None:
             return JSONResponse({"status": "failed", "detail": "the write-ahead log failed; restart"},
                                 status_code=503)
+        admin = _admin(service, request.headers.get("authorization"))
         syncer = service.syncer
         problems: dict[str, Any] = {}
         if service.damaged:
-            problems["damaged"] = [{"id": d.id, "name": d.name, "detail": d.detail}
-                                   for d in sorted(service.damaged.values(), key=lambda d: d.id)]
+            problems["damaged_count"] = len(service.damaged)
+            if admin:
+                problems["damaged"] = [{"id": d.id, "name": d.name, "detail": d.detail}
+                                       for d in sorted(service.damaged.values(), key=lambda d: d.id)]
+        if service.delta_damaged:
+            problems["delta_damaged"] = sorted(service.delta_damaged)
+            if admin:
+                problems["delta_damaged_detail"] = service.delta_damaged
         if syncer.failing_since is not None:
-            problems["delta_failing"] = {"since": round(syncer.failing_since, 3), "error": syncer.last_error,
-                                         "lag_versions": syncer.measure_lag()}
+            problems["delta_failing"] = {"since": round(syncer.failing_since, 3), "lag_versions": syncer.measure_lag(),
+                                         **({"error": syncer.last_error} if admin else {})}
         return {"status": "degraded" if problems else "ok", **problems, "dataflows": len(service.dataflows),
                 "engine": ENGINE_NAMES[settings.engine], "spark": service.background.health(),
                 **({"graph_engine": service.background.graph_engine(),

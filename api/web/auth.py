@@ -22,6 +22,19 @@ def bearer(authorization: str | None) -> str:
     return token.strip()
 
 
+def bearer_or_none(authorization: str | None) -> str | None:
+    """The token of an ``Authorization: Bearer <token>`` header, ``None`` without a usable one
+    (for open routes that show more to a token).
+
+    >>> bearer_or_none(None), bearer_or_none("Bearer t")
+    (None, 't')
+    """
+    try:
+        return bearer(authorization)
+    except HTTPException:
+        return None
+
+
 def unauthorized(detail: str) -> HTTPException:
     """A 401 with the ``WWW-Authenticate`` challenge."""
     return HTTPException(401, {"error": "unauthorized", "detail": detail}, headers={"WWW-Authenticate": "Bearer"})

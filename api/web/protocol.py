@@ -5,9 +5,11 @@ Guarantees: a request whose line and headers exceed ``max_head`` bytes is answer
 JSON error body and its connection closed, and the server never buffers more than ``max_head``
 plus one socket read (at most 256 KiB) of a head; a connection that has not delivered a complete
 head ``head_timeout`` seconds after it opened, or after the first byte of its next request, is
-closed (408 if part of a head had arrived). Requests in progress, long responses (SSE) and
-upgraded WebSockets are not timed: the clock stops when the head is complete. Idle keep-alive
-connections are uvicorn's (``timeout_keep_alive``, 5 s).
+closed (408 if part of a head had arrived). A request body must keep arriving: no byte of it
+for ``head_timeout`` seconds (while the server is reading) answers 408 and closes (a body that
+never came held its connection 40 s and more, with a dataflow token). Long responses (SSE) and
+upgraded WebSockets are not timed. Idle keep-alive connections are uvicorn's
+(``timeout_keep_alive``, 5 s).
 
 Why a protocol subclass: httptools (llhttp) puts no bound on header size (it concatenates a
 16 MiB header chunk by chunk), uvicorn times only idle keep-alive connections, and h11, which
@@ -46,6 +48,9 @@ class GuardedHttp(HttpToolsProtocol):
         self._parsed_head = 0  # bytes of the head the parser has handed over (exact)
         self._head_timer: asyncio.TimerHandle | None = None
         self._refused = False
+        self._in_body = False  # the head announced a body not complete yet
+        self._body_at = 0.0  # when a byte of it last came (loop time)
+        self._body_timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -53,6 +58,10 @@ class GuardedHttp(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._stop_head_timer()
+        self._in_body = False
+        if self._body_timer is not None:
+            self._body_timer.cancel()
+            self._body_timer = None
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
@@ -80,6 +89,9 @@ class GuardedHttp(HttpToolsProtocol):
             return
         if self._in_head and self.max_head and self._raw_head > self.max_head:
             self._refuse()  # an unfinished head already over the limit: stop buffering it
+        elif self._in_body and self._body_timer is None and self.head_timeout > 0:
+            # Armed only when a read ends inside a body: most bodies come whole with their head.
+            self._body_timer = self.loop.call_later(self.head_timeout, self._body_timed_out)
 
     def _bad_request(self) -> None:
         msg = "Invalid HTTP request received."
@@ -107,9 +119,18 @@ class GuardedHttp(HttpToolsProtocol):
         self._raw_head = 0
         self._stop_head_timer()
         super().on_headers_complete()
+        self._in_body = not self.parser.should_upgrade() and any(
+            (name == b"content-length" and value.strip() != b"0") or name == b"transfer-encoding"
+            for name, value in self.headers)
+        self._body_at = self.loop.time()
+
+    def on_body(self, body: bytes) -> None:
+        self._body_at = self.loop.time()
+        super().on_body(body)
 
     def on_message_complete(self) -> None:
         self._in_head = True  # what comes next is the next request's head
+        self._in_body = False
         super().on_message_complete()
 
     def _count(self, size: int) -> None:
@@ -136,6 +157,20 @@ class GuardedHttp(HttpToolsProtocol):
                                                  f"{self.head_timeout:g} s (TRACKER_HEADER_TIMEOUT)")
         self.transport.close()
 
+    def _body_timed_out(self) -> None:
+        self._body_timer = None
+        if not self._in_body or self.transport.is_closing():
+            return
+        idle = self.loop.time() - self._body_at
+        if idle < self.head_timeout or self.flow.read_paused:  # bytes came since, or the server is not reading
+            self._body_timer = self.loop.call_later(max(self.head_timeout - idle, 0.05), self._body_timed_out)
+            return
+        self._in_body = False
+        if self.cycle is not None and not self.cycle.response_started:
+            self._answer(408, "request_timeout", f"the request body stopped arriving: no byte of it for "
+                                                 f"{self.head_timeout:g} s (TRACKER_HEADER_TIMEOUT)")
+        self.transport.close()  # the route waiting for the body sees the client gone
+
     def _answering(self) -> bool:
         """An earlier request's answer is still being sent (a pipelined head came meanwhile):
         nothing may be written between its bytes, so a refusal only closes."""
@@ -158,13 +193,23 @@ class GuardedHttp(HttpToolsProtocol):
             self.transport.close()
 
     def _answer(self, status: int, error: str, detail: str) -> None:
-        body = json.dumps({"error": error, "detail": detail}).encode()
-        head = [STATUS_LINE[status]]
-        for name, value in self.server_state.default_headers:
-            head += [name, b": ", value, b"\r\n"]
-        head += [b"content-type: application/json\r\n", b"content-length: ", str(len(body)).encode(), b"\r\n",
-                 b"connection: close\r\n\r\n", body]
-        self.transport.write(b"".join(head))
+        self.transport.write(refusal(status, error, detail, self.server_state.default_headers))
+
+
+def refusal(status: int, error: str, detail: str, default_headers: list[tuple[bytes, bytes]]) -> bytes:
+    """A whole HTTP answer that closes its connection: ``status`` with the JSON error body, and
+    the server's default headers (the security headers among them).
+
+    >>> refusal(414, "uri_too_long", "too long", [])[:42]
+    b'HTTP/1.1 414 Request-URI Too Long\\r\\ncontent'
+    """
+    body = json.dumps({"error": error, "detail": detail}).encode()
+    head = [STATUS_LINE[status]]
+    for name, value in default_headers:
+        head += [name, b": ", value, b"\r\n"]
+    head += [b"content-type: application/json\r\n", b"content-length: ", str(len(body)).encode(), b"\r\n",
+             b"connection: close\r\n\r\n", body]
+    return b"".join(head)
 
 
 def guarded_http(max_head: int, head_timeout: float) -> type[GuardedHttp]:

@@ -3,8 +3,9 @@ tokens from log lines.
 
 Guarantees: every HTTP answer of ``tracker serve`` carries :data:`HEADERS` (uvicorn writes them
 with the status line, as its own default headers, so they cost no middleware on the hot path and
-reach the 413, 431 and 408 answers too); a log line never holds the value of a ``token=`` query
-parameter or of a ``Bearer`` credential.
+reach the 413, 431 and 408 answers too); a log line never holds the value of a query parameter
+whose name ends in ``token`` (``token=``, ``access_token=``...), ``secret``, ``password`` or
+``key``, nor of a ``Bearer`` credential.
 
 The policy allows only the service's own scripts, styles, images and connections, no plugins, no
 framing (``frame-ancestors 'none'`` and ``X-Frame-Options: DENY``, against clickjacking), no
@@ -14,6 +15,8 @@ style by its hash: the rule Cytoscape.js inserts into the page,
 
 >>> redact('127.0.0.1:5 - "WebSocket /v1/dataflows/d/ws?subscribe=false&token=abc-_1" [accepted]')
 '127.0.0.1:5 - "WebSocket /v1/dataflows/d/ws?subscribe=false&token=[redacted]" [accepted]'
+>>> redact("/ws?access_token=abc&x=1 and /ws?API_KEY=k")
+'/ws?access_token=[redacted]&x=1 and /ws?API_KEY=[redacted]'
 >>> redact("Authorization: Bearer s3cr.et")
 'Authorization: Bearer [redacted]'
 >>> dict(HEADERS)["X-Frame-Options"]
@@ -35,9 +38,11 @@ HEADERS = [
     ("X-Frame-Options", "DENY"),
 ]
 """Headers of every HTTP answer (``uvicorn.Config(headers=...)``)."""
-_TOKEN = re.compile(r"(?i)((?:[?&]|%3F|%26)token=)[^&\s\"'#]*|(\bbearer\s+)[^\s\"',;]+")
+_TOKEN = re.compile(r"(?i)((?:[?&]|%3F|%26)[\w.-]*(?:token|secret|password|key)=)[^&\s\"'#\\]*"
+                    r"|(\bbearer\s+)[^\s\"',;\\]+")
 
 
 def redact(text: str) -> str:
-    """``text`` with token values replaced by ``[redacted]``."""
+    """``text`` with secret values replaced by ``[redacted]`` (text, not its JSON: a value is
+    taken up to the next quote, and in JSON the backslash escaping that quote would go too)."""
     return _TOKEN.sub(lambda m: (m.group(1) or m.group(2)) + "[redacted]", text)

@@ -163,13 +163,22 @@ impl Engine {
     fn run(&mut self, locations: &[i64], times: &[u64], deltas: &[i64]) -> ChangeBatch {
         let arity = self.arity;
         let mut changes = Changes::new(arity);
+        let mut regressions = Vec::new();
         dispatch!(&mut self.inner, tracker => {
             for (index, (&location, &delta)) in locations.iter().zip(deltas).enumerate() {
-                tracker.update_coords(location as usize, &times[index * arity..(index + 1) * arity], delta);
+                let time = Time::from_coords(&times[index * arity..(index + 1) * arity]);
+                // Staged updates reach the frontiers only in `propagate`: this is the frontier
+                // before the batch.
+                if delta > 0 && !tracker.less_equal(location as usize, &time) {
+                    regressions.push(index as u32);
+                }
+                tracker.update(location as usize, &time, delta);
             }
             tracker.propagate(&mut changes);
         });
-        ChangeBatch::new(changes, self.shared.clone())
+        let mut batch = ChangeBatch::new(changes, self.shared.clone());
+        batch.regressions = regressions;
+        batch
     }
 
     fn check_location(&self, location: i64) -> PyResult<usize> {
@@ -438,6 +447,9 @@ pub struct ChangeBatch {
     /// The compact JSON of every change, being encoded by a thread of its own
     /// ([`ChangeBatch::prepare_json`]), until `to_json` takes it.
     prepared: Mutex<Option<JoinHandle<Option<String>>>>,
+    /// The updates (indices in the batch) that added a pointstamp at a time the location's
+    /// frontier did not allow before the batch: nothing held could have produced it.
+    regressions: Vec<u32>,
 }
 
 /// How many batches have a prepared encoding not yet taken, across engines.
@@ -455,7 +467,7 @@ impl Drop for ChangeBatch {
 
 impl ChangeBatch {
     fn new(changes: Changes, shared: Arc<Shared>) -> Self {
-        ChangeBatch { changes: Arc::new(changes), shared, prepared: Mutex::new(None) }
+        ChangeBatch { changes: Arc::new(changes), shared, prepared: Mutex::new(None), regressions: Vec::new() }
     }
 
     /// Every change as a 3-tuple `(label(location), time, diff)`, or as an instance of the
@@ -551,6 +563,14 @@ fn encode_changes(fragments: &Fragments, changes: &Changes, selection: Option<&S
 impl ChangeBatch {
     fn __len__(&self) -> usize {
         self.changes.len()
+    }
+
+    /// The indices (in the batch applied) of the updates that put a pointstamp at a time no
+    /// frontier element of its location was at or before when the batch began: a frontier moved
+    /// backwards, which no pointstamp held could have caused (a protocol violation).
+    #[getter]
+    fn regressions(&self) -> Vec<u32> {
+        self.regressions.clone()
     }
 
     /// `[(location, time, diff), ...]`; with `labels=True` the location is its label, and
