@@ -232,7 +232,7 @@ def diamonds_graph(k: int, name: str = "diamonds") -> dict[str, Any]:
 
     >>> body = diamonds_graph(2)
     >>> len(body["nodes"]), len(body["edges"])
-    (7, 10)
+    (7, 8)
     """
     nodes: list[dict[str, Any]] = [{"id": 0, "name": "input", "inputs": 0, "outputs": 1}]
     edges: list[dict[str, Any]] = []
