@@ -24,7 +24,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from bench.spark_workloads import Counts, change_batch, dataflows, location_count, pointstamps
 from spark_jobs.frames import Progress, decode_code, encode, locations_of, transitions_of
-from spark_jobs.graphx import Engine
+from spark_jobs.graphx import Engine, index_psi
 from spark_jobs.incremental import POINTS_SCHEMA, incremental
 from spark_jobs.propagate import propagate, propagate_with_psi, times_of
 from spark_jobs.session import get_spark
@@ -103,9 +103,9 @@ def run(quick: bool = False) -> dict[str, Any]:
     figures["propagate_2x_over_1x"] = figures["propagate_2x_s"] / figures["propagate_1x_s"]
     figures["propagate_4x_over_2x"] = figures["propagate_4x_s"] / figures["propagate_2x_s"]
 
-    # Full propagate in one join over Psi (the depth-independent cut of the rounds).
+    # Full propagate in one join over Psi (the depth-independent cut of the rounds; timed below).
     times = times_of(spark, counts).localCheckpoint()
-    via_psi, figures["propagate_psi_join_s"] = _timed(lambda: propagate_with_psi(psi, times).localCheckpoint())
+    via_psi = propagate_with_psi(psi, times).localCheckpoint()
 
     # Incremental: a batch touching 1% of the locations.
     batch = change_batch(graphs, counts, 0.01)
@@ -120,8 +120,19 @@ def run(quick: bool = False) -> dict[str, Any]:
         .withColumnRenamed("count", "delta")
         .localCheckpoint()
     )
-    # Each call returns its three results materialised, as the one-join recompute does.
-    result, figures["incremental_s"] = _timed(lambda: incremental(psi, points, batch_df, frontier, False))
+    # Each call returns its three results materialised, as the one-join recompute does. The
+    # engine indexes Psi once for all its batches (timed apart); each figure is the best of three,
+    # the one-join recompute's included, run in turn under the same load.
+    indexed, figures["incremental_index_psi_s"] = _timed(lambda: index_psi(psi))
+    best: dict[str, float] = {}
+    for _ in range(3):
+        for name, job in (("propagate_psi_join_s", lambda: propagate_with_psi(psi, times).localCheckpoint()),
+                          ("incremental_s", lambda: incremental(indexed, points, batch_df, frontier, False)),
+                          ("incremental_psi_shuffled_s", lambda: incremental(psi, points, batch_df, frontier, False))):
+            result, seconds = _timed(job)
+            best[name] = min(best.get(name, seconds), seconds)
+    figures.update(best)
+    result = incremental(indexed, points, batch_df, frontier, False)
     changes = result.changes.collect()
     by_frames, figures["incremental_dataframe_s"] = _timed(
         lambda: incremental(psi, points, batch_df, frontier, False, "dataframe"))

@@ -144,6 +144,12 @@ def cli(quick: bool) -> dict[str, float]:
     many = dataflows(100, seed=5)
     one_root, many_root = _warehouse({"df00000": many["df00000"]}), _warehouse(many)
     figures["jobs_propagate_1_df_s"] = _job("propagate", one_root, "local[2]", "--all")
+    # The same run with the tables read and written by delta-spark (a cluster's IO) instead of
+    # delta-rs on the driver (a local master's default).
+    figures["jobs_propagate_1_df_delta_spark_s"] = _job("propagate", one_root, "local[2]", "--all",
+                                                        TRACKER_JOBS_DELTA="delta-spark")
+    figures["jobs_propagate_1_df_delta_spark_over_rs"] = (figures["jobs_propagate_1_df_delta_spark_s"]
+                                                          / figures["jobs_propagate_1_df_s"])
     figures["jobs_propagate_100_df_s"] = _job("propagate", many_root, "local[2]", "--all")
     figures["jobs_100_over_1"] = figures["jobs_propagate_100_df_s"] / figures["jobs_propagate_1_df_s"]
     # Where `summaries` holds no Psi: GraphX propagates without it; the DataFrame engine computes
@@ -159,7 +165,9 @@ def cli(quick: bool) -> dict[str, float]:
     big = dataflows(165 if quick else 1650, seed=3)
     figures["cluster_workload_locations"] = location_count(big)
     root = _warehouse(big)
-    figures["jobs_propagate_big_local2_s"] = _job("propagate", root, "local[2]", "--all")
+    # delta-spark on both, as a cluster's run must: the comparison is of where Spark runs.
+    figures["jobs_propagate_big_local2_s"] = _job("propagate", root, "local[2]", "--all",
+                                                  TRACKER_JOBS_DELTA="delta-spark")
     from spark_jobs.cluster import start
 
     # Two workers of one core each: the machine's two cores, as local[2] has them.

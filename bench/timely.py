@@ -41,7 +41,7 @@ from typing import Any
 
 import httpx
 
-from api.run.process import ADMIN_TOKEN, ServiceProcess
+from api.run.process import ADMIN_TOKEN, ServiceProcess, descendants
 
 CRATE = Path(__file__).resolve().parent.parent / "connectors" / "timely"
 """The connector crate; its target directory (``connectors/timely/target``) is ignored by git."""
@@ -183,10 +183,17 @@ STRESS = (["--rounds", "3000", "--records", "8"], ["--rounds", "1000", "--record
 
 
 def _service_cpu(service: ServiceProcess) -> float:
-    """CPU seconds the service's process has used so far."""
+    """CPU seconds the service's processes (the supervisor and every process below it: the hot
+    path, its log's sync process, the Spark process and its JVM) have used so far."""
     assert service.process is not None
-    fields = Path(f"/proc/{service.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    ticks = 0
+    for pid in (service.process.pid, *descendants(service.process.pid)):
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:  # gone meanwhile
+            continue
+        ticks += int(fields[11]) + int(fields[12])
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def _attached_run(binaries: Path, service: ServiceProcess, example: str, args: list[str]) -> tuple[Run, dict[str, Any]]:

@@ -28,7 +28,7 @@ import time
 from typing import Any
 
 from spark_jobs.ownership import WarehouseBusy, WarehouseLock
-from spark_jobs.storage import LegacyWarehouseError, UnknownDataflowError, Warehouse, warehouse_problem
+from spark_jobs.storage import Backend, LegacyWarehouseError, UnknownDataflowError, Warehouse, warehouse_problem
 
 _GRAPH = ["dataflows", "scopes", "nodes", "edges"]
 NEEDS = {"cycles": _GRAPH, "summaries": _GRAPH, "propagate": _GRAPH, "incremental": _GRAPH}
@@ -125,6 +125,31 @@ def resolve(rows: list[dict[str, Any]], value: str) -> str:
     return candidates[0] if candidates else value
 
 
+def io_backend(master: str | None) -> Backend | None:
+    """How a job reads and writes the warehouse: ``"delta-rs"`` (Arrow on the driver) for a
+    local master, ``None`` (delta-spark when the session has Delta's classes: the executors do
+    the IO) for a cluster's. ``TRACKER_JOBS_DELTA`` (``delta-rs`` or ``delta-spark``) overrides
+    it; ``TRACKER_DRIVER_DELTA_RS=forbid`` rules delta-rs out.
+
+    On a local master the executors share the driver's process and disk, and delta-spark pays
+    Spark jobs per table read (the snapshot's state) and per commit that delta-rs does not: a
+    one-dataflow ``propagate`` spent most of its time there (``docs/tables.md``).
+
+    >>> io_backend("local[2]"), io_backend("spark://10.0.0.5:7077")
+    ('delta-rs', None)
+    """
+    from spark_jobs.session import resolve_master
+
+    forced = os.environ.get("TRACKER_JOBS_DELTA", "")
+    if forced in ("delta-rs", "delta-spark"):
+        return forced  # type: ignore[return-value]
+    if forced:
+        raise ValueError(f"TRACKER_JOBS_DELTA={forced!r}: use delta-rs or delta-spark")
+    if os.environ.get("TRACKER_DRIVER_DELTA_RS") == "forbid":
+        return None
+    return "delta-rs" if resolve_master(master).startswith("local") else None
+
+
 def local_ip_default(master: str | None) -> None:
     """Set ``SPARK_LOCAL_IP`` to 127.0.0.1 unless it is set or the master is another machine's:
     a local session then binds to loopback and Spark does not warn that the hostname resolves
@@ -177,8 +202,11 @@ def _run(args: argparse.Namespace, warehouse: str, ids: list[str], starting: _Sp
     except Exception as error:  # a wrong --master, no Java, no GraphX helper: one line, no traceback
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         return _fail(f"cannot start Spark (master {args.master or 'local[*]'}): {first}")
-    progress.step(f"Spark ready; graph engine: {engine}")
-    wh = Warehouse(warehouse, spark)
+    try:
+        wh = Warehouse(warehouse, spark, backend=io_backend(args.master))
+    except ValueError as error:
+        return _fail(str(error))
+    progress.step(f"Spark ready; graph engine: {engine}; tables read and written by {wh.backend}")
     try:
         if args.job == "cycles":
             found = jobs.cycles_job(wh, ids, progress)

@@ -32,7 +32,7 @@ import tempfile
 import zipfile
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -200,18 +200,42 @@ def psi(transitions: DataFrame, locations: DataFrame) -> DataFrame:
     return DataFrame(jdf, transitions.sparkSession)
 
 
-def incremental(psi: DataFrame, points: DataFrame, batch: DataFrame, frontiers: DataFrame) -> DataFrame:
+class IndexedPsi(NamedTuple):
+    """``Psi`` partitioned by dataflow and indexed in the executors' memory (:func:`index_psi`):
+    :func:`incremental` zips a batch's partitions with it instead of shuffling ``Psi`` again,
+    and reads only the entries of the locations the batch can move."""
+
+    psi: DataFrame
+    """The ``Psi`` frame it was built from (``dataflow_id, src, dst, summary``)."""
+    index: Any
+    """The helper's cached ``JavaRDD`` of per-partition indexes."""
+
+
+def index_psi(psi: DataFrame) -> IndexedPsi:
+    """``psi`` shuffled and indexed once for many batches (:class:`IndexedPsi`); one Spark job.
+    The cache is dropped when the handle is garbage-collected (Spark's context cleaner)."""
+    return IndexedPsi(psi, _incremental_helper(psi).index(psi.select("dataflow_id", "src", "dst", "summary")._jdf))
+
+
+def _incremental_helper(df: DataFrame) -> Any:
+    return getattr(df.sparkSession._jvm, ENTRY_CLASS.rpartition(".")[0]).Incremental
+
+
+def incremental(psi: DataFrame | IndexedPsi, points: DataFrame, batch: DataFrame, frontiers: DataFrame
+                ) -> DataFrame:
     """A batch applied, each dataflow in one task (the helper's ``Incremental``): tagged rows
     ``(dataflow_id, tag, loc, time, value)``, ``tag`` ``p`` the new counts (``value`` the
     count), ``c`` the frontier changes (``value`` +1/-1), ``f`` the new frontiers; materialised.
-    Inputs as :func:`spark_jobs.incremental.incremental` takes them."""
+    Inputs as :func:`spark_jobs.incremental.incremental` takes them; ``psi`` already indexed
+    (:func:`index_psi`) is not shuffled again: one shuffle of the other three, one Spark job."""
     from pyspark.sql import DataFrame
 
-    jvm = psi.sparkSession._jvm
-    assert jvm is not None
-    helper = getattr(jvm, ENTRY_CLASS.rpartition(".")[0]).Incremental
-    jdf = helper.apply(psi.select("dataflow_id", "src", "dst", "summary")._jdf,
-                       points.select("dataflow_id", "loc", "time", "count")._jdf,
-                       batch.select("dataflow_id", "loc", "time", "delta")._jdf,
-                       frontiers.select("dataflow_id", "loc", "time")._jdf)
-    return DataFrame(jdf, psi.sparkSession)
+    helper = _incremental_helper(points)
+    rest = (points.select("dataflow_id", "loc", "time", "count")._jdf,
+            batch.select("dataflow_id", "loc", "time", "delta")._jdf,
+            frontiers.select("dataflow_id", "loc", "time")._jdf)
+    if isinstance(psi, IndexedPsi):
+        jdf = helper.applyIndexed(psi.index, *rest)
+    else:
+        jdf = helper.apply(psi.select("dataflow_id", "src", "dst", "summary")._jdf, *rest)
+    return DataFrame(jdf, points.sparkSession)

@@ -50,8 +50,8 @@ def _active(points: DataFrame) -> DataFrame:
 
 
 def incremental(
-    psi: DataFrame, points: DataFrame, batch: DataFrame, frontiers: DataFrame, arity_one: bool = False,
-    engine: graphx.Engine | None = None,
+    psi: DataFrame | graphx.IndexedPsi, points: DataFrame, batch: DataFrame, frontiers: DataFrame,
+    arity_one: bool = False, engine: graphx.Engine | None = None,
 ) -> IncrementalResult:
     """Apply ``batch`` (``dataflow_id, loc, time, delta``) to ``points`` (``..., count``) and
     update ``frontiers`` (``dataflow_id, loc, time``), touching only locations reachable from a
@@ -60,7 +60,9 @@ def incremental(
 
     ``engine`` (default ``TRACKER_GRAPH_ENGINE``): ``"graphx"`` runs the helper, each dataflow
     in one task, everything materialised in one Spark job; ``"dataframe"`` the joins below
-    (broadcasts of the batch's and the affected locations, a few jobs).
+    (broadcasts of the batch's and the affected locations, a few jobs). ``psi`` may be indexed
+    once for many batches (:func:`spark_jobs.graphx.index_psi`): then the helper neither
+    shuffles nor scans it again (what :class:`SparkFrontierEngine` keeps).
     """
     if (engine or graphx.engine_choice()) == "graphx":
         tagged = graphx.incremental(psi, points, batch, frontiers)
@@ -68,6 +70,8 @@ def incremental(
         return IncrementalResult(tagged.where(tag == "p").select(*KEYS, "time", F.col("value").alias("count")),
                                  tagged.where(tag == "c").select(*KEYS, "time", F.col("value").alias("diff")),
                                  tagged.where(tag == "f").select(*KEYS, "time"))
+    if isinstance(psi, graphx.IndexedPsi):
+        psi = psi.psi
     deltas = batch.select(*KEYS, "time", F.col("delta").alias("count"))
     new_points = (
         points.select(*KEYS, "time", "count")
@@ -145,7 +149,8 @@ class SparkFrontierEngine:
     """Frontier maintenance of one dataflow by Spark micro-batches, with the native tracker's
     interface: ``apply(batch) -> list[FrontierChange]``, ``frontiers()``, ``pointstamps()``.
 
-    ``Psi`` is computed once (Spark ``summarize``) and cached; counts and frontiers live as
+    ``Psi`` is computed once (Spark ``summarize``) and cached (on the GraphX engine, indexed in
+    the executors: :func:`spark_jobs.graphx.index_psi`); counts and frontiers live as
     checkpointed DataFrames, so a batch ships only its own updates to Spark.
 
     >>> # engine = SparkFrontierEngine(spark, graph)
@@ -160,6 +165,8 @@ class SparkFrontierEngine:
                 transitions_of(spark, graph, dataflow_id), locations_of(spark, graph, dataflow_id), self._arity_one
             )
         )
+        # Indexed in the executors once: a micro-batch then reads only the Psi entries it needs.
+        self._indexed = graphx.index_psi(self.psi) if graphx.engine_choice() == "graphx" else None
         self._points = spark.createDataFrame([], POINTS_SCHEMA)
         self._frontiers = spark.createDataFrame([], FRONTIER_SCHEMA)
         self._current: dict[Location, set[Timestamp]] = {loc: set() for loc in graph.locations()}
@@ -171,7 +178,7 @@ class SparkFrontierEngine:
         batch = self.spark.createDataFrame(
             [(self.dataflow_id, encode(loc), list(t), d) for loc, t, d in checked if d != 0], POINTS_SCHEMA
         ).withColumnRenamed("count", "delta")
-        result = incremental(self.psi, self._points, batch, self._frontiers, self._arity_one)
+        result = incremental(self._indexed or self.psi, self._points, batch, self._frontiers, self._arity_one)
         changes = _changes_of(result.changes)  # first: a failure here leaves the engine as it was
         self._points, self._frontiers = result.points, result.frontiers
         for change in changes:

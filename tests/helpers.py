@@ -35,9 +35,11 @@ __all__ = [
     "chain",
     "core_graph",
     "counts_map",
+    "edge",
     "free_port",
     "frontier_map",
     "loop_graph",
+    "loop_then_stage",
     "nested_pipeline",
     "register",
     "stop_writers",
@@ -241,6 +243,29 @@ def _pipeline_scope(level: int, prefix: str) -> tuple[list[dict[str, Any]], list
     path = ([0] if level > 0 else []) + chain + ([0] if level > 0 else [])  # node 0 inside: the boundary
     edges = [{"source": {"node": a, "port": 0}, "target": {"node": b, "port": 0}} for a, b in pairwise(path)]
     return nodes, edges
+
+
+def edge(src: tuple[int, int], dst: tuple[int, int]) -> dict[str, Any]:
+    """An edge's JSON from ``(node, port)`` to ``(node, port)``."""
+    return {"source": {"node": src[0], "port": src[1]}, "target": {"node": dst[0], "port": dst[1]}}
+
+
+def loop_then_stage(name: str = "loop") -> dict[str, Any]:
+    """A registration body: input 0 -> iterative scope 1 (step 1, feedback 2 adding one to the
+    loop counter) -> after 2; 11 locations over its two scopes.
+
+    >>> [n.get("scope", {}).get("kind") for n in loop_then_stage()["nodes"]]
+    [None, 'iterative', None]
+    """
+    loop = {"kind": "iterative",
+            "nodes": [{"id": 1, "name": "step", "inputs": 2, "outputs": 1},
+                      {"id": 2, "name": "feedback", "inputs": 1, "outputs": 1,
+                       "connections": [{"input": 0, "output": 0, "summaries": [[0, 1]]}]}],
+            "edges": [edge((0, 0), (1, 0)), edge((1, 0), (2, 0)), edge((2, 0), (1, 1)), edge((1, 0), (0, 0))]}
+    return {"name": name, "nodes": [{"id": 0, "name": "input", "inputs": 0, "outputs": 1},
+                                    {"id": 1, "name": "loop", "inputs": 1, "outputs": 1, "scope": loop},
+                                    {"id": 2, "name": "after", "inputs": 1, "outputs": 0}],
+            "edges": [edge((0, 0), (1, 0)), edge((1, 0), (2, 0))]}
 
 
 def nested_pipeline(name: str = "pipeline") -> dict[str, Any]:

@@ -18,30 +18,22 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from spark_jobs.storage import Warehouse
-from tests.helpers import ROOT, ServiceProcess, ServiceStarter, loop_graph, register, update
+from tests.helpers import (
+    ROOT,
+    ServiceProcess,
+    ServiceStarter,
+    edge,
+    loop_graph,
+    loop_then_stage,
+    register,
+    update,
+)
 from tests.strategies import nested_batches, nested_bodies
 from tracker import scoped_oracle
 from tracker.scope import NestedGraph, ScopedLocation
 from tracker.structure import path_summaries
 
 pytestmark = pytest.mark.service
-
-
-def edge(src: tuple[int, int], dst: tuple[int, int]) -> dict[str, Any]:
-    return {"source": {"node": src[0], "port": src[1]}, "target": {"node": dst[0], "port": dst[1]}}
-
-
-def loop_then_stage() -> dict[str, Any]:
-    """input 0 -> iterative scope 1 (step 1, feedback 2 adding one to the loop counter) -> after 2."""
-    loop = {"kind": "iterative",
-            "nodes": [{"id": 1, "name": "step", "inputs": 2, "outputs": 1},
-                      {"id": 2, "name": "feedback", "inputs": 1, "outputs": 1,
-                       "connections": [{"input": 0, "output": 0, "summaries": [[0, 1]]}]}],
-            "edges": [edge((0, 0), (1, 0)), edge((1, 0), (2, 0)), edge((2, 0), (1, 1)), edge((1, 0), (0, 0))]}
-    return {"name": "loop", "nodes": [{"id": 0, "name": "input", "inputs": 0, "outputs": 1},
-                                      {"id": 1, "name": "loop", "inputs": 1, "outputs": 1, "scope": loop},
-                                      {"id": 2, "name": "after", "inputs": 1, "outputs": 0}],
-            "edges": [edge((0, 0), (1, 0)), edge((1, 0), (2, 0))]}
 
 
 def three_levels() -> dict[str, Any]:
@@ -310,7 +302,7 @@ def test_kill_9_restores_a_nested_dataflow(start_service: ServiceStarter) -> Non
         before = (client.get(f"/v1/dataflows/{dataflow}/pointstamps").json(),
                   client.get(f"/v1/dataflows/{dataflow}/frontier").json())
         status = client.get(f"/v1/dataflows/{dataflow}").json()["status"]
-        # The Delta rows were written (on the real locations) and Spark does not check nested dataflows.
+        # The Delta rows were written (on the real locations); Spark is off here, so no check ran.
         assert status["delta_version"] >= 4 and status["spark_check"] == "skipped", status
     with service.client() as client:
         assert "tracker_delta_errors_total 0.0" in client.get("/metrics").text

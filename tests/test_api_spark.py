@@ -1,5 +1,7 @@
 """The service with Spark on: background registration check, audits (periodic and on demand),
-Delta compaction, and the processes by role (the hot path holds no Spark).
+nested dataflows checked and audited scope by scope, the graph engine in ``/healthz`` (and a
+missing GraphX helper as a one-line set-up error there), Delta compaction, and the processes by
+role (the hot path holds no Spark).
 
 One service (with its own ``local[1]`` Spark session, started in the background) for the module.
 """
@@ -14,7 +16,7 @@ import polars as pl
 import pytest
 
 from api.run.process import descendants
-from tests.helpers import ServiceProcess, loop_graph, register, update, wait_for
+from tests.helpers import ServiceProcess, ServiceStarter, loop_graph, loop_then_stage, register, update, wait_for
 
 pytestmark = [pytest.mark.service(spark=True, SPARK_MASTER="local[1]", TRACKER_AUDIT_SECONDS="1",
                                   TRACKER_SPARK_NICE="3", TRACKER_COMPACT_SECONDS="0.5",
@@ -160,3 +162,66 @@ def test_an_audit_on_demand(service: ServiceProcess) -> None:
         audit = wait_for("the audit", lambda: (a := admin.get(f"/v1/dataflows/{dataflow_id}").json()["status"][
             "audit"]) and a.get("version") == 1 and a)
         assert audit["ok"] is True, audit
+
+
+def _audit_on_demand(service: ServiceProcess, dataflow_id: str, version: int) -> dict:
+    """Queue an audit of ``dataflow_id`` (retrying while a periodic one is in flight) and wait for
+    the audit of ``version`` to land."""
+    with service.client() as admin:
+        def queue() -> httpx.Response | None:
+            answer = admin.post(f"/v1/dataflows/{dataflow_id}/audit")
+            assert answer.status_code in (202, 409), answer.text
+            return answer if answer.status_code == 202 else None
+
+        assert wait_for("an audit queued on demand", queue, 600).json()["version"] == version
+        return wait_for("the audit", lambda: (a := admin.get(f"/v1/dataflows/{dataflow_id}").json()["status"][
+            "audit"]) and a.get("version") == version and a)
+
+
+def test_a_nested_dataflow_is_checked_and_audited_scope_by_scope(service: ServiceProcess) -> None:
+    """The Spark process builds the nested graph from the registration it is told of: its check
+    covers every scope (``agreed``, ``Psi`` of both scopes in ``summaries``), and an audit
+    recomputes the frontier of all 11 locations from the counts the hot path sent in scoped
+    form, equal to the live one."""
+    dataflow_id, token = register(service, loop_then_stage("nested-spark"))
+    with service.client(token) as client:
+        status = wait_for("the Spark check", lambda: (s := client.get(f"/v1/dataflows/{dataflow_id}").json()[
+            "status"])["spark_check"] not in ("pending", "running") and s)
+        assert status["spark_check"] == "agreed", status
+        assert "in 2 scope(s) and the scope summaries agree" in status["spark_detail"], status
+        # The input moves on to 3 and a record waits inside the loop at (2, 1): frontiers inside
+        # and after the loop depend on both, across the scope boundary.
+        inside = {"scope": [1], "node": 1, "port": 0, "kind": "source"}
+        answer = client.post(f"/v1/dataflows/{dataflow_id}/progress", json={"worker": "w", "seq": 0, "updates": [
+            update(0, 0, "source", [0], -1), update(0, 0, "source", [3], 1),
+            {"location": inside, "time": [2, 1], "delta": 1}]})
+        assert answer.status_code == 200, answer.text
+        after = [r["frontier"] for r in client.get(f"/v1/dataflows/{dataflow_id}/frontier").json()["locations"]
+                 if r["location"] == {"node": 2, "port": 0, "kind": "target"}]
+        assert after == [[[2]]]
+    wait_for("the Spark session", lambda: httpx.get(service.url + "/healthz").json()["spark"] == "ready", 600)
+    audit = _audit_on_demand(service, dataflow_id, 1)
+    assert audit["ok"] is True and audit["mismatches"] == [] and audit["locations"] == 11, audit
+    summaries = pl.read_delta(str(service.warehouse / "summaries")).filter(pl.col("dataflow_id") == dataflow_id)
+    assert sorted({tuple(scope) for scope in summaries["scope"].to_list()}) == [(), (1,)]
+
+
+def test_healthz_names_the_graph_engine(service: ServiceProcess) -> None:
+    health = wait_for("the Spark session", lambda: (h := httpx.get(service.url + "/healthz").json())[
+        "spark"] == "ready" and h, 600)
+    assert health["graph_engine"] == "graphx", health
+    spark = next(p for p in service.processes() if p["role"] == "spark")
+    assert spark["graph_engine"].startswith("graphx (helper ") and spark["graph_engine"].endswith(".jar)"), spark
+
+
+def test_a_missing_graphx_helper_is_a_one_line_setup_error(start_service: ServiceStarter, tmp_path: Path) -> None:
+    """No helper built (an empty cache): the Spark process does not start a session, says why in
+    one line, and ``/healthz`` shows it; the service serves without Spark (nothing falls back
+    to the DataFrame path silently)."""
+    service = start_service(spark=True, XDG_CACHE_HOME=str(tmp_path / "empty-cache"))
+    health = wait_for("the Spark process's verdict", lambda: (h := httpx.get(service.url + "/healthz").json())[
+        "spark"] not in ("starting", "unavailable") and h, 300)
+    assert health["spark"].startswith("set-up error: the GraphX helper is not built"), health
+    assert "\n" not in health["spark"] and health["graph_engine"] is None and health["status"] == "ok", health
+    logged = [line for line in service.log_path.read_text().splitlines() if "spark session not started" in line]
+    assert len(logged) == 1 and "Traceback" not in service.log_path.read_text(), logged

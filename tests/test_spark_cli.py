@@ -135,7 +135,7 @@ def test_jobs_end_to_end(spark, tmp_path: Path, capsys) -> None:
     assert "frontiers:" in capsys.readouterr().out
 
 
-def test_names_resolve_and_the_job_says_what_it_does(spark, tmp_path: Path, capsys) -> None:
+def test_names_resolve_and_the_job_says_what_it_does(spark, tmp_path: Path, capsys, monkeypatch) -> None:
     """``--dataflow`` takes a name that one dataflow has; a name several have is one line
     listing them; the first lines say what happens before Spark is asked for anything."""
     wh = Warehouse(tmp_path)
@@ -152,6 +152,7 @@ def test_names_resolve_and_the_job_says_what_it_does(spark, tmp_path: Path, caps
     said = [line for line in out.err.splitlines() if line.startswith("[cycles]")]
     assert said[0] == f"[cycles] checking the warehouse {tmp_path}..." and "starting Spark" in said[1]
     assert any("graph engine: graphx" in line for line in said) and "done in" in said[-1]
+    assert any("tables read and written by delta-rs" in line for line in said)  # a local master
     import os
 
     try:  # the DataFrame path, chosen explicitly, answers the same
@@ -160,6 +161,13 @@ def test_names_resolve_and_the_job_says_what_it_does(spark, tmp_path: Path, caps
         assert "id-3: no non-incrementing cycle" in out.out and "graph engine: dataframe" in out.err
     finally:
         os.environ.pop("TRACKER_GRAPH_ENGINE", None)
+    monkeypatch.setenv("TRACKER_JOBS_DELTA", "delta-spark")  # as on a cluster: the same answer
+    assert main(["jobs", "cycles", *args, "--dataflow", "single"]) == 0
+    out = capsys.readouterr()
+    assert "id-3: no non-incrementing cycle" in out.out and "tables read and written by delta-spark" in out.err
+    monkeypatch.setenv("TRACKER_JOBS_DELTA", "parquet")
+    assert main(["jobs", "cycles", *args, "--dataflow", "single"]) == 2
+    assert "TRACKER_JOBS_DELTA='parquet'" in capsys.readouterr().err
 
 
 def test_spark_local_ip_defaults_to_loopback_for_local_masters(monkeypatch) -> None:

@@ -173,7 +173,8 @@ def _rows(path: str) -> list[str]:
 @pytest.mark.parametrize("writer", BACKENDS)
 def test_each_backend_reads_what_the_other_wrote(spark, tmp_path: Path, writer: str) -> None:
     """Tables written by delta-spark or by delta-rs are read back, row for row, by the other
-    backend and by Polars; the watermarks of a multi-dataflow commit too."""
+    backend and by Polars, and each commits to the tables the other created; the watermarks of a
+    multi-dataflow commit too."""
     from spark_jobs.session import has_delta_jvm
 
     assert has_delta_jvm(spark), "the set-up fetches delta-spark: `python -m spark_jobs.jars`"
@@ -204,6 +205,9 @@ def test_each_backend_reads_what_the_other_wrote(spark, tmp_path: Path, writer: 
     assert other.pointstamps_version("a") == 7 and other.pointstamps_version("b") == 9
     # Time travel reads the same past from either side.
     assert other.read_pointstamps("b", version) == counts["b"]
+    # Each commits to the tables the other created (a warehouse used from a cluster, then locally).
+    other.write_pointstamps("a", {}, as_of_version=10)
+    assert wh.read_pointstamps("a") == {} and wh.pointstamps_version("a") == 10 and wh.pointstamps_version("b") == 9
     # The same writes through the other backend give the same rows.
     again = Warehouse(tmp_path / "again", spark, backend=reader)  # type: ignore[arg-type]
     again.write_dataflows([("a", "loop", graph, datetime.now(UTC)),

@@ -86,6 +86,23 @@ def difference(published: Mapping[Location, Iterable[Timestamp]], frontier: Iter
     return out
 
 
+def audit_message(dataflow: Hosted, version: int) -> Audit:
+    """The audit of ``dataflow`` as of ``version``: its counts and published frontier, on its
+    real locations (a nested dataflow's stand-ins mapped back to their scopes)."""
+    counts, published = dataflow.counts(), dataflow.publication.published
+    hosting = dataflow.hosting
+    if hosting is None:
+        return Audit(df=dataflow.id, version=version, counts=[change_row(loc, t, n) for (loc, t), n in counts.items()],
+                     live=[(loc.node, loc.port, loc.kind, sorted(ts)) for loc, ts in published.items()])
+    scoped_counts = hosting.scoped_counts(counts)
+    live = hosting.scoped_frontiers(published)
+    return Audit(df=dataflow.id, version=version,
+                 counts=[(loc.node, loc.port, loc.kind, tuple(t), n) for (loc, t), n in scoped_counts.items()],
+                 scopes=[list(loc.scope) for loc, _ in scoped_counts],
+                 live=[(loc.node, loc.port, loc.kind, sorted(ts)) for loc, ts in live.items()],
+                 live_scopes=[list(loc.scope) for loc in live])
+
+
 def _rows(updates: Iterable[Update]) -> list[Row]:
     return [change_row(loc, t, n) for loc, t, n in updates]
 
@@ -161,7 +178,16 @@ class SparkLink:
             return None
         s = self.status
         return {"role": "spark", "pid": s.pid, "state": s.state, "pyspark": s.pyspark, "jvm": s.jvm,
-                "master": s.master, "nice": s.nice, "connects": self.client.connects if self.client else 0}
+                "master": s.master, "nice": s.nice, "graph_engine": s.graph_engine or None,
+                "connects": self.client.connects if self.client else 0}
+
+    def graph_engine(self) -> str | None:
+        """The graph engine the Spark process's session runs, in one word (``graphx`` or
+        ``dataframe``; ``/healthz``), or ``None`` while no session is up (the Spark state
+        says why: starting, unavailable, or its set-up error)."""
+        if self.status is None or not self.status.graph_engine:
+            return None
+        return self.status.graph_engine.split(" ", 1)[0]
 
     # -- the channel ---------------------------------------------------------------------------
 
@@ -224,7 +250,7 @@ class SparkLink:
 
     def check(self, dataflow: Hosted) -> None:
         """Ask for ``dataflow``'s registration check (sent now or on the next connect), unless
-        it is ``skipped`` (nested, or too large to send to Spark)."""
+        it is ``skipped`` (too large to send to Spark, or Spark's check is off)."""
         if dataflow.spark.check == "skipped":
             return
         dataflow.spark.check = "pending"
@@ -260,10 +286,7 @@ class SparkLink:
         version = dataflow.publication.frontier_version
         if version < 0:
             raise Unavailable("busy", "no frontier computed yet")
-        message = Audit(df=dataflow.id, version=version, counts=[change_row(loc, t, n) for (loc, t), n in
-                                                                  dataflow.counts().items()],
-                        live=[(loc.node, loc.port, loc.kind, sorted(ts))
-                              for loc, ts in dataflow.publication.published.items()])
+        message = audit_message(dataflow, version)
         if not self._offer(dataflow, message):
             raise Unavailable("unavailable", "the channel to the Spark process is full or down")
         self._audits[dataflow.id] = version

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from api.live.scopes import Hosting
 from api.live.state import Counts, LiveState
 from api.schema.registration import Spec
 from api.streams.publish import Publication
@@ -30,8 +31,8 @@ class SparkState:
     audit: dict[str, Any] | None = None
     queue: list[tuple[int, list[Update]]] = field(default_factory=list)
     audited: bool = True
-    """False for a dataflow Spark does not audit: nested scopes (Spark's jobs know no scopes
-    yet), a graph over the size limit, or one whose audit ran over the time limit."""
+    """False for a dataflow Spark does not audit: a graph over the size limit, or one whose
+    audit ran over the time limit."""
 
 
 class Hosted(Protocol):
@@ -55,15 +56,20 @@ class Hosted(Protocol):
     def engine_mode(self) -> str: ...
     @property
     def deleted_at(self) -> float | None: ...
+    @property
+    def hosting(self) -> Hosting | None:
+        """A dataflow with nested scopes: its scopes and its locations' stand-ins."""
+        ...
 
     def counts(self) -> Counts:
         """Occurrence counts as of the published frontier's version."""
         ...
 
 
-def too_large(graph: Graph, max_locations: int) -> str | None:
-    """Why ``graph`` is not sent to Spark (over ``max_locations``; 0: no limit), or ``None``."""
-    size = len(graph.locations())
+def too_large(graph: Graph | Hosting, max_locations: int) -> str | None:
+    """Why ``graph`` (a nested dataflow's: every scope's locations) is not sent to Spark (over
+    ``max_locations``; 0: no limit), or ``None``."""
+    size = len(graph.locations()) if isinstance(graph, Graph) else len(graph.locations)
     if max_locations and size > max_locations:
         return (f"too large: {size} locations, over the limit of {max_locations} "
                 "(TRACKER_SPARK_MAX_LOCATIONS); not sent to Spark")

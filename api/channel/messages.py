@@ -36,7 +36,9 @@ class Hello(msgspec.Struct, frozen=True, tag="hello", tag_field="t"):
 
 
 class Know(msgspec.Struct, frozen=True, tag="know", tag_field="t"):
-    """Desired state: a dataflow whose graph the Spark process must know (replayed on every connect)."""
+    """Desired state: a dataflow whose graph the Spark process must know (replayed on every connect).
+    ``spec`` is the registration as logged, scopes nested in their nodes: the Spark process
+    builds a dataflow with nested scopes from it as the hot path does."""
 
     df: str
     spec: Spec
@@ -55,12 +57,18 @@ class Check(msgspec.Struct, frozen=True, tag="check", tag_field="t"):
 
 
 class Audit(msgspec.Struct, frozen=True, tag="audit", tag_field="t"):
-    """Compare Spark's from-scratch frontier of ``counts`` with ``live``, both as of ``version``."""
+    """Compare Spark's from-scratch frontier of ``counts`` with ``live``, both as of ``version``.
+
+    For a dataflow with nested scopes the rows name real locations of their scopes: ``scopes[i]``
+    is the scope path of ``counts[i]`` and ``live_scopes[i]`` that of ``live[i]`` (``None`` for a
+    flat dataflow, whose rows are root locations)."""
 
     df: str
     version: int
     counts: list[Row]
     live: list[tuple[int, int, str, list[tuple[int, ...]]]]
+    scopes: list[list[int]] | None = None
+    live_scopes: list[list[int]] | None = None
 
 
 class MicroBatch(msgspec.Struct, frozen=True, tag="microbatch", tag_field="t"):
@@ -80,7 +88,9 @@ ToSpark = Hello | Know | Forget | Check | Audit | MicroBatch
 
 class Status(msgspec.Struct, frozen=True, tag="status", tag_field="t"):
     """The Spark process's state: ``starting``, ``ready``, or why its session failed; sent on
-    connect and whenever it changes."""
+    connect and whenever it changes. ``graph_engine``: the graph engine its session runs, as
+    :func:`spark_jobs.session.graph_engine` says it (``"graphx (helper <jar>)"``, ``"dataframe
+    (TRACKER_GRAPH_ENGINE=dataframe)"``), empty until the session is up."""
 
     pid: int
     state: str
@@ -88,6 +98,7 @@ class Status(msgspec.Struct, frozen=True, tag="status", tag_field="t"):
     pyspark: bool = True
     master: str = ""
     nice: int = 0
+    graph_engine: str = ""
 
 
 class Running(msgspec.Struct, frozen=True, tag="running", tag_field="t"):

@@ -280,9 +280,10 @@ class Store:
             return -1
         return self.warehouse.append("frontier_changes", changes_table(batches))
 
-    def write_summaries(self, psis: dict[str, Any]) -> None:
-        """Replace the ``summaries`` of several dataflows (``dataflow_id -> Psi``) in one commit."""
-        self.warehouse.write_many_summaries(psis)
+    def write_summaries(self, psis: Mapping[str, Mapping[ScopePath, Any]]) -> None:
+        """Replace the ``summaries`` of several dataflows (``dataflow_id -> scope -> Psi`` within
+        that scope; a flat dataflow's one scope is ``()``) in one commit."""
+        self.warehouse.write_scoped_summaries(psis)
 
 
 

@@ -53,8 +53,8 @@ class Builder:
         ages = Ages(time.time() if created is None else created)
         if live.native is not None:  # the compiled engine's order: CompiledTracker.locations
             ages.births_in_engine(live.native.index, tracker.locations, graph.arity)  # type: ignore[attr-defined]
-        # A nested dataflow is tracked natively even under `--engine spark` (its Spark check and
-        # audits are skipped: see api.live.scopes).
+        # A nested dataflow is tracked natively even under `--engine spark` (Spark still checks
+        # and audits it, scope by scope).
         mode = "native" if hosting is not None and self.settings.engine == "spark" else self.settings.engine
         tenant = Tenant(registration=record, graph=graph, live=live,
                         # Without Delta nothing would ever drain what changes_published queues.
@@ -76,10 +76,8 @@ class Builder:
         ages.batch_durable(ages.created, None, initial)
         if not self.checks_in_spark:
             tenant.spark.check = "skipped"
-        if hosting is not None:  # Spark's jobs know no scopes yet: tracked natively, not checked, not audited
-            tenant.spark.check, tenant.spark.audited = "skipped", False
-            tenant.spark.detail = "nested scopes: the Spark check and audits do not cover them yet"
-        elif mode != "spark" and (too_large_by := too_large(graph, self.settings.spark_max_locations)) is not None:
+        if mode != "spark" and (too_large_by := too_large(graph if hosting is None else hosting,
+                                                          self.settings.spark_max_locations)) is not None:
             # Not sent to Spark at all: neither checked nor audited (the Spark engine has no choice).
             tenant.spark.audited = False
             if self.checks_in_spark:

@@ -4,7 +4,9 @@ Guarantees: an audit compares states of one version (the hot-path process read c
 frontier together on its event loop and sent them); Spark computes on the spark thread, at the
 dataflow's turn of :mod:`api.spark.turns`; the result is the ``status.audit`` object. An audit
 that runs over the time limit (``TRACKER_SPARK_TIMEOUT``) is cancelled and says that the
-dataflow is not to be audited again until a restart.
+dataflow is not to be audited again until a restart. A dataflow with nested scopes is audited
+over its real (scoped) locations: :func:`spark_jobs.nested.nested_frontiers` against the live
+frontier the hot path sent in scoped form.
 
 >>> from tracker.graph import Location
 >>> a, b = Location(0, 0, "source"), Location(1, 0, "target")
@@ -23,22 +25,27 @@ from api.spark.known import Known
 from api.spark.session import Spark, TimedOut
 from api.spark.turns import SparkQueue
 from tracker.graph import Location
+from tracker.scope import ScopedLocation
 from tracker.timestamp import Timestamp
 
 log = logging.getLogger("tracker.audit")
-Counts = dict[tuple[Location, Timestamp], int]
-Frontier = dict[Location, list[Timestamp]]
+AnyLocation = Location | ScopedLocation
+Counts = dict[tuple[AnyLocation, Timestamp], int]
+Frontier = dict[AnyLocation, list[Timestamp]]
 
 
-def _frontiers(spark: Spark, dataflow: Known, counts: Counts) -> dict[Location, list[Timestamp]]:
+def _frontiers(spark: Spark, dataflow: Known, counts: Counts) -> Frontier:
     from spark_jobs.frames import Progress
+    from spark_jobs.nested import nested_frontiers
     from spark_jobs.propagate import frontiers_for
 
-    return frontiers_for(spark.session, dataflow.graph, counts,
-                         progress=Progress(label="audit", callback=spark.check_cancelled))
+    progress = Progress(label="audit", callback=spark.check_cancelled)
+    if dataflow.nested is not None:
+        return dict(nested_frontiers(spark.session, dataflow.nested, counts, progress))  # type: ignore[arg-type]
+    return dict(frontiers_for(spark.session, dataflow.graph, counts, progress=progress))  # type: ignore[arg-type]
 
 
-def differences(spark_view: Frontier, live_view: Frontier) -> list[Location]:
+def differences(spark_view: Frontier, live_view: Frontier) -> list[AnyLocation]:
     """The locations whose (non-empty) frontiers differ, sorted."""
     spark_view = {loc: sorted(ts) for loc, ts in spark_view.items() if ts}
     live_view = {loc: sorted(ts) for loc, ts in live_view.items() if ts}
@@ -63,7 +70,7 @@ async def audit(spark: Spark, turns: SparkQueue, dataflow: Known, version: int, 
             return {
                 "version": version, "ok": ok, "at": datetime.now(UTC).isoformat(),
                 "seconds": round(time.perf_counter() - started, 3),
-                "locations": len(dataflow.graph.locations()),
+                "locations": dataflow.size,
                 "mismatches": [{"location": str(loc), "live": live_view.get(loc, []),
                                 "spark": spark_view.get(loc, [])} for loc in differing[:5]],
             }, False

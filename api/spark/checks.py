@@ -4,7 +4,10 @@ for many registrations at once.
 Guarantees: runs after the registration was answered (it never delays it). Registrations
 waiting for their check are checked together, in one :func:`spark_jobs.registration.check_graphs`
 call (one cycle job and one summaries job for the lot), when the first of them gets its turn at
-Spark (:mod:`api.spark.turns`); a batch holds at most ``Spark.max_locations`` locations. Each
+Spark (:mod:`api.spark.turns`); a batch holds at most ``Spark.max_locations`` locations. A
+dataflow with nested scopes is checked scope by scope (:func:`spark_jobs.nested.check_nested`:
+cycles and ``Psi`` within every scope, and every scope's summaries as an operator, against the
+native ones). Each
 check concludes with ``agreed``, ``disagreed`` (the detail says how, and an error is logged: the
 alarm), ``timed_out`` or ``error``, told to ``on_concluded`` (which answers the hot-path process
 hosting the dataflow; that process logs every result but an error, so a restart reports it
@@ -98,11 +101,11 @@ class Checker:
         first = self._pending.pop(owner, None)
         if first is None:
             return []  # an earlier batch checked it
-        batch, size = [first], len(first.graph.locations())
+        batch, size = [first], first.size
         if owner in self._alone:
             return batch
         for other in list(self._pending.values()):
-            more = len(other.graph.locations())
+            more = other.size
             if other.id in self._alone or (self.spark.max_locations and size + more > self.spark.max_locations):
                 continue
             batch.append(self._pending.pop(other.id))
@@ -110,15 +113,23 @@ class Checker:
         return batch
 
     def _run(self, batch: list[Known]) -> dict[str, tuple[str, str]]:
-        """On the spark thread: the batch's check, its ``Psi`` stored, each verdict."""
+        """On the spark thread: the batch's check (flat dataflows in one run, those with nested
+        scopes in another, scope by scope), its ``Psi`` stored, each verdict."""
         from spark_jobs.frames import Progress
+        from spark_jobs.nested import check_nested, nested_verdict
         from spark_jobs.registration import check_graphs
 
         progress = Progress(label="registration check", callback=self.spark.check_cancelled)
-        checks = check_graphs(self.spark.session, {d.id: d.graph for d in batch}, progress)
+        flat = {d.id: d.graph for d in batch if d.nested is None}
+        nested = {d.id: d.nested for d in batch if d.nested is not None}
+        checks = check_graphs(self.spark.session, flat, progress)
+        scoped = check_nested(self.spark.session, nested, progress)
         if self.store is not None:
-            self.store.write_summaries({i: c.psi for i, c in checks.items() if c.acceptable})
-        return {d.id: verdict(d, checks[d.id].cycles, checks[d.id].psi) for d in batch}
+            self.store.write_summaries({**{i: {(): c.psi} for i, c in checks.items() if c.acceptable},
+                                        **{i: c.psi for i, c in scoped.items() if c.acceptable}})
+        verdicts = {i: nested_verdict(nested[i], c) for i, c in scoped.items()}
+        return {**verdicts, **{i: verdict(d, checks[i].cycles, checks[i].psi) for d in batch
+                               if (i := d.id) in checks}}
 
     async def _check(self, batch: list[Known]) -> None:
         await self.spark.started.wait()  # "running" means Spark works on it, not that it waits for Spark

@@ -47,14 +47,14 @@ from api.channel.supervised import CANNOT_BOOT, Supervised
 from api.config import Settings
 from api.delta.store import Store
 from api.logs import configure_logging
-from api.schema.registration import build_graph
-from api.spark.audit import audit
+from api.spark.audit import Counts, Frontier, audit
 from api.spark.checks import Checker
 from api.spark.known import Known
 from api.spark.microbatch import microbatch
 from api.spark.session import Spark
 from api.spark.turns import SparkQueue
 from tracker.graph import Location
+from tracker.scope import ScopedLocation
 
 log = logging.getLogger("tracker.sparkprocess")
 ADDRESS_ENV = "TRACKER_SPARK_ADDRESS"
@@ -87,7 +87,7 @@ class SparkProcess:
 
             jvm = SparkContext._gateway.proc.pid  # type: ignore[union-attr]
         return Status(pid=os.getpid(), state=self.spark.health(), jvm=jvm, pyspark="pyspark" in sys.modules,
-                      master=self.master, nice=os.nice(0))
+                      master=self.master, nice=os.nice(0), graph_engine=self.spark.graph_engine)
 
     async def open(self) -> None:
         """Start the session; tell every connection when it is ready (or failed)."""
@@ -133,8 +133,7 @@ class SparkProcess:
             log.info("hot-path process connected", extra={"pid": message.pid, "role": message.role})
         elif isinstance(message, Know):
             if message.df not in known:
-                graph, _ = build_graph(message.spec, new=False)
-                known[message.df] = Known(message.df, graph, peer)
+                known[message.df] = Known.of(message.df, message.spec, peer)
         elif isinstance(message, Forget):
             gone = known.pop(message.df, None)
             if gone is not None:
@@ -148,9 +147,7 @@ class SparkProcess:
             self._spawn(self._microbatch(known[message.df], message))
 
     async def _audit(self, dataflow: Known, message: Audit) -> None:
-        counts = {(loc, t): n for loc, t, n in map(from_change_row, message.counts)}
-        live = {Location(node, port, kind): [tuple(t) for t in ts]  # type: ignore[arg-type]
-                for node, port, kind, ts in message.live}
+        counts, live = audit_inputs(message)
         result, stop = await audit(self.spark, self.turns, dataflow, message.version, counts, live)
         if dataflow.peer is not None:
             dataflow.peer.send(Audited(df=dataflow.id, version=message.version, audit=result, stop=stop))
@@ -177,6 +174,28 @@ class SparkProcess:
         for peer in list(self.peers):
             peer.close()
         await self.spark.stop(wait=0.5)
+
+
+def audit_inputs(message: Audit) -> tuple[Counts, Frontier]:
+    """An audit's counts and live frontier, keyed by :class:`~tracker.graph.Location` (a flat
+    dataflow) or by :class:`~tracker.scope.ScopedLocation` (the message names scopes).
+
+    >>> audit_inputs(Audit(df="d", version=1, counts=[(0, 0, "source", (2,), 1)], live=[(1, 0, "target", [(2,)])],
+    ...                    scopes=[[3]], live_scopes=[[]]))
+    ({(ScopedLocation(scope=(3,), node=0, port=0, kind='source'), (2,)): 1}, \
+{ScopedLocation(scope=(), node=1, port=0, kind='target'): [(2,)]})
+    """
+    counts: Counts = {}
+    for i, (node, port, kind, time, n) in enumerate(message.counts):
+        where = Location(node, port, kind) if message.scopes is None else ScopedLocation(  # type: ignore[arg-type]
+            tuple(message.scopes[i]), node, port, kind)  # type: ignore[arg-type]
+        counts[(where, tuple(time))] = n
+    live: Frontier = {}
+    for i, (node, port, kind, ts) in enumerate(message.live):
+        where = Location(node, port, kind) if message.live_scopes is None else ScopedLocation(  # type: ignore[arg-type]
+            tuple(message.live_scopes[i]), node, port, kind)  # type: ignore[arg-type]
+        live[where] = [tuple(t) for t in ts]
+    return counts, live
 
 
 async def _main(settings: Settings, address: str, supervised: Supervised) -> None:

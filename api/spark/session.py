@@ -100,6 +100,8 @@ class Spark:
         self.max_locations = max_locations
         self.thread = SparkThread()
         self.session: Any = None  # a pyspark SparkSession once started
+        self.graph_engine = ""
+        """The graph engine the session runs (:func:`spark_jobs.session.graph_engine`), once started."""
         self.error: str | None = None
         self.stopping = False
         self.started = asyncio.Event()
@@ -118,19 +120,31 @@ class Spark:
         """Start the session (5-30 s); runs on :attr:`thread` at start-up."""
         if self.stopping:
             return
-        try:
-            from spark_jobs.session import get_spark, has_graphframes_jvm
+        from spark_jobs.graphx import HelperMissing, engine_choice
 
+        try:
+            from spark_jobs.session import get_spark, graph_engine
+
+            try:
+                engine_choice()
+            except ValueError as error:  # an unknown TRACKER_GRAPH_ENGINE
+                raise HelperMissing(str(error)) from None
             started = time.perf_counter()
             session = get_spark(self.master)
             if self.stopping:  # stopped while starting: nobody will stop it later
                 session.stop()
                 return
-            self.session = session
-            log.info("spark session ready", extra={"seconds": round(time.perf_counter() - started, 2)})
-            if not has_graphframes_jvm(session):
-                log.info("GraphFrames is unavailable (its JVM package is not served); the DataFrame path "
-                         "does the cycle check")
+            try:
+                engine = graph_engine(session)
+            except HelperMissing:
+                session.stop()
+                raise
+            self.session, self.graph_engine = session, engine
+            log.info("spark session ready", extra={"seconds": round(time.perf_counter() - started, 2),
+                                                   "graph_engine": engine})
+        except HelperMissing as error:  # a set-up error: one line, never a fallback
+            self.error = f"set-up error: {error}"
+            log.error("spark session not started", extra={"error": self.error})
         except Exception as error:  # the service works without Spark; say so in the status
             self.error = f"{type(error).__name__}: {error}"
             log.exception("spark session failed to start")

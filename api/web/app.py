@@ -326,7 +326,8 @@ def create_app(settings: Settings, admin_token: str,
                                          **({"error": syncer.last_error} if admin else {})}
         return {"status": "degraded" if problems else "ok", **problems, "dataflows": len(service.dataflows),
                 "engine": ENGINE_NAMES[settings.engine], "spark": service.background.health(),
-                **({"spark_pending": service.background.pending()} if settings.spark else {}),
+                **({"graph_engine": service.background.graph_engine(),
+                    "spark_pending": service.background.pending()} if settings.spark else {}),
                 "delta": service.store is not None, "uptime_seconds": round(time.time() - service.started, 1)}
 
     @app.get("/v1/processes", summary="The service's processes (admin)",

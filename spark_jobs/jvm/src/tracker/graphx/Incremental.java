@@ -3,6 +3,7 @@ package tracker.graphx;
 import static org.apache.spark.sql.functions.col;
 import static org.apache.spark.sql.functions.lit;
 
+import java.io.Serializable;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.HashMap;
@@ -11,6 +12,8 @@ import java.util.Iterator;
 import java.util.List;
 import java.util.Map;
 import java.util.Set;
+import org.apache.spark.api.java.JavaRDD;
+import org.apache.spark.api.java.function.FlatMapFunction2;
 import org.apache.spark.api.java.function.MapPartitionsFunction;
 import org.apache.spark.sql.Column;
 import org.apache.spark.sql.Dataset;
@@ -19,11 +22,17 @@ import org.apache.spark.sql.Row;
 import org.apache.spark.sql.RowFactory;
 import org.apache.spark.sql.types.DataTypes;
 import org.apache.spark.sql.types.StructType;
+import org.apache.spark.storage.StorageLevel;
 
 /**
  * A batch of count changes applied to many dataflows at once, each dataflow in one task: its
  * {@code Psi} rows, counts, batch and frontiers gathered by one shuffle, then new counts, the
  * frontiers of the locations the batch can move and the exact frontier changes computed there.
+ *
+ * <p>{@code Psi} may instead be indexed once for many batches ({@link #index}): each partition's
+ * rows, per dataflow, as every location's successors and every location's predecessors with
+ * their summaries, cached in the executors' memory; a batch then shuffles only its counts,
+ * changes and frontiers, and reads only the {@code Psi} entries of the locations it can move.
  */
 public final class Incremental {
   private Incremental() {}
@@ -84,28 +93,92 @@ public final class Incremental {
         .union(batch.select(col("dataflow_id"), lit(2), col("loc"), zero, col("time"), col("delta")))
         .union(frontiers.select(col("dataflow_id"), lit(3), col("loc"), zero, col("time"), zero));
     Dataset<Row> out = all.repartition(ProgressGraphs.parts(psi.sparkSession()), col("dataflow_id"))
-        .mapPartitions((MapPartitionsFunction<Row, Row>) Incremental::partition, Encoders.row(SCHEMA));
+        .mapPartitions((MapPartitionsFunction<Row, Row>) rows -> partition(null, rows), Encoders.row(SCHEMA));
     return out.localCheckpoint(true);
   }
 
-  static Iterator<Row> partition(Iterator<Row> rows) {
+  /** One location reaching another with a minimal summary (a {@code Psi} entry seen from its end). */
+  record Reach(long src, long[] summary) implements Serializable {}
+
+  /** One partition's {@code Psi}, per dataflow key: each location's successors, and each
+   * location's predecessors with the summaries. */
+  public static final class PsiIndex implements Serializable {
+    private static final long serialVersionUID = 1L;
+    final Map<String, Map<Long, List<Long>>> successors = new HashMap<>();
+    final Map<String, Map<Long, List<Reach>>> predecessors = new HashMap<>();
+
+    void add(String key, long src, long dst, long[] summary) {
+      successors.computeIfAbsent(key, k -> new HashMap<>()).computeIfAbsent(src, k -> new ArrayList<>()).add(dst);
+      predecessors.computeIfAbsent(key, k -> new HashMap<>()).computeIfAbsent(dst, k -> new ArrayList<>())
+          .add(new Reach(src, summary));
+    }
+  }
+
+  /**
+   * {@code psi} {@code (dataflow_id, src, dst, summary)} hash-partitioned by {@code dataflow_id}
+   * into the session's shuffle partitions (one shuffle, here) and indexed per partition
+   * ({@link PsiIndex}), kept in memory (cached, computed now); partition {@code i} holds the
+   * dataflows whose key hashes to {@code i}, as Spark SQL's {@code repartition} places them.
+   * Pass it to {@link #applyIndexed} batch after batch.
+   */
+  public static JavaRDD<PsiIndex> index(Dataset<Row> psi) {
+    JavaRDD<PsiIndex> index = psi.select("dataflow_id", "src", "dst", "summary")
+        .repartition(ProgressGraphs.parts(psi.sparkSession()), col("dataflow_id")).javaRDD()
+        .mapPartitions(rows -> {
+          PsiIndex built = new PsiIndex();
+          rows.forEachRemaining(r -> built.add(r.getString(0), r.getLong(1), r.getLong(2), ProgressGraphs.times(r, 3)));
+          return List.of(built).iterator();
+        })
+        .persist(StorageLevel.MEMORY_AND_DISK());
+    index.count();
+    return index;
+  }
+
+  /**
+   * {@link #apply} with {@code Psi} from {@link #index}: the counts, the batch and the frontiers
+   * are shuffled by the same hash into as many partitions, and each is zipped with the same
+   * partition of the index, so each dataflow meets all its rows in one task. One Spark job.
+   */
+  public static Dataset<Row> applyIndexed(JavaRDD<PsiIndex> index, Dataset<Row> points, Dataset<Row> batch,
+      Dataset<Row> frontiers) {
+    Column zero = lit(0L);
+    Dataset<Row> rest = points.select(col("dataflow_id"), lit(1).as("kind"), col("loc").as("a"), zero.as("b"),
+            col("time").as("t"), col("count").as("v"))
+        .union(batch.select(col("dataflow_id"), lit(2), col("loc"), zero, col("time"), col("delta")))
+        .union(frontiers.select(col("dataflow_id"), lit(3), col("loc"), zero, col("time"), zero));
+    JavaRDD<Row> rows = rest.repartition(index.getNumPartitions(), col("dataflow_id")).javaRDD();
+    JavaRDD<Row> out = index.zipPartitions(rows,
+        (FlatMapFunction2<Iterator<PsiIndex>, Iterator<Row>, Row>) (built, r) -> partition(built.next(), r));
+    return points.sparkSession().createDataFrame(out, SCHEMA).localCheckpoint(true);
+  }
+
+  /** One partition's rows (of {@link #TAGGED}'s shape) computed dataflow by dataflow; {@code Psi}
+   * from {@code index} if given, else from the rows of kind 0. */
+  static Iterator<Row> partition(PsiIndex index, Iterator<Row> rows) {
+    PsiIndex psi = index == null ? new PsiIndex() : index;
     Map<String, List<List<Row>>> byKey = new HashMap<>();
     while (rows.hasNext()) {
       Row r = rows.next();
-      List<List<Row>> lists = byKey.computeIfAbsent(r.getString(0),
-          k -> List.of(new ArrayList<>(), new ArrayList<>(), new ArrayList<>(), new ArrayList<>()));
-      lists.get(r.getInt(1)).add(r);
+      int kind = r.getInt(1);
+      if (kind == 0) {
+        psi.add(r.getString(0), r.getLong(2), r.getLong(3), ProgressGraphs.times(r, 4));
+        continue;
+      }
+      byKey.computeIfAbsent(r.getString(0), k -> List.of(new ArrayList<>(), new ArrayList<>(), new ArrayList<>()))
+          .get(kind - 1).add(r);
     }
     List<Row> out = new ArrayList<>();
     for (Map.Entry<String, List<List<Row>>> e : byKey.entrySet()) {
       List<List<Row>> l = e.getValue();
-      one(e.getKey(), l.get(0), l.get(1), l.get(2), l.get(3)).forEachRemaining(out::add);
+      String key = e.getKey();
+      one(key, psi.successors.getOrDefault(key, Map.of()), psi.predecessors.getOrDefault(key, Map.of()),
+          l.get(0), l.get(1), l.get(2)).forEachRemaining(out::add);
     }
     return out.iterator();
   }
 
-  static Iterator<Row> one(String key, Iterable<Row> psi, Iterable<Row> points, Iterable<Row> batch,
-      Iterable<Row> frontiers) {
+  static Iterator<Row> one(String key, Map<Long, List<Long>> successors, Map<Long, List<Reach>> predecessors,
+      Iterable<Row> points, Iterable<Row> batch, Iterable<Row> frontiers) {
     Map<Point, Long> counts = new HashMap<>();
     for (Row r : points) {
       counts.merge(Point.of(r.getLong(2), ProgressGraphs.times(r, 4)), r.getLong(5), Long::sum);
@@ -126,25 +199,19 @@ public final class Incremental {
       }
     }
     Set<Long> affected = new HashSet<>();
-    if (!changed.isEmpty()) {
-      for (Row r : psi) {
-        if (changed.contains(r.getLong(2))) {
-          affected.add(r.getLong(3));
-        }
-      }
+    for (long loc : changed) {
+      affected.addAll(successors.getOrDefault(loc, List.of()));
     }
     Map<Long, long[][]> recomputed = new HashMap<>();
     for (long loc : affected) {
-      recomputed.put(loc, new long[0][]);
-    }
-    if (!affected.isEmpty()) {
-      for (Row r : psi) {
-        List<long[]> times = active.get(r.getLong(2));
-        if (times != null && affected.contains(r.getLong(3))) {
-          long[][] reached = Antichains.advance(times.toArray(new long[0][]), ProgressGraphs.times(r, 4));
-          recomputed.merge(r.getLong(3), reached, Antichains::union);
+      long[][] frontier = new long[0][];
+      for (Reach from : predecessors.getOrDefault(loc, List.of())) {
+        List<long[]> times = active.get(from.src());
+        if (times != null) {
+          frontier = Antichains.union(frontier, Antichains.advance(times.toArray(new long[0][]), from.summary()));
         }
       }
+      recomputed.put(loc, frontier);
     }
     Map<Long, List<long[]>> before = new HashMap<>();
     for (Row r : frontiers) {
