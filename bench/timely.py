@@ -3,20 +3,25 @@
 The programs are the examples of the connector crate (``connectors/timely/examples``): a loop
 with feedback at the root (``collatz``, after timely's ``loopdemo``), BFS in a nested iterative
 scope (``bfs``) and differential dataflow's ``iterate`` (``dd_bfs``), each with 4 workers,
-built in release mode. Each is run alternately with ``--detached`` (no connector) and attached
-to a real service, and with ``--logging-only`` (timely's logging on, as attaching turns it on,
-into loggers that do nothing: timely's own share of the cost), several times; the figures are
-the medians of the process's wall time
-(which includes waiting for the last batches), the slowdown (attached / detached, target at
-most 1.1), the program's CPU time (user + system: the connector's cost in the program, not
-the service's, whose CPU time during the attached run is given apart: on this machine the
-service shares the program's cores) and what the connector carried: the updates timely's progress channels sent per
-second of the run, and the updates and batches the service acknowledged; ``drain s`` is the wait
-at the end, from the workers' last step to the last acknowledgement (a fixed cost per run, with
-the registration). The examples park idle workers (``step_or_park``) rather than spin, so the
-comparison is of work, not of who wins the CPU on an oversubscribed machine. A last, progress-heavy
-run (``collatz`` with tiny epochs) measures the updates per second the connector sustains; every
-attached run must end with its dataflow ``complete`` (checked, or the benchmark raises).
+built in release mode with the crate's feature ``bench``. The full workloads run for several
+seconds detached, so that the fixed costs (attaching, registering, the last batch) weigh as in
+real programs; ``--quick`` runs sub-second ones.
+
+Each example runs in four variants side by side, in a rotating order, several times (medians):
+``--detached`` (no connector); ``--logging-only`` (timely's logging on, as attaching turns it
+on, into loggers that do nothing: timely's own share); ``--without-service`` (the whole
+connector, capture, consolidation, mapping and the batches' bodies, each request answered at
+once: adds the connector's own work in the program); attached to a real service (adds the
+requests and the service's CPU, which on this 2-core machine runs on the program's cores). The
+table gives each variant's wall time (the process's, which includes waiting for the last
+batches), the slowdown (attached / detached, target at most 1.1), the program's CPU time (user +
+system), the service's CPU time during the attached run (and, in brackets, during a detached
+one: its idle cost), ``drain`` (from the workers' last step to the last acknowledgement) and what
+the connector carried; a line per example splits the slowdown into those three parts. A last,
+progress-heavy run (``collatz`` with tiny epochs) measures the updates per second the connector
+sustains. Every attached run must end with its dataflow ``complete`` (checked, or the benchmark
+raises). The examples park idle workers (``step_or_park``) rather than spin, so the comparison
+is of work, not of who wins the CPU on an oversubscribed machine.
 
 The functions that build and run the examples are shared with ``tests/test_timely_connector.py``.
 
@@ -51,9 +56,12 @@ EXAMPLES = ("collatz", "bfs", "dd_bfs", "stuck")
 _REPORT = re.compile(r"worker (\d+): dataflow .*?, (\d+) batches, (\d+) updates \((\d+) sent by timely\)")
 
 
-def build(release: bool = False) -> Path:
-    """Build the examples and the checker; the directory holding the binaries."""
+def build(release: bool = False, features: tuple[str, ...] = ()) -> Path:
+    """Build the examples and the checker (with the crate's ``features``); the directory holding
+    the binaries."""
     command = ["cargo", "build", "--quiet", "--manifest-path", str(CRATE / "Cargo.toml"), "--bins"]
+    if features:
+        command += ["--features", ",".join(features)]
     command += [arg for name in EXAMPLES for arg in ("--example", name)]
     if release:
         command.append("--release")
@@ -173,13 +181,24 @@ def check(binaries: Path, journal: Path, history: dict[str, Any], workdir: Path)
 
 
 WORKLOADS = {
-    "collatz": (["--rounds", "300", "--records", "1000"], ["--rounds", "100", "--records", "1000"]),
-    "bfs": (["--rounds", "40", "--nodes", "50000", "--edges", "200000"],
-            ["--rounds", "10", "--nodes", "50000", "--edges", "200000"]),
-    "dd_bfs": (["--rounds", "20", "--nodes", "100000", "--edges", "400000", "--changes", "1000"],
-               ["--rounds", "5", "--nodes", "100000", "--edges", "400000", "--changes", "1000"]),
+    # Full: several seconds each detached on a quiet 2-core machine, so that the fixed costs
+    # (attaching, registering, the last batch) weigh as little as they do in real programs.
+    "collatz": (["--rounds", "1500", "--records", "1000"], ["--rounds", "300", "--records", "1000"]),
+    "bfs": (["--rounds", "200", "--nodes", "50000", "--edges", "200000"],
+            ["--rounds", "40", "--nodes", "50000", "--edges", "200000"]),
+    "dd_bfs": (["--rounds", "100", "--nodes", "100000", "--edges", "400000", "--changes", "1000"],
+               ["--rounds", "20", "--nodes", "100000", "--edges", "400000", "--changes", "1000"]),
 }
 STRESS = (["--rounds", "3000", "--records", "8"], ["--rounds", "1000", "--records", "8"])
+
+VARIANTS = {
+    "detached": ["--detached"],
+    "logging": ["--logging-only"],  # timely's logging on, into loggers that do nothing
+    "connector": ["--without-service"],  # the connector, every request answered at once
+    "attached": [],
+}
+"""Each run of an example, side by side: what each adds over the previous one is timely's
+logging, the connector's work in the program, then the requests and the service's CPU."""
 
 
 def _service_cpu(service: ServiceProcess) -> float:
@@ -196,68 +215,89 @@ def _service_cpu(service: ServiceProcess) -> float:
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
-def _attached_run(binaries: Path, service: ServiceProcess, example: str, args: list[str]) -> tuple[Run, dict[str, Any]]:
+def _one_run(binaries: Path, service: ServiceProcess, example: str, variant: str,
+             args: list[str]) -> tuple[Run, float, dict[str, Any]]:
+    """One run of ``example`` as ``variant``; the run, the service's CPU seconds meanwhile (its
+    idle cost in the detached runs) and, attached, what the connector carried."""
     name = f"bench-{example}-{uuid.uuid4().hex[:8]}"
-    service_before = _service_cpu(service)
-    run = run_example(binaries, example, ["-w", "4", "--name", name, *args], url=service.url)
-    service_seconds = _service_cpu(service) - service_before
+    before = _service_cpu(service)
+    run = run_example(binaries, example, ["-w", "4", "--name", name, *VARIANTS[variant], *args], url=service.url)
+    service_seconds = _service_cpu(service) - before
     if run.returncode != 0:
-        raise RuntimeError(f"{example} failed: {run.stderr[-2000:]}")
-    with service.client() as client:
-        listed = client.get("/v1/dataflows", params={"name": name}).json()
-        state = client.get(f"/v1/dataflows/{listed[-1]['id']}").json()["status"]["state"]
-    if state != "complete":
-        raise RuntimeError(f"{example}: the service says {state}, not complete")
-    reports = parse_reports(run.stderr)
-    totals: dict[str, Any] = {key: sum(r[key] for r in reports) for key in ("batches", "updates", "raw_updates")}
-    totals["service_cpu_s"] = service_seconds
-    return run, totals
+        raise RuntimeError(f"{example} ({variant}) failed: {run.stderr[-2000:]}")
+    totals: dict[str, Any] = {}
+    if variant == "attached":
+        with service.client() as client:
+            listed = client.get("/v1/dataflows", params={"name": name}).json()
+            state = client.get(f"/v1/dataflows/{listed[-1]['id']}").json()["status"]["state"]
+        if state != "complete":
+            raise RuntimeError(f"{example}: the service says {state}, not complete")
+        reports = parse_reports(run.stderr)
+        totals = {key: sum(r[key] for r in reports) for key in ("batches", "updates", "raw_updates")}
+    return run, service_seconds, totals
+
+
+def breakdown(figures: dict[str, float]) -> dict[str, float]:
+    """The slowdown's parts, in wall time over the detached run's: timely's logging (logging
+    only over detached), the connector in the program (without the service over logging only)
+    and the requests with the service's CPU on the same cores (attached over without the
+    service); they add up to ``slowdown - 1``.
+
+    >>> parts = breakdown({"detached_s": 2.0, "logging_only_s": 2.2, "connector_s": 2.3, "attached_s": 2.6})
+    >>> {k: round(v, 2) for k, v in parts.items()}
+    {'timely_logging': 0.1, 'connector': 0.05, 'service': 0.15}
+    """
+    d = figures["detached_s"]
+    return {"timely_logging": (figures["logging_only_s"] - d) / d,
+            "connector": (figures["connector_s"] - figures["logging_only_s"]) / d,
+            "service": (figures["attached_s"] - figures["connector_s"]) / d}
 
 
 def run(quick: bool) -> dict[str, Any]:
     """Measure, print a table, return the figures."""
-    repetitions = 1 if quick else 3
+    repetitions = 3 if quick else 5
     which = 1 if quick else 0
-    print("building the examples (release) ...", flush=True)
-    binaries = build(release=True)
+    print("building the examples (release, feature bench) ...", flush=True)
+    binaries = build(release=True, features=("bench",))
     warehouse = Path(tempfile.mkdtemp(prefix="bench-timely-")) / "warehouse"
     service = ServiceProcess(warehouse, env={"TRACKER_LOG_LEVEL": "warning"})
     figures: dict[str, Any] = {"load_average_before": os.getloadavg()[0]}
-    rows: list[tuple[str, str, float, float, float, float, float, dict[str, float], dict[str, Any]]] = []
     try:
         service.start()
         for example, workloads in WORKLOADS.items():
             args = workloads[which]
-            detached: list[float] = []
-            logging: list[float] = []
-            attached: list[float] = []
-            cpu: dict[str, list[float]] = {"detached": [], "logging": [], "attached": []}
+            load = os.getloadavg()[0]
+            wall: dict[str, list[float]] = {v: [] for v in VARIANTS}
+            cpu: dict[str, list[float]] = {v: [] for v in VARIANTS}
+            service_cpu: dict[str, list[float]] = {v: [] for v in VARIANTS}
             drains: list[float] = []
             totals: dict[str, Any] = {}
-            for _ in range(repetitions):
-                plain = run_example(binaries, example, ["-w", "4", "--detached", *args])
-                if plain.returncode != 0:
-                    raise RuntimeError(f"{example} failed: {plain.stderr[-2000:]}")
-                detached.append(plain.wall_seconds)
-                cpu["detached"].append(plain.cpu_seconds)
-                logged = run_example(binaries, example, ["-w", "4", "--logging-only", *args])
-                if logged.returncode != 0:
-                    raise RuntimeError(f"{example} failed: {logged.stderr[-2000:]}")
-                logging.append(logged.wall_seconds)
-                cpu["logging"].append(logged.cpu_seconds)
-                connected, totals = _attached_run(binaries, service, example, args)
-                attached.append(connected.wall_seconds)
-                cpu["attached"].append(connected.cpu_seconds)
-                drains.append(connected.wall_seconds - (connected.elapsed_seconds or connected.wall_seconds))
-            d, a, g = statistics.median(detached), statistics.median(attached), statistics.median(logging)
-            drain = statistics.median(drains)
-            c = {key: statistics.median(values) for key, values in cpu.items()}
-            figures[example] = {"detached_s": d, "logging_only_s": g, "attached_s": a, "slowdown": a / d,
-                                "drain_s": drain, "raw_updates_per_s": totals["raw_updates"] / a,
-                                "cpu_detached_s": c["detached"], "cpu_logging_only_s": c["logging"],
-                                "cpu_attached_s": c["attached"], "cpu_ratio": c["attached"] / c["detached"], **totals}
-            rows.append((example, " ".join(args), d, g, a, a / d, drain, c, totals))
-        stress_run, stress = _attached_run(binaries, service, "collatz", STRESS[which])
+            order = list(VARIANTS)
+            for repetition in range(repetitions):
+                # Rotated, so that no variant always runs first (or after the same one).
+                for variant in order[repetition % len(order):] + order[:repetition % len(order)]:
+                    one, service_seconds, carried = _one_run(binaries, service, example, variant, args)
+                    wall[variant].append(one.wall_seconds)
+                    cpu[variant].append(one.cpu_seconds)
+                    service_cpu[variant].append(service_seconds)
+                    if variant == "attached":
+                        totals = carried
+                        drains.append(one.wall_seconds - (one.elapsed_seconds or one.wall_seconds))
+            m = {v: statistics.median(wall[v]) for v in VARIANTS}
+            c = {v: statistics.median(cpu[v]) for v in VARIANTS}
+            sc = {v: statistics.median(service_cpu[v]) for v in VARIANTS}
+            row: dict[str, Any] = {
+                "workload": " ".join(args), "load_average": load,
+                "detached_s": m["detached"], "logging_only_s": m["logging"], "connector_s": m["connector"],
+                "attached_s": m["attached"], "slowdown": m["attached"] / m["detached"],
+                "drain_s": statistics.median(drains),
+                "cpu_detached_s": c["detached"], "cpu_logging_only_s": c["logging"],
+                "cpu_connector_s": c["connector"], "cpu_attached_s": c["attached"],
+                "service_cpu_s": sc["attached"], "service_cpu_idle_s": sc["detached"],
+                "raw_updates_per_s": totals["raw_updates"] / m["attached"], **totals}
+            row["breakdown"] = breakdown(row)
+            figures[example] = row
+        stress_run, _, stress = _one_run(binaries, service, "collatz", "attached", STRESS[which])
         seconds = stress_run.elapsed_seconds or stress_run.wall_seconds
         figures["sustained"] = {"raw_updates_per_s": stress["raw_updates"] / seconds,
                                 "service_updates_per_s": stress["updates"] / stress_run.wall_seconds,
@@ -266,19 +306,36 @@ def run(quick: bool) -> dict[str, Any]:
     finally:
         service.stop()
     figures["load_average_after"] = os.getloadavg()[0]
-    print(f"timely benchmark ({'quick' if quick else 'full'}): 4 workers, release build, median of {repetitions}; "
-          f"load average {figures['load_average_before']:.1f} before, {figures['load_average_after']:.1f} after "
-          "(shared machine: noisy)")
-    print("wall s: the process, median; cpu s: the program's user + system time (the service's not included)")
-    print(f"{'example':8} {'workload':56} {'detached':>8} {'logging':>8} {'attached':>8} {'slowdown':>8} "
-          f"{'drain':>6} {'cpu det.':>8} {'cpu log.':>8} {'cpu att.':>8} {'cpu x':>6} {'service cpu':>11} "
-          f"{'timely upd.':>11} {'sent':>7} {'batches':>7}")
-    for example, workload, d, g, a, ratio, drain, c, totals in rows:
-        print(f"{example:8} {workload:56} {d:8.2f} {g:8.2f} {a:8.2f} {ratio:8.3f} {drain:6.2f} {c['detached']:8.2f} "
-              f"{c['logging']:8.2f} {c['attached']:8.2f} {c['attached'] / c['detached']:6.2f} "
-              f"{totals['service_cpu_s']:11.2f} {totals['raw_updates']:11} {totals['updates']:7} {totals['batches']:7}")
-    s = figures["sustained"]
-    print(f"sustained (collatz {' '.join(STRESS[which])}): {s['raw_updates_per_s']:,.0f} timely updates/s captured, "
-          f"{s['service_updates_per_s']:,.0f} updates/s and {s['batches_per_s']:,.0f} batches/s acknowledged, "
-          f"{s['drain_s']:.2f} s to drain after the workers finished")
+    _print(figures, quick, repetitions)
     return {"name": "timely", "figures": figures, "targets": {"slowdown": 1.1}}
+
+
+def _print(figures: dict[str, Any], quick: bool, repetitions: int) -> None:
+    print(f"timely benchmark ({'quick' if quick else 'full'}): 4 workers, release build, median of {repetitions} "
+          f"runs of each variant side by side; load average {figures['load_average_before']:.1f} before, "
+          f"{figures['load_average_after']:.1f} after (2 shared cores: the service runs on the program's cores)")
+    print("wall s of the process: detached, timely's logging only, the connector without the service, attached; "
+          "cpu s: the program's user + system; service cpu s: during the attached run (during a detached one)")
+    print(f"{'example':8} {'load':>5} {'detached':>8} {'logging':>8} {'no svc':>8} {'attached':>8} {'slowdown':>8} "
+          f"{'drain':>6} {'cpu det.':>8} {'cpu log.':>8} {'cpu conn.':>9} {'cpu att.':>8} {'service cpu':>13} "
+          f"{'timely upd.':>11} {'sent':>7} {'batches':>7}")
+    for example in WORKLOADS:
+        r = figures[example]
+        print(f"{example:8} {r['load_average']:5.1f} {r['detached_s']:8.2f} {r['logging_only_s']:8.2f} "
+              f"{r['connector_s']:8.2f} {r['attached_s']:8.2f} {r['slowdown']:8.3f} {r['drain_s']:6.2f} "
+              f"{r['cpu_detached_s']:8.2f} {r['cpu_logging_only_s']:8.2f} {r['cpu_connector_s']:9.2f} "
+              f"{r['cpu_attached_s']:8.2f} {r['service_cpu_s']:5.2f} ({r['service_cpu_idle_s']:4.2f}) "
+              f"{r['raw_updates']:11} {r['updates']:7} {r['batches']:7}")
+    for example in WORKLOADS:
+        r = figures[example]
+        parts, total = r["breakdown"], r["slowdown"] - 1
+        shares = "; ".join(f"{label} {parts[key]:+.1%} of the detached time"
+                           + (f" ({parts[key] / total:.0%} of it)" if total > 0.01 else "")
+                           for key, label in (("timely_logging", "timely's own logging"),
+                                              ("connector", "the connector in the program"),
+                                              ("service", "the requests and the service's CPU on the same cores")))
+        print(f"{example}: slowdown {r['slowdown']:.2f}x ({r['workload']}): {shares}")
+    s = figures["sustained"]
+    print(f"sustained (collatz {' '.join(STRESS[0 if not quick else 1])}): {s['raw_updates_per_s']:,.0f} timely "
+          f"updates/s captured, {s['service_updates_per_s']:,.0f} updates/s and {s['batches_per_s']:,.0f} batches/s "
+          f"acknowledged, {s['drain_s']:.2f} s to drain after the workers finished")

@@ -96,9 +96,9 @@ impl Outbox {
             }
         }
         if !state.messages.is_empty() && !state.closed && !linger.is_zero() {
-            drop(state);
-            std::thread::sleep(linger);
-            state = self.lock();
+            // Woken early only by the worker's end (pushes notify an empty queue only), so
+            // the last batch does not wait out the linger.
+            state = self.wake.wait_timeout_while(state, linger, |s| !s.closed).unwrap_or_else(|p| p.into_inner()).0;
         }
         state.queued = 0;
         state.busy |= !state.messages.is_empty();

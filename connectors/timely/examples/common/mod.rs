@@ -4,7 +4,8 @@
 //! `--journal DIR` (record what was sent, for `timely-progress-check`), `--detached` (run
 //! without the connector, to measure its overhead), `--logging-only` (no connector, but
 //! timely's logging turned on as attaching does, with loggers that do nothing: the share of
-//! the overhead that is timely's own), `--linger-ms N` (`Attach::linger`), `--find-by-name` (for timely clusters of
+//! the overhead that is timely's own), `--without-service` (the connector without its requests, built
+//! with the feature `bench`: the connector's own share), `--linger-ms N` (`Attach::linger`), `--find-by-name` (for timely clusters of
 //! several processes, `-n`/`-p`), and the example's numeric arguments as `--KEY VALUE`. The service is `TRACKER_URL` (default `http://127.0.0.1:8000`) with the
 //! admin token `TRACKER_ADMIN_TOKEN`.
 
@@ -26,6 +27,8 @@ pub struct Options {
     pub journal: Option<String>,
     pub detached: bool,
     pub logging_only: bool,
+    pub without_service: bool,
+    pub declared_only: bool,
     pub find_by_name: bool,
     pub numbers: HashMap<String, u64>,
     pub timely: Vec<String>,
@@ -40,6 +43,8 @@ impl Options {
             journal: None,
             detached: false,
             logging_only: false,
+            without_service: false,
+            declared_only: false,
             find_by_name: false,
             numbers: HashMap::new(),
             timely: Vec::new(),
@@ -53,6 +58,8 @@ impl Options {
                 "--journal" => options.journal = Some(args.next().expect("--journal DIR")),
                 "--detached" => options.detached = true,
                 "--logging-only" => options.logging_only = true,
+                "--without-service" => options.without_service = true,
+                "--declared-only" => options.declared_only = true,
                 "--find-by-name" => options.find_by_name = true,
                 "-w" | "-n" | "-p" | "-h" | "--workers" | "--processes" | "--process" | "--hostfile" => {
                     options.timely.push(arg);
@@ -87,6 +94,19 @@ impl Options {
         let mut attach = Attach::new(&self.url, &self.token, &self.name).find_by_name(self.find_by_name);
         if let Some(dir) = &self.journal {
             attach = attach.journal(dir);
+        }
+        #[cfg(feature = "bench")]
+        if self.without_service {
+            attach = attach.without_service();
+        }
+        #[cfg(not(feature = "bench"))]
+        assert!(!self.without_service, "--without-service needs the crate's feature `bench`");
+        if self.declared_only {
+            attach = attach
+                .declared_timestamps_only()
+                .timestamp::<u64>()
+                .timestamp::<Product<u64, u32>>()
+                .timestamp::<Product<u64, u64>>();
         }
         if let Some(ms) = self.numbers.get("linger-ms") {
             attach = attach.linger(std::time::Duration::from_millis(*ms));
