@@ -166,4 +166,20 @@ mod tests {
         outbox.push(Message::Sends(sends(&[(3, 1)])), 1);
         assert!(matches!(outbox.take(None, Duration::ZERO).0.as_slice(), [Message::Sends(_)]));
     }
+
+    #[test]
+    fn the_worker_ending_cuts_the_linger_short() {
+        let outbox = std::sync::Arc::new(Outbox::default());
+        outbox.push(Message::Sends(sends(&[(0, -1)])), 1);
+        let closer = std::sync::Arc::clone(&outbox);
+        let started = Instant::now();
+        let handle = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(20));
+            closer.close();
+        });
+        let (messages, closed) = outbox.take(None, Duration::from_secs(60));
+        handle.join().expect("the closing thread");
+        assert!(closed && messages.len() == 1);
+        assert!(started.elapsed() < Duration::from_secs(30), "waited out the linger: {:?}", started.elapsed());
+    }
 }

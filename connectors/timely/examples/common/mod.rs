@@ -5,7 +5,9 @@
 //! without the connector, to measure its overhead), `--logging-only` (no connector, but
 //! timely's logging turned on as attaching does, with loggers that do nothing: the share of
 //! the overhead that is timely's own), `--without-service` (the connector without its requests, built
-//! with the feature `bench`: the connector's own share), `--linger-ms N` (`Attach::linger`), `--find-by-name` (for timely clusters of
+//! with the feature `bench`: the connector's own share), `--declared-only` (the connector maps only
+//! the three time types the examples use, as `--logging-only` registers them: what the default's
+//! other types cost), `--linger-ms N` (`Attach::linger`), `--find-by-name` (for timely clusters of
 //! several processes, `-n`/`-p`), and the example's numeric arguments as `--KEY VALUE`. The service is `TRACKER_URL` (default `http://127.0.0.1:8000`) with the
 //! admin token `TRACKER_ADMIN_TOKEN`.
 
