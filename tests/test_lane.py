@@ -19,6 +19,7 @@ from websockets.sync.client import connect as ws_connect
 
 from tests.helpers import (
     ServiceProcess,
+    ServiceStarter,
     as_updates,
     core_graph,
     counts_map,
@@ -125,3 +126,24 @@ def test_batches_in_the_lane_match_the_oracle_at_every_version_while_readers_rea
         past = client.get(f"/v1/dataflows/{dataflow_id}/frontier", params={"version": total // 2}).json()
         assert frontier_map(past) == oracle.frontiers(graph, oracle.accumulate(batches[:total // 2 + 1]))
     assert "propagate in a thread of its own" in service.log_tail(400)
+
+
+def test_a_costly_dataflow_enters_its_lane_once_and_stays_while_a_cheap_one_never_does(
+        start_service: ServiceStarter) -> None:
+    # 50 us: a batch moving a 2,000-operator chain's input (4,000 frontier changes) takes more,
+    # in the lane too, so it must stay there; leaving would need a batch under 12.5 us.
+    service = start_service(TRACKER_LANE_MS="0.05", TRACKER_DELTA="0")
+    chain = {"name": "chain", "nodes": [{"id": 0, "inputs": 0, "outputs": 1}]
+             + [{"id": i, "inputs": 1, "outputs": 1} for i in range(1, 2000)],
+             "edges": [{"source": {"node": i, "port": 0}, "target": {"node": i + 1, "port": 0}} for i in range(1999)]}
+    dataflow_id, token = register(service, chain)
+    with service.client(token) as client:
+        for seq in range(30):
+            moved = [update(0, 0, "source", [seq], -1), update(0, 0, "source", [seq + 1], 1)]
+            answer = client.post(f"/v1/dataflows/{dataflow_id}/progress",
+                                 json={"worker": "w", "seq": seq, "updates": moved})
+            assert answer.json()["version"] == seq + 1
+        frontier = client.get(f"/v1/dataflows/{dataflow_id}/frontier", params={"node": 1999, "kind": "target"})
+        assert frontier.json()["locations"][0]["frontier"] == [[30]]
+    entered = [json.loads(line) for line in service.log_path.read_text().splitlines() if "thread of its own" in line]
+    assert [line["dataflow"] for line in entered] == [dataflow_id], entered

@@ -122,18 +122,20 @@ class LiveState:
         if isinstance(updates, Indexed):
             started = time.perf_counter()
             changes: ChangeBatch = native.apply_indexed(updates.locations, updates.times, updates.deltas)
-            if time.perf_counter() - started > self.lane_seconds:
-                self._enter_lane(version)
+            took = time.perf_counter() - started
+            if took > self.lane_seconds:
+                self._enter_lane(version, took)
         else:
             changes = native.apply(updates)
         if changes.regressions:  # the engine checks each update against the frontier before the batch
             self._regressed(version, updates, changes.regressions)
         return changes
 
-    def _enter_lane(self, version: int) -> None:
+    def _enter_lane(self, version: int, took: float) -> None:
         if self.lane is None:
             self.lane = Lane(self.native, version)
         self.lane.applied_through = version  # the lane is idle: the engine holds this batch's version
+        self.lane.last_seconds = took  # what decides when to leave, until the lane's first batch
         self._in_lane = True
 
     @property
