@@ -7,7 +7,8 @@ crash half-way leaves it without that row and recovery queues it again; a write 
 retried (after 1 s, then twice as long each time, at most :data:`RETRY_MAX_SECONDS`) until it
 lands, as is a failed ``deleted_at`` (each write replaces its dataflows' partitions, so a
 retry after a partial failure writes nothing twice); a burst of
-registrations costs a few commits, not six each, and does not hold the progress flushes back
+registrations costs a few commits (one per :data:`PSI_ROWS_PER_WRITE` pairs of ``Psi``), not
+six each, and does not hold the progress flushes back
 (they share the one Delta thread). The native ``Psi`` of every scope fills ``summaries`` in the
 same step, before the ``dataflows`` row, so a listed dataflow has its summaries, for dataflows
 whose scopes have up to :data:`NATIVE_PSI_MAX_LOCATIONS` locations each (``Psi`` has up to n^2
@@ -78,8 +79,8 @@ class Shapes:
     """The ``summaries`` rows of the last few graph shapes written (:data:`SHAPES_KEPT`), as Arrow
     tables whose ``dataflow_id`` is to be set: the same program registered many times (one
     dataflow per job, per tenant, per test run) computes its ``Psi`` once. ``Psi`` in Python
-    takes about half a second for a ring of 100 operators (40,000 pairs) on the Delta thread, holding the GIL
-    the event loop needs; a graph never seen before still pays it.
+    takes about half a second for a ring of 100 operators (40,000 pairs) on the Delta thread,
+    holding the GIL the event loop needs; a graph never seen before still pays it.
 
     >>> from tracker.graph import Edge, Graph, Location, Node
     >>> g = Graph.build(1, [Node(0, 0, 1), Node(1, 1, 0)], [Edge(Location.source(0, 0), Location.target(1, 0))])
@@ -95,13 +96,17 @@ class Shapes:
 
     def rows(self, graph: Graph | NestedGraph) -> pa.Table | None:
         """``graph``'s ``summaries`` rows (``dataflow_id`` empty), ``None`` if a scope is larger
-        than :data:`NATIVE_PSI_MAX_LOCATIONS`."""
-        if graph in self._kept:
+        than :data:`NATIVE_PSI_MAX_LOCATIONS`. Flat graphs only are kept (a nested graph holds
+        mappings: it has no hash)."""
+        flat = isinstance(graph, Graph)
+        if flat and graph in self._kept:
             self._kept.move_to_end(graph)
             return self._kept[graph]
         psis = native_psis(graph)
         rows = None if psis is None else summary_table({"": psis})
         self.computed += 1
+        if not flat:
+            return rows
         self._kept[graph] = rows
         if len(self._kept) > SHAPES_KEPT:
             self._kept.popitem(last=False)
