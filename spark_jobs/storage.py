@@ -136,9 +136,9 @@ class LegacyWarehouseError(ValueError):
 
 def summary_table(psis: Mapping[str, Mapping[ScopePath, Psi]]) -> pa.Table:
     """The ``summaries`` rows of ``dataflow_id -> scope -> Psi`` as one Arrow table, built column
-    by column: a ring of 100 operators has 40,000 rows, and a dict per row (what
-    :func:`~spark_jobs.rows.summary_rows` gives) held ~20 MB of short-lived objects per dataflow,
-    which a burst of registrations left behind in the allocator's arenas.
+    by column: a ring of 100 operators has 40,000 rows, and a dict per row held ~20 MB of
+    short-lived objects per dataflow, which a burst of registrations left behind in the
+    allocator's arenas.
 
     >>> from tracker.graph import Location
     >>> psi = {(Location.source(0, 0), Location.target(1, 0)): Antichain([PathSummary((0, 1)), PathSummary((1, 0))])}
