@@ -95,16 +95,6 @@ def dataflow_row(dataflow_id: str, name: str, graph: Graph | NestedGraph, graph_
 Psi: TypeAlias = Mapping[tuple[Location, Location], Antichain]
 
 
-def summary_rows(dataflow_id: str, psi: Psi, scope: ScopePath = ()) -> list[Row]:
-    """``summaries``: one row per minimal summary of each pair of ``Psi`` of one scope."""
-    return [
-        {"dataflow_id": dataflow_id, "scope": list(scope), "from_node": a.node, "from_port": a.port,
-         "from_kind": a.kind, "to_node": b.node, "to_port": b.port, "to_kind": b.kind, "summary": list(s)}
-        for (a, b), chain in psi.items()
-        for s in chain
-    ]
-
-
 def pointstamp_rows(dataflow_id: str, counts: Mapping[tuple[Loc, Timestamp], int]) -> list[Row]:
     """``pointstamps``: the non-zero occurrence counts."""
     return [

@@ -55,7 +55,6 @@ from spark_jobs.rows import (
     graph_rows,
     pointstamp_rows,
     read_location,
-    summary_rows,
 )
 from spark_jobs.tables import TABLES, Rows, missing_columns, schema_of, to_arrow
 from tracker.antichain import Antichain
@@ -133,6 +132,39 @@ class UnknownDataflowError(LookupError):
 class LegacyWarehouseError(ValueError):
     """A table of the warehouse was written by an older layout (before scopes: no ``scope``
     column); it is refused rather than guessed at."""
+
+
+def summary_table(psis: Mapping[str, Mapping[ScopePath, Psi]]) -> pa.Table:
+    """The ``summaries`` rows of ``dataflow_id -> scope -> Psi`` as one Arrow table, built column
+    by column: a ring of 100 operators has 40,000 rows, and a dict per row held ~20 MB of
+    short-lived objects per dataflow, which a burst of registrations left behind in the
+    allocator's arenas.
+
+    >>> from tracker.graph import Location
+    >>> psi = {(Location.source(0, 0), Location.target(1, 0)): Antichain([PathSummary((0, 1)), PathSummary((1, 0))])}
+    >>> [row["summary"] for row in summary_table({"d": {(): psi}}).to_pylist()]
+    [[0, 1], [1, 0]]
+    """
+    names = [f.name for f in schema_of("summaries")]
+    cols: dict[str, list[Any]] = {name: [] for name in names}
+    ids, scopes, summaries = cols["dataflow_id"], cols["scope"], cols["summary"]
+    fn, fp, fk, tn, tp, tk = (cols[n] for n in ("from_node", "from_port", "from_kind", "to_node", "to_port", "to_kind"))
+    for dataflow_id, by_scope in psis.items():
+        for scope, psi in by_scope.items():
+            path = list(scope)
+            for (a, b), chain in psi.items():
+                for s in chain:
+                    ids.append(dataflow_id)
+                    scopes.append(path)
+                    fn.append(a.node)
+                    fp.append(a.port)
+                    fk.append(a.kind)
+                    tn.append(b.node)
+                    tp.append(b.port)
+                    tk.append(b.kind)
+                    summaries.append(s)
+    schema = schema_of("summaries")
+    return pa.Table.from_arrays([pa.array(cols[f.name], type=f.type) for f in schema], schema=schema)
 
 
 def _quote(value: str) -> str:
@@ -470,12 +502,14 @@ class Warehouse:
         self.write_dataflows([(dataflow_id, name, graph, created_at or datetime.now(UTC))], graph_version)
 
     def write_dataflows(self, graphs: Iterable[tuple[str, str, Graph | NestedGraph, datetime]],
-                        graph_version: int = 1, psis: Mapping[str, Mapping[ScopePath, Psi]] | None = None) -> None:
+                        graph_version: int = 1, psis: Mapping[str, Mapping[ScopePath, Psi]] | None = None,
+                        summaries: pa.Table | None = None) -> None:
         """Write the graphs of ``(dataflow_id, name, graph, created_at)``: scopes, nodes,
         connections and edges (and ``summaries`` from ``psis``, ``dataflow_id -> scope -> Psi``,
-        when given), then the ``dataflows`` rows last, so whoever sees a dataflow listed finds its
-        whole graph (Delta commits are atomic per table, not across tables). One commit per
-        table however many dataflows: a burst of registrations costs a few commits, not a few each."""
+        or the rows of ``summaries``, when given), then the ``dataflows`` rows last, so whoever
+        sees a dataflow listed finds its whole graph (Delta commits are atomic per table, not
+        across tables). One commit per table however many dataflows: a burst of registrations
+        costs a few commits, not a few each."""
         graphs = list(graphs)
         if not graphs:
             return
@@ -488,6 +522,8 @@ class Warehouse:
             self.replace_partitions(table, ids, rows)
         if psis:
             self.write_scoped_summaries(psis)
+        if summaries is not None and summaries.num_rows:  # built already (summary_table's rows)
+            self.replace_partitions("summaries", set(summaries.column("dataflow_id").to_pylist()), summaries)
         self.replace_partitions("dataflows", ids, [dataflow_row(dataflow_id, name, graph, graph_version, created_at)
                                                    for dataflow_id, name, graph, created_at in graphs])
 
@@ -591,9 +627,7 @@ class Warehouse:
         that scope) in one commit."""
         if not psis:
             return
-        self.replace_partitions("summaries", psis.keys(),
-                                [row for dataflow_id, scopes in psis.items() for scope, psi in scopes.items()
-                                 for row in summary_rows(dataflow_id, psi, scope)])
+        self.replace_partitions("summaries", psis.keys(), summary_table(psis))
 
     def read_summaries(
         self, dataflow_id: str, version: int | None = None, scope: ScopePath = ()

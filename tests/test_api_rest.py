@@ -364,6 +364,12 @@ def test_summaries_and_explain(service: ServiceProcess) -> None:
 
 
 def test_healthz_metrics_and_openapi(service: ServiceProcess) -> None:
+    with service.client() as admin:  # a deleted dataflow stays hosted, but is not live (the front's load)
+        made = admin.post("/v1/dataflows", json=loop_graph(name="gone")).json()["id"]
+        before = admin.get("/healthz").json()
+        assert admin.delete(f"/v1/dataflows/{made}").status_code == 204
+        after = admin.get("/healthz").json()
+        assert (after["dataflows"], after["live_dataflows"]) == (before["dataflows"], before["live_dataflows"] - 1)
     with httpx.Client(base_url=service.url) as client:
         assert client.get("/healthz").json()["status"] == "ok"
         text = client.get("/metrics").text

@@ -17,22 +17,25 @@ import pytest
 
 from api.durability.segments import segment_name
 from api.run.process import alive, descendants, free_port
+from api.shards.layout import wal_directory
 from tests.helpers import ROOT, ServiceStarter, loop_graph, register, update
 
 pytestmark = pytest.mark.service
 
 
-def test_a_hot_path_that_cannot_boot_stops_the_service_with_its_reason(tmp_path: Path) -> None:
+@pytest.mark.parametrize("command", [["serve"], ["shard", "1"]])
+def test_a_hot_path_that_cannot_boot_stops_the_service_with_its_reason(tmp_path: Path, command: list[str]) -> None:
     warehouse = tmp_path / "wh"
-    (warehouse / "_wal").mkdir(parents=True)
-    (warehouse / "_wal" / segment_name(1)).write_bytes(os.urandom(4096))  # nobody's bytes: recovery refuses
+    logs = warehouse / "_wal" if command == ["serve"] else wal_directory(warehouse, 1)
+    logs.mkdir(parents=True)
+    (logs / segment_name(1)).write_bytes(os.urandom(4096))  # nobody's bytes: recovery refuses
     env = {**os.environ, "TRACKER_ADMIN_TOKEN": "x", "TRACKER_SPARK": "0"}
     started = time.monotonic()
-    run = subprocess.run([sys.executable, "-m", "tracker.cli", "serve", "--port", str(free_port()),
+    run = subprocess.run([sys.executable, "-m", "tracker.cli", *command, "--port", str(free_port()),
                           "--warehouse", str(warehouse)], cwd=ROOT, env=env, capture_output=True, timeout=120)
     assert run.returncode == 2, run.stderr[-3000:]
     last = run.stderr.decode().strip().splitlines()[-1]
-    assert last.startswith("tracker serve: error: UnreadableLog: write-ahead log segment "), last
+    assert last.startswith(f"tracker {command[0]}: error: UnreadableLog: write-ahead log segment "), last
     assert "is unreadable from byte 0" in last
     assert run.stderr.count(b'"msg": "started"') == 1, "the hot path was started again"
     assert time.monotonic() - started < 60

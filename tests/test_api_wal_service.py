@@ -116,3 +116,32 @@ def test_registrations_stop_before_the_header_outgrows_a_segment_and_an_idle_log
     service.restart()  # and what was refused is not in the log either
     with service.client() as client:
         assert sorted(d["name"] for d in client.get("/v1/dataflows").json()) == [b["name"] for b in bodies]
+
+
+def test_segments_left_by_a_burst_of_registrations_are_removed_once_delta_holds_them(
+        start_service: ServiceStarter) -> None:
+    """A burst of registrations fills the high-water marks block over and over (each time a new
+    segment, starting with every registration); once Delta holds their batches, the older
+    segments go, and a restart from what is left loses nothing."""
+    service = start_service(TRACKER_FLUSH_SECONDS="0.1", TRACKER_COMPACT_SECONDS="0.2", TRACKER_REGISTER_RATE="0")
+    made = []
+    with service.client() as client:
+        for i in range(40):
+            answer = client.post("/v1/dataflows", json={**loop_graph(operators=3), "name": f"burst-{i}"})
+            assert answer.status_code == 201, answer.text
+            made.append(answer.json())
+        for seq, m in enumerate(made[:5]):
+            with service.client(m["token"]) as worker:
+                assert worker.post(f"/v1/dataflows/{m['id']}/progress", json={
+                    "worker": "w", "seq": 0, "updates": [update(0, 0, "source", [seq + 1], 1)]}).status_code == 200
+    logs = service.log_directory()
+    assert len(list(logs.glob("wal-*.log"))) > 1, "the burst did not rotate the log: the test shows nothing"
+    deadline = time.monotonic() + 30
+    while len(list(logs.glob("wal-*.log"))) > 1:
+        assert time.monotonic() < deadline, f"old segments kept: {sorted(p.name for p in logs.glob('wal-*.log'))}"
+        time.sleep(0.2)
+    service.kill9()
+    service.restart()
+    with service.client() as client:
+        listed = {d["id"]: d["version"] for d in client.get("/v1/dataflows").json()}
+    assert listed == {m["id"]: 1 if i < 5 else 0 for i, m in enumerate(made)}

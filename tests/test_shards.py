@@ -15,19 +15,21 @@ keeps answering and taking batches throughout.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import random
 import signal
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 import websockets
 
-from api.run.process import ServiceProcess, alive, free_port
+from api.run.process import ServiceProcess, alive, descendants, free_port
 from tests.helpers import (
     BatchWriter,
     ServiceStarter,
@@ -272,3 +274,34 @@ def test_kill_9_of_one_shard_under_load_leaves_the_other_serving_and_loses_nothi
         stop.set()
         for writer in every:
             writer.stop.set()
+
+
+def _child(service: ServiceProcess, marker: bytes) -> int:
+    """The pid of the service's process whose command line holds ``marker``."""
+    assert service.process is not None
+    for pid in descendants(service.process.pid):
+        with contextlib.suppress(OSError):
+            if marker in Path(f"/proc/{pid}/cmdline").read_bytes():
+                return pid
+    raise AssertionError(f"no process running {marker!r}")
+
+
+@pytest.mark.parametrize("marker", [b"api.run.front", b"haproxy"])
+def test_the_front_and_the_proxy_killed_are_restarted_and_route_again(sharded: ServiceProcess, marker: bytes) -> None:
+    service = sharded
+    made = _register(service, f"before-{marker.decode()}")
+    killed = _child(service, marker)
+    os.kill(killed, signal.SIGKILL)
+    deadline = time.monotonic() + 60
+    while True:  # the supervisor starts it again on the same address
+        with contextlib.suppress(httpx.HTTPError, AssertionError):
+            if _child(service, marker) != killed and httpx.get(service.url + "/healthz", timeout=5).status_code in (
+                    200, 503):
+                break
+        assert time.monotonic() < deadline, f"{marker!r} not restarted:\n{service.log_tail()}"
+        time.sleep(0.1)
+    # Routing works again: a dataflow's route through the proxy, and registration through the front.
+    answer = httpx.get(f"{service.url}/v1/dataflows/{made['id']}/frontier", headers=service.admin_headers, timeout=10)
+    assert answer.status_code == 200, answer.text
+    again = _register(service, f"after-{marker.decode()}")
+    assert _progress(service.url, again["token"], again["id"], 0).status_code == 200

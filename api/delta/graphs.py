@@ -7,7 +7,8 @@ crash half-way leaves it without that row and recovery queues it again; a write 
 retried (after 1 s, then twice as long each time, at most :data:`RETRY_MAX_SECONDS`) until it
 lands, as is a failed ``deleted_at`` (each write replaces its dataflows' partitions, so a
 retry after a partial failure writes nothing twice); a burst of
-registrations costs a few commits, not six each, and does not hold the progress flushes back
+registrations costs a few commits (one per :data:`PSI_ROWS_PER_WRITE` pairs of ``Psi``), not
+six each, and does not hold the progress flushes back
 (they share the one Delta thread). The native ``Psi`` of every scope fills ``summaries`` in the
 same step, before the ``dataflows`` row, so a listed dataflow has its summaries, for dataflows
 whose scopes have up to :data:`NATIVE_PSI_MAX_LOCATIONS` locations each (``Psi`` has up to n^2
@@ -18,19 +19,30 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import OrderedDict
 from concurrent.futures import Executor
 from typing import Protocol
+
+import pyarrow as pa
 
 from api.delta.store import Store
 from api.delta.sync import DeltaLag
 from api.live.scopes import Hosting
 from api.metrics import Metrics
+from spark_jobs.rows import Psi
+from spark_jobs.storage import summary_table
 from tracker.graph import Graph
 from tracker.scope import NestedGraph, ScopePath
 from tracker.structure import path_summaries
 
 log = logging.getLogger("tracker.graphs")
 NATIVE_PSI_MAX_LOCATIONS = 1000
+PSI_ROWS_PER_WRITE = 400_000
+"""At most about this many ``Psi`` pairs (the square of each scope's locations: a bound on the
+``summaries`` rows) per write, at least one dataflow: a burst of registrations is written in
+several commits, so the Delta thread never holds the summaries of hundreds of graphs at once."""
+SHAPES_KEPT = 8
+"""Graph shapes whose ``summaries`` rows :class:`Shapes` keeps (each up to a few MB)."""
 RETRY_MAX_SECONDS = 60.0
 """The longest wait between two attempts at a failed graph-table write."""
 
@@ -54,13 +66,71 @@ class Described(Protocol):
     def deleted_at(self) -> float | None: ...
 
 
-def native_psis(graph: Graph | NestedGraph) -> dict[ScopePath, object] | None:
+def native_psis(graph: Graph | NestedGraph) -> dict[ScopePath, Psi] | None:
     """``Psi`` of every scope of ``graph`` (scope nodes carrying their scope summaries), by scope
     path; ``None`` if some scope has more than :data:`NATIVE_PSI_MAX_LOCATIONS` locations."""
     scopes = {(): graph} if isinstance(graph, Graph) else {p: s.graph for p, s in graph.scopes.items()}
     if any(len(g.locations()) > NATIVE_PSI_MAX_LOCATIONS for g in scopes.values()):
         return None
     return {path: path_summaries(g) for path, g in scopes.items()}
+
+
+class Shapes:
+    """The ``summaries`` rows of the last few graph shapes written (:data:`SHAPES_KEPT`), as Arrow
+    tables whose ``dataflow_id`` is to be set: the same program registered many times (one
+    dataflow per job, per tenant, per test run) computes its ``Psi`` once. ``Psi`` in Python
+    takes about half a second for a ring of 100 operators (40,000 pairs) on the Delta thread,
+    holding the GIL the event loop needs; a graph never seen before still pays it.
+
+    >>> from tracker.graph import Edge, Graph, Location, Node
+    >>> g = Graph.build(1, [Node(0, 0, 1), Node(1, 1, 0)], [Edge(Location.source(0, 0), Location.target(1, 0))])
+    >>> shapes = Shapes()
+    >>> shapes.rows(g).num_rows, shapes.rows(g) is shapes.rows(g), shapes.computed
+    (3, True, 1)
+    """
+
+    def __init__(self) -> None:
+        self._kept: OrderedDict[Graph | NestedGraph, pa.Table | None] = OrderedDict()
+        self.computed = 0
+        """Shapes whose ``Psi`` was computed (not found here)."""
+
+    def rows(self, graph: Graph | NestedGraph) -> pa.Table | None:
+        """``graph``'s ``summaries`` rows (``dataflow_id`` empty), ``None`` if a scope is larger
+        than :data:`NATIVE_PSI_MAX_LOCATIONS`. Flat graphs only are kept (a nested graph holds
+        mappings: it has no hash)."""
+        flat = isinstance(graph, Graph)
+        if flat and graph in self._kept:
+            self._kept.move_to_end(graph)
+            return self._kept[graph]
+        psis = native_psis(graph)
+        rows = None if psis is None else summary_table({"": psis})
+        self.computed += 1
+        if not flat:
+            return rows
+        self._kept[graph] = rows
+        if len(self._kept) > SHAPES_KEPT:
+            self._kept.popitem(last=False)
+        return rows
+
+
+def _first_psi_rows(queued: list[Described], limit: int) -> list[Described]:
+    """The longest head of ``queued`` (at least one) whose ``Psi`` pairs add up to at most ``limit``.
+
+    >>> from types import SimpleNamespace
+    >>> from tracker.graph import Edge, Graph, Location, Node
+    >>> g = Graph.build(1, [Node(0, 0, 1), Node(1, 1, 0)], [Edge(Location.source(0, 0), Location.target(1, 0))])
+    >>> len(_first_psi_rows([SimpleNamespace(graph=g, hosting=None)] * 3, 8))
+    2
+    """
+    taken, total = 0, 0
+    for dataflow in queued:
+        graph = dataflow.graph if dataflow.hosting is None else dataflow.hosting.nested
+        scopes = [graph] if isinstance(graph, Graph) else [s.graph for s in graph.scopes.values()]
+        total += sum(len(g.locations()) ** 2 for g in scopes)
+        if taken and total > limit:
+            break
+        taken += 1
+    return queued[:taken]
 
 
 class GraphWriter:
@@ -73,6 +143,7 @@ class GraphWriter:
         self._queued: list[Described] = []
         self._deleted: list[Described] = []
         self._task: asyncio.Task[None] | None = None
+        self.shapes = Shapes()
 
     def queue(self, dataflows: list[Described]) -> None:
         """Queue ``dataflows`` (on the event loop); a writer task starts if none runs."""
@@ -99,7 +170,8 @@ class GraphWriter:
         loop = asyncio.get_running_loop()
         pause = 1.0
         while self._queued or self._deleted:
-            batch, self._queued = self._queued, []
+            batch = _first_psi_rows(self._queued, PSI_ROWS_PER_WRITE)
+            self._queued = self._queued[len(batch):]
             written = not batch or await loop.run_in_executor(self.pool, self._write, batch)
             if not written:
                 self._queued[:0] = batch
@@ -130,9 +202,12 @@ class GraphWriter:
             graphs = [(d.id, d.name, d.graph if d.hosting is None else d.hosting.nested, d.created_at)
                       for d in dataflows]
             # Not cached on the dataflow: Psi has up to n^2 entries, and keeping them alive
-            # made every full pass of the garbage collector tens of milliseconds longer.
-            psis = {i: psi for i, _, graph, _ in graphs if (psi := native_psis(graph)) is not None}
-            self.store.write_dataflows(graphs, psis)
+            # made every full pass of the garbage collector tens of milliseconds longer. Its
+            # Arrow rows (no Python object per row) are cached per graph shape instead.
+            found = [(i, rows) for i, _, graph, _ in graphs if (rows := self.shapes.rows(graph)) is not None]
+            summaries = pa.concat_tables([rows.set_column(0, "dataflow_id", pa.array([i] * rows.num_rows, pa.string()))
+                                          for i, rows in found]) if found else None
+            self.store.write_dataflows(graphs, summaries)
             for dataflow in dataflows:
                 dataflow.lag.graph_stored = True
             self.store.mark_deleted({d.id: d.deleted_at for d in dataflows if d.deleted_at is not None})

@@ -227,12 +227,12 @@ class Store:
         return dict(zip(best.column("d").to_pylist(), best.column("v_max").to_pylist(), strict=True))
 
     def write_dataflows(self, graphs: Sequence[tuple[str, str, Graph | NestedGraph, str]],
-                        psis: Mapping[str, Mapping[ScopePath, Any]] | None = None) -> None:
+                        summaries: pa.Table | None = None) -> None:
         """The graph tables of ``(dataflow_id, name, graph, created_at)`` and the ``summaries``
-        of ``psis`` (``dataflow_id -> scope -> Psi``), ``dataflows`` last, one commit per table;
-        ``created_at`` is the registration's ISO time."""
+        rows given (an Arrow table of that table's schema), ``dataflows`` last, one commit per
+        table; ``created_at`` is the registration's ISO time."""
         self.warehouse.write_dataflows([(i, name, graph, datetime.fromisoformat(created))
-                                        for i, name, graph, created in graphs], psis=psis)
+                                        for i, name, graph, created in graphs], summaries=summaries)
 
     def mark_deleted(self, deleted: Mapping[str, float]) -> None:
         """Set ``dataflows.deleted_at`` of each ``dataflow_id -> POSIX time`` in one commit."""

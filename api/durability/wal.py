@@ -188,10 +188,18 @@ class WriteAheadLog:
         Raises:
             UnreadableLog: a segment holds bytes that cannot be attributed (left in place).
         """
+        self._start_syncer()  # a Python process's start, overlapping the reading and the rebuild
         contents = self._recovered = read_log(self.directory)
         settle_tail(contents)
         self.kept |= {number for number, _ in contents.damaged}
         return contents
+
+    def _start_syncer(self) -> None:
+        """Start the sync process (:mod:`api.durability.syncer`) unless it runs; it exits when its
+        stdin closes, whenever this log is closed or dropped."""
+        if self._syncer is None:
+            self._syncer = subprocess.Popen([sys.executable, "-m", "api.durability.syncer", str(self.directory)],
+                                            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
 
     def open(self) -> None:
         """Open the newest segment for appending, or start a new one (the first, or after a
@@ -212,12 +220,11 @@ class WriteAheadLog:
             self.header_end, _ = create_segment(self.directory, self._segment, self._marks.copy(),
                                                 self._header() if found else [])
         self._fd, self._mark_fd = self._open_segment(self._segment)
-        self._syncer = subprocess.Popen([sys.executable, "-m", "api.durability.syncer", str(self.directory)],
-                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        self._start_syncer()
         # One sync before serving: a syncer that cannot start or sync fails the start-up, not
         # the first acknowledgement.
         self._request(self._segment)
-        assert self._syncer.stdout is not None
+        assert self._syncer is not None and self._syncer.stdout is not None
         answer = os.read(self._syncer.stdout.fileno(), ANSWER.size)
         if len(answer) != ANSWER.size or ANSWER.unpack(answer)[0] != 0:
             raise OSError(f"the write-ahead log's sync process failed to start or sync (answer {answer!r})")

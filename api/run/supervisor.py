@@ -138,10 +138,13 @@ class Child:
 
 class Supervisor:
     """The loop of :func:`supervise` over ``children``; ``on_ready`` runs once, when every child
-    is ready for the first time."""
+    is ready for the first time; ``command`` (``tracker serve`` or ``tracker shard``) names
+    the command in its one-line error."""
 
-    def __init__(self, children: list[Child], on_ready: Callable[[], None] = lambda: None) -> None:
+    def __init__(self, children: list[Child], on_ready: Callable[[], None] = lambda: None,
+                 command: str = "tracker serve") -> None:
         self.children = children
+        self.command = command
         self.on_ready: Callable[[], None] | None = on_ready
         self.signals: queue.SimpleQueue[int] = queue.SimpleQueue()
 
@@ -174,7 +177,7 @@ class Supervisor:
                 reason = self._watch()
                 if reason is not None:
                     self.stop()
-                    print(f"tracker serve: error: {reason}", file=sys.stderr, flush=True)
+                    print(f"{self.command}: error: {reason}", file=sys.stderr, flush=True)
                     return 2
                 if self.on_ready is not None and all(c.ready and c.alive() for c in self.children):
                     self.on_ready()
@@ -274,7 +277,7 @@ def _supervise(args: argparse.Namespace, shard: int | None) -> int:
                 SETTINGS_ENV: settings.to_json(), SPARK_ADDRESS_ENV: settings.spark_address or ""})))
         url_file = settings.warehouse / "service-url"
         try:
-            return Supervisor(children, lambda: _announce(topology, url_file)).run()
+            return Supervisor(children, lambda: _announce(topology, url_file), command).run()
         finally:
             if topology.announce:
                 url_file.unlink(missing_ok=True)

@@ -82,5 +82,6 @@ def merge_health(answers: dict[int, tuple[int, dict[str, Any]] | None], endpoint
     first = next((s for s in shards if "engine" in s), {})
     return {"status": "ok" if all(s["status"] == "ok" for s in shards) else "degraded",
             "dataflows": sum(int(s.get("dataflows", 0)) for s in shards),
+            "live_dataflows": sum(int(s.get("live_dataflows", 0)) for s in shards),
             "engine": first.get("engine"), "spark": first.get("spark"), "delta": first.get("delta"),
             "shards": shards}

@@ -325,6 +325,7 @@ def create_app(settings: Settings, admin_token: str,
             problems["delta_failing"] = {"since": round(syncer.failing_since, 3), "lag_versions": syncer.measure_lag(),
                                          **({"error": syncer.last_error} if admin else {})}
         return {"status": "degraded" if problems else "ok", **problems, "dataflows": len(service.dataflows),
+                "live_dataflows": sum(d.deleted_at is None for d in service.dataflows.values()),
                 "engine": ENGINE_NAMES[settings.engine], "spark": service.background.health(),
                 **({"graph_engine": service.background.graph_engine(),
                     "spark_pending": service.background.pending()} if settings.spark else {}),

@@ -10,8 +10,8 @@ shard; what does reach it is an id no shard has (404 ``unknown_dataflow``) or, w
 the public address itself (no HAProxy installed), a dataflow's request, answered with a
 redirect (307) to its shard's endpoint (WebSockets: workers connect to the endpoint).
 
-Load is each shard's dataflow count (deleted ones included: they stay hosted), read from its
-``/healthz`` every second and counted up on each registration in between. A registration is
+Load is each shard's count of live dataflows (deleted ones are not counted), read from its
+``/healthz`` every second, plus the registrations the front sent it since that read was asked. A registration is
 retried on another shard only when the first could not be connected to (nothing was sent): a
 request sent and unanswered is not resent, as it may have registered.
 
@@ -55,6 +55,8 @@ class Shards:
         self.by_index = {s.index: s for s in shards}
         self.load: dict[int, int] = {s.index: 0 for s in shards}
         self.up: dict[int, bool] = {s.index: True for s in shards}
+        self.sent: dict[int, int] = {s.index: 0 for s in shards}
+        """Registrations each shard accepted through the front (a running total)."""
 
     def by_load(self) -> list[Shard]:
         """The shards that answered last, least loaded first (ties: lowest index)."""
@@ -98,14 +100,16 @@ def create_front(shards: list[Shard], *, proxied: bool,
 
     async def poll() -> None:
         while True:
+            sent = dict(known.sent)  # those after this are not in the answers yet
             answers = await asyncio.gather(*(health(s) for s in shards))
             for shard, answer in zip(shards, answers, strict=True):
                 if isinstance(answer, bool):
                     known.up[shard.index] = answer
                     continue
                 known.up[shard.index] = answer.status_code == 200
-                if answer.status_code == 200:  # a read older than a registration since: kept
-                    known.load[shard.index] = max(known.load[shard.index], int(answer.json().get("dataflows", 0)))
+                if answer.status_code == 200:
+                    known.load[shard.index] = (int(answer.json().get("live_dataflows", 0))
+                                               + known.sent[shard.index] - sent[shard.index])
             await asyncio.sleep(POLL_SECONDS)
 
     @asynccontextmanager
@@ -142,6 +146,7 @@ def create_front(shards: list[Shard], *, proxied: bool,
                 return _unavailable(shard)  # sent, unanswered: it may have registered, so not resent
             if answer.status_code == 201:
                 known.load[shard.index] += 1
+                known.sent[shard.index] += 1
             return Response(answer.content, answer.status_code, media_type=answer.headers.get("content-type"))
         return JSONResponse({"error": "shard_unavailable", "detail": "no shard answers"}, status_code=503)
 
