@@ -176,7 +176,7 @@ class _SparkStart:
         try:
             from spark_jobs.session import get_spark
 
-            self.session = get_spark(self.master)
+            self.session = get_spark(self.master, quick_start=True)
         except BaseException as error:  # handed to the waiting caller
             self.error = error
 
