@@ -82,6 +82,20 @@ def driver_options(archive: Path | None = None) -> str:
     return " ".join(options)
 
 
+def describe(options: str) -> str:
+    """What the driver JVM's ``options`` say of its start, for a job's ``Spark ready`` line.
+
+    >>> describe(driver_options(None)), describe("")
+    ('quick start (no class-data archive)', 'default start')
+    >>> describe("-XX:TieredStopAtLevel=1 -XX:SharedArchiveFile=/c/spark.jsa")
+    'quick start (class-data archive /c/spark.jsa)'
+    """
+    if JVM_OPTIONS[0] not in options.split():
+        return "default start"
+    archive = next((o.partition("=")[2] for o in options.split() if o.startswith("-XX:SharedArchiveFile=")), None)
+    return f"quick start ({f'class-data archive {archive}' if archive else 'no class-data archive'})"
+
+
 def _dump(target: Path) -> int:
     """In a fresh process: run a small ``propagate`` in a JVM that writes ``target`` (the
     classes it loaded) when it exits, make it exit, and wait for it."""
