@@ -60,9 +60,10 @@ class Worker(BatchWriter):
         ]
 
 
-def test_kill_9_loses_no_acknowledged_batch_and_applies_none_twice(start_service: ServiceStarter) -> None:
+@pytest.mark.parametrize("lane_ms", ["1", "0"], ids=["loop", "lane"])  # "0": every batch after the first in a lane
+def test_kill_9_loses_no_acknowledged_batch_and_applies_none_twice(start_service: ServiceStarter, lane_ms: str) -> None:
     service = start_service(TRACKER_FLUSH_SECONDS="0.2", TRACKER_COMPACT_SECONDS="0.5",
-                            TRACKER_WAL_SEGMENT_BYTES="30000")
+                            TRACKER_WAL_SEGMENT_BYTES="30000", TRACKER_LANE_MS=lane_ms)
     body = loop_graph(operators=5, arity=2)
     dataflow_id, token = register(service, body)
     graph, initial = core_graph(body)

@@ -49,7 +49,7 @@ class Builder:
         frontier is queued as version 0's changes for ``frontier_changes``) or a snapshot's counts.
         ``created``: when its frontiers count as last moved if they never moved (default now)."""
         lag = DeltaLag()
-        live = LiveState(tracker)
+        live = LiveState(tracker, lane_seconds=self.settings.lane_ms / 1e3)
         ages = Ages(time.time() if created is None else created)
         if live.native is not None:  # the compiled engine's order: CompiledTracker.locations
             ages.births_in_engine(live.native.index, tracker.locations, graph.arity)  # type: ignore[attr-defined]

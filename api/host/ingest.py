@@ -7,7 +7,8 @@ The path of a batch: parse (:mod:`api.schema.parsing`) -> order and apply (:mod:
 Guarantees: a batch is answered only once it is durable, and only a durable batch is
 published; ordering, logging and applying happen with no ``await`` in between, so on the
 single-threaded event loop a batch is atomic and the batches of one dataflow are totally
-ordered without a lock; a duplicate is acknowledged once everything before it is durable, so
+ordered without a lock (a costly dataflow's batches are ordered so too, and propagated in that
+order by its own thread: :mod:`api.live.lane`); a duplicate is acknowledged once everything before it is durable, so
 its acknowledgement also means durable; a refused batch changes nothing and raises
 :class:`Refused` with the HTTP status and JSON body both transports answer.
 
@@ -190,15 +191,23 @@ def _order(tenant: Tenant, worker: str, seq: int, updates: list[Update] | Indexe
     live = tenant.live
     version = live.admit(worker, seq)
     if version is None:
-        return live.duplicate_version(worker, seq), False, wal.barrier()
+        barrier = wal.barrier()
+        if live.in_lane and live.last_in_lane is not None:  # what it duplicates may be propagating still
+            barrier = _both(barrier, live.last_in_lane)
+        return live.duplicate_version(worker, seq), False, barrier
     pending = Pending(version, worker, seq, updates, time.time())
+    if live.uses_lane():
+        return version, True, _order_in_lane(tenant, pending, wal, metrics, raw)
     # Log first, apply second: the sync process syncs while this thread applies (the batch is
     # validated, so applying cannot fail); the publish callback runs after both.
     box: list[list[FrontierChange] | ChangeBatch] = []
     durable = wal.enqueue(Batch(tenant.id, version, pending.received, raw),
                           lambda: made_durable(tenant, pending, box[0], raw, metrics))
-    regressed = live.regression_count
+    regressed, in_lane = live.regression_count, live.in_lane
     changes = live.apply(pending)
+    if live.in_lane and not in_lane:
+        log.info("a batch took over 1 ms to propagate: this dataflow's next batches propagate in a thread of "
+                 "its own", extra={"dataflow": tenant.id, "version": version})
     if live.regression_count and not regressed:  # the first: the status keeps naming them, the log says it once
         log.warning("a batch moved a frontier backwards (a protocol violation): the dataflow is in violation",
                     extra={"dataflow": tenant.id, "version": version, "worker": worker, "seq": seq})
@@ -209,6 +218,67 @@ def _order(tenant: Tenant, worker: str, seq: int, updates: list[Update] | Indexe
         wal.prefer_sync_process()
     box.append(changes)
     return version, True, durable
+
+
+def _order_in_lane(tenant: Tenant, pending: Pending, wal: WriteAheadLog, metrics: Metrics, raw: bytes
+                   ) -> asyncio.Future[None]:
+    """Log a costly dataflow's batch and have its lane propagate it; a future that resolves
+    once it is durable and published (:func:`made_durable` runs once both the log record is
+    durable and the batch propagated, which keeps version order: both come in that order)."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[None] = loop.create_future()
+    box: list[ChangeBatch] = []
+    durable = [False]
+
+    def publish() -> None:
+        made_durable(tenant, pending, box[0], raw, metrics)
+        if not done.done():
+            done.set_result(None)
+
+    def logged() -> None:
+        durable[0] = True
+        if box:
+            publish()
+
+    def log_failed(future: asyncio.Future[None]) -> None:
+        if not future.cancelled() and future.exception() is not None and not done.done():
+            done.set_exception(future.exception())  # type: ignore[arg-type]
+
+    def applied(future: asyncio.Future[ChangeBatch]) -> None:
+        if future.exception() is not None:  # a validated batch cannot fail: a bug, said loudly
+            log.error("a batch failed to propagate in its lane", exc_info=future.exception(),
+                      extra={"dataflow": tenant.id, "version": pending.version})
+            if not done.done():
+                done.set_exception(RuntimeError("propagation failed"))
+            return
+        changes = future.result()
+        if tenant.live.lane_applied(pending, changes):
+            log.warning("a batch moved a frontier backwards (a protocol violation): the dataflow is in violation",
+                        extra={"dataflow": tenant.id, "version": pending.version, "worker": pending.worker,
+                               "seq": pending.seq})
+        box.append(changes)
+        if durable[0]:
+            publish()
+
+    def encode(changes: ChangeBatch) -> None:
+        if len(changes) >= PREPARE_JSON_MIN:
+            changes.prepare_json()
+
+    wal.enqueue(Batch(tenant.id, pending.version, pending.received, raw), logged).add_done_callback(log_failed)
+    wal.prefer_sync_process()  # its publishing is long: the event loop stays free during the sync
+    asyncio.wrap_future(tenant.live.apply_in_lane(pending, encode), loop=loop).add_done_callback(applied)
+    tenant.live.last_in_lane = done
+    return done
+
+
+def _both(first: asyncio.Future[None], second: asyncio.Future[None]) -> asyncio.Future[None]:
+    """A future that resolves once both have (with the first exception met)."""
+    return asyncio.ensure_future(_await_both(first, second))
+
+
+async def _await_both(first: asyncio.Future[None], second: asyncio.Future[None]) -> None:
+    await asyncio.shield(second)
+    await first
 
 
 def made_durable(tenant: Tenant, pending: Pending, changes: list[FrontierChange] | ChangeBatch, raw: bytes,

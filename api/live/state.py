@@ -10,7 +10,9 @@ applied and counted in :attr:`LiveState.regressions`, which makes the dataflow's
 
 Nothing here awaits: the caller (:mod:`api.host.ingest`) orders, logs and applies a batch with
 no ``await`` in between, which on the single-threaded event loop makes a batch
-atomic and the batches of one dataflow totally ordered without a lock.
+atomic and the batches of one dataflow totally ordered without a lock. A costly dataflow's
+batches are ordered the same way and propagated by its :class:`~api.live.lane.Lane` in that
+order (:meth:`LiveState.uses_lane`); what reads the engine reads it between two of them.
 
 >>> from tracker.graph import Edge, Graph, Location, Node
 >>> from tracker.reachability import Tracker
@@ -28,11 +30,14 @@ api.live.state.SequenceGap: expected seq 1
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from api.live.counts import CountsOnly
+from api.live.lane import LANE_SECONDS, Lane
 from api.schema.parsing import Indexed
 from tracker.engine import FrontierEngine
 from tracker.graph import GraphError, Location, Update
@@ -93,6 +98,15 @@ class LiveState:
     native: Any = field(init=False, default=None)
     """The compiled ``progress_engine.Engine`` behind a ``CompiledTracker`` (``--engine native``),
     applied directly: flat integer batches in, a ``ChangeBatch`` out."""
+    lane_seconds: float = LANE_SECONDS
+    """A batch that takes longer than this on the event loop sends the next ones to the lane."""
+    lane: Lane | None = field(init=False, default=None)
+    """The thread propagating this dataflow's batches while they are costly (see
+    :mod:`api.live.lane`); ``None`` until a batch was."""
+    _in_lane: bool = field(init=False, default=False)
+    last_in_lane: Any = field(init=False, default=None)
+    """The caller's future of the last batch given to the lane (a duplicate's answer waits for
+    it: what it duplicates may still be propagating)."""
 
     def __post_init__(self) -> None:
         self.native = getattr(self.tracker, "engine", None)
@@ -106,12 +120,57 @@ class LiveState:
                                                    if d > 0 and tracker.can_notify(loc, t)])
             return self.tracker.apply(updates, validated=True)
         if isinstance(updates, Indexed):
+            started = time.perf_counter()
             changes: ChangeBatch = native.apply_indexed(updates.locations, updates.times, updates.deltas)
+            took = time.perf_counter() - started
+            if took > self.lane_seconds:
+                self._enter_lane(version, took)
         else:
             changes = native.apply(updates)
         if changes.regressions:  # the engine checks each update against the frontier before the batch
             self._regressed(version, updates, changes.regressions)
         return changes
+
+    def _enter_lane(self, version: int, took: float) -> None:
+        if self.lane is None:
+            self.lane = Lane(self.native, version)
+        self.lane.applied_through = version  # the lane is idle: the engine holds this batch's version
+        self.lane.last_seconds = took  # what decides when to leave, until the lane's first batch
+        self._in_lane = True
+
+    @property
+    def in_lane(self) -> bool:
+        """Whether batches propagate in the lane now (see :meth:`uses_lane`)."""
+        return self._in_lane
+
+    def uses_lane(self) -> bool:
+        """Whether the next batch goes to :meth:`apply_in_lane` (else :meth:`apply`): yes from
+        the batch after one that took over :data:`~api.live.lane.LANE_SECONDS` on the event
+        loop, until the lane is idle and its last batch was cheap."""
+        lane, last = self.lane, self.last_in_lane
+        # Left only once the lane's last batch is published, not just propagated: a batch on the
+        # event loop must not publish before it.
+        cheap = lane is not None and lane.last_seconds < self.lane_seconds / 4
+        if self._in_lane and cheap and (last is None or last.done()):
+            self._in_lane = False
+        return self._in_lane
+
+    def apply_in_lane(self, pending: Pending, then: Callable[[ChangeBatch], None]) -> Future[ChangeBatch]:
+        """Apply an admitted, validated batch (whose log record is on its way to disk) in the
+        lane, after the batches before it; ``then(changes)`` runs on the lane's thread. Call
+        :meth:`lane_applied` with the changes, on the event loop, before publishing them."""
+        assert self.lane is not None and isinstance(pending.updates, Indexed)
+        self._pending[pending.version] = pending
+        self.last_batch_at = pending.received
+        return self.lane.submit(pending.version, pending.updates, then)
+
+    def lane_applied(self, pending: Pending, changes: ChangeBatch) -> bool:
+        """A batch of the lane is applied: count the updates that moved a frontier backwards;
+        whether they are the dataflow's first."""
+        first = not self.regression_count
+        if changes.regressions:
+            self._regressed(pending.version, pending.updates, changes.regressions)
+        return first and bool(self.regression_count)
 
     def _regressed(self, version: int, updates: list[Update] | Indexed, indices: list[int]) -> None:
         if not indices:
@@ -184,7 +243,12 @@ class LiveState:
     def frontier_copy_at(self, version: int) -> Frontiers | None:
         """A copy of the compiled engine's frontiers if it is exactly at ``version`` (no batch
         applied beyond it), else ``None``."""
-        return self.native.frontier_copy() if self.native is not None and version == self.version else None
+        if self.native is None:
+            return None
+        if self.lane is None:
+            return self.native.frontier_copy() if version == self.version else None
+        with self.lane.holding() as applied:
+            return self.native.frontier_copy() if version == (applied if self._in_lane else self.version) else None
 
     def inflight(self) -> list[Pending]:
         """Applied batches whose log record is not durable yet, oldest first."""
@@ -193,8 +257,14 @@ class LiveState:
     def counts(self, later: Iterable[Iterable[Update]] = ()) -> Counts:
         """Occurrence counts as of the durable version: the tracker's counts with in-flight
         batches (and ``later`` batches, applied but not yet reflected in the frontier) undone."""
-        counts = self.tracker.pointstamps()
-        for updates in [*(p.updates for p in self._pending.values()), *later]:
+        if self.lane is not None and self._in_lane:  # between two of the lane's batches
+            with self.lane.holding() as applied:
+                counts = self.tracker.pointstamps()
+                pending = [p.updates for p in self._pending.values() if p.version <= applied]
+        else:
+            counts = self.tracker.pointstamps()
+            pending = [p.updates for p in self._pending.values()]
+        for updates in [*pending, *later]:
             for loc, t, d in updates:
                 key = (loc, t)
                 counts[key] = counts.get(key, 0) - d

@@ -151,7 +151,11 @@ fn time_tuple<'py>(py: Python<'py>, coords: &[u64]) -> PyResult<Bound<'py, PyTup
 /// held.
 #[pyclass(module = "progress_engine", name = "Engine")]
 pub struct Engine {
-    inner: Inner,
+    /// Behind a lock so that a batch can be propagated by a thread without the GIL while the
+    /// event loop reads other things of this engine (its labels, its index): every method
+    /// takes `&self`, and a read that meets a propagation waits for it (never a half-applied
+    /// state).
+    inner: Mutex<Inner>,
     arity: usize,
     locations: usize,
     shared: Arc<Shared>,
@@ -160,11 +164,11 @@ pub struct Engine {
 
 impl Engine {
     /// Applies validated flat updates and returns their changes.
-    fn run(&mut self, locations: &[i64], times: &[u64], deltas: &[i64]) -> ChangeBatch {
+    fn run(&self, locations: &[i64], times: &[u64], deltas: &[i64]) -> ChangeBatch {
         let arity = self.arity;
         let mut changes = Changes::new(arity);
         let mut regressions = Vec::new();
-        dispatch!(&mut self.inner, tracker => {
+        dispatch!(&mut *self.locked(), tracker => {
             for (index, (&location, &delta)) in locations.iter().zip(deltas).enumerate() {
                 let time = Time::from_coords(&times[index * arity..(index + 1) * arity]);
                 // Staged updates reach the frontiers only in `propagate`: this is the frontier
@@ -179,6 +183,13 @@ impl Engine {
         let mut batch = ChangeBatch::new(changes, self.shared.clone());
         batch.regressions = regressions;
         batch
+    }
+
+    /// The tracker, once no other thread propagates into it. A panic while propagating leaves
+    /// the tracker's state unknown: the lock stays poisoned and this panics too (a Python
+    /// exception), rather than serve frontiers from a half-applied batch.
+    fn locked(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().expect("the engine's state is unknown after a panic while propagating")
     }
 
     fn check_location(&self, location: i64) -> PyResult<usize> {
@@ -260,7 +271,7 @@ impl Engine {
                 Some(dict.unbind())
             }
         };
-        Ok(Engine { inner, arity, locations, shared: Arc::new(Shared { labels, fragments }), index })
+        Ok(Engine { inner: Mutex::new(inner), arity, locations, shared: Arc::new(Shared { labels, fragments }), index })
     }
 
     /// The number of coordinates of every time.
@@ -278,11 +289,18 @@ impl Engine {
     /// `times[i * arity:(i + 1) * arity]`, `deltas[i]`. Each argument is a list, a tuple, a
     /// buffer of 64-bit integers (`array('q')`) or an iterable. Validated first: a bad batch
     /// raises `ValueError` (`IndexError` for an unknown location) and changes nothing.
+    ///
+    /// `release_gil`: propagate without the GIL, for a caller on a thread of its own (a costly
+    /// batch kept off the event loop); off by default, because taking the GIL back after a
+    /// cheap batch can wait for another thread's turn.
+    #[pyo3(signature = (locations, times, deltas, *, release_gil=false))]
     fn apply_indexed(
-        &mut self,
+        &self,
+        py: Python<'_>,
         locations: &Bound<'_, PyAny>,
         times: &Bound<'_, PyAny>,
         deltas: &Bound<'_, PyAny>,
+        release_gil: bool,
     ) -> PyResult<ChangeBatch> {
         let (locations, times, deltas) = read_batch(locations, times, deltas, self.arity)?;
         for &location in &locations {
@@ -297,12 +315,16 @@ impl Engine {
         }
         // Non-negative i64 and u64 share their representation.
         let times: Vec<u64> = times.into_iter().map(|c| c as u64).collect();
-        Ok(self.run(&locations, &times, &deltas))
+        Ok(if release_gil {
+            py.detach(|| self.run(&locations, &times, &deltas))
+        } else {
+            self.run(&locations, &times, &deltas)
+        })
     }
 
     /// Applies one atomic batch of `(label, time, delta)` (labels as given at construction,
     /// times as tuples or lists). Validated first; a bad batch changes nothing.
-    fn apply(&mut self, py: Python<'_>, updates: &Bound<'_, PyAny>) -> PyResult<ChangeBatch> {
+    fn apply(&self, py: Python<'_>, updates: &Bound<'_, PyAny>) -> PyResult<ChangeBatch> {
         let index = match &self.index {
             Some(index) => index.bind(py),
             None => return Err(PyValueError::new_err("this engine has no labels: use apply_indexed")),
@@ -343,7 +365,7 @@ impl Engine {
     /// The frontier of `location`: its minimal times, sorted.
     fn frontier<'py>(&self, py: Python<'py>, location: i64) -> PyResult<Bound<'py, PyList>> {
         let location = self.check_location(location)?;
-        dispatch!(&self.inner, tracker => {
+        dispatch!(&*self.locked(), tracker => {
             let times = tracker.frontier(location);
             PyList::new(py, times.iter().map(|t| time_tuple(py, t.coords())).collect::<PyResult<Vec<_>>>()?)
         })
@@ -352,9 +374,13 @@ impl Engine {
     /// Every location's frontier, by index.
     fn frontiers<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
         let out = PyList::empty(py);
-        for location in 0..self.locations {
-            out.append(self.frontier(py, location as i64)?)?;
-        }
+        // One lock for all: every frontier of the same version.
+        dispatch!(&*self.locked(), tracker => {
+            for location in 0..self.locations {
+                let times = tracker.frontier(location);
+                out.append(PyList::new(py, times.iter().map(|t| time_tuple(py, t.coords())).collect::<PyResult<Vec<_>>>()?)?)?;
+            }
+        });
         Ok(out)
     }
 
@@ -363,7 +389,7 @@ impl Engine {
     fn frontier_copy(&self, py: Python<'_>) -> Frontiers {
         let antichains = py.detach(|| {
             let mut antichains: Vec<Vec<u64>> = Vec::with_capacity(self.locations);
-            dispatch!(&self.inner, tracker => {
+            dispatch!(&*self.locked(), tracker => {
                 for location in 0..self.locations {
                     antichains.push(tracker.frontier(location).iter().flat_map(|t| t.coords().to_vec()).collect());
                 }
@@ -376,7 +402,7 @@ impl Engine {
     /// Every non-zero occurrence count as `(location, time, count)`.
     fn pointstamps<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
         let out = PyList::empty(py);
-        dispatch!(&self.inner, tracker => {
+        dispatch!(&*self.locked(), tracker => {
             for location in 0..self.locations {
                 for (time, count) in tracker.counts(location) {
                     out.append((location, time_tuple(py, time.coords())?, *count))?;
@@ -392,7 +418,7 @@ impl Engine {
         let location = self.check_location(location)?;
         let mut coords = Vec::with_capacity(self.arity);
         read_time(time, self.arity, &mut coords).map_err(PyValueError::new_err)?;
-        Ok(dispatch!(&self.inner, tracker => !tracker.less_equal(location, &Time::from_coords(&coords))))
+        Ok(dispatch!(&*self.locked(), tracker => !tracker.less_equal(location, &Time::from_coords(&coords))))
     }
 
     /// A selection of these location indices, for `ChangeBatch.to_json` and `select`.
