@@ -43,8 +43,18 @@ def engines(spark: Any, sizes: list[str]) -> dict[str, float]:
     return figures
 
 
-def _say(label: str, what: str) -> None:
-    print(f"  [engines {label}] {time.strftime('%H:%M:%S')} {what}", flush=True)
+def _say(label: str, what: str, figures: dict[str, float] | None = None) -> None:
+    """A progress line; with ``figures``, the timings measured since the last line, so that a run
+    stopped part-way still shows them."""
+    done = ""
+    if figures:
+        fresh = [k for k in figures if k.endswith("_s") and k not in _said]
+        _said.update(fresh)
+        done = " (" + ", ".join(f"{k} {figures[k]:.2f}" for k in fresh) + ")" if fresh else ""
+    print(f"  [engines {label}] {time.strftime('%H:%M:%S')}{done} {what}", flush=True)
+
+
+_said: set[str] = set()
 
 
 def one_size(spark: Any, label: str, count: int) -> dict[str, float]:
@@ -62,14 +72,14 @@ def one_size(spark: Any, label: str, count: int) -> dict[str, float]:
         lambda: find_cycles(transitions, engine="dataframe").localCheckpoint())
     figures[f"cycles_equal_{label}"] = float(_rows(cycles) == _rows(df))
 
-    _say(label, "Psi, GraphX then DataFrame path")
+    _say(label, "Psi, GraphX then DataFrame path", figures)
     gx, figures[f"psi_graphx_{label}_s"] = _timed(lambda: summarize(transitions, locations, engine="graphx"))
     df, figures[f"psi_dataframe_{label}_s"] = _timed(
         lambda: summarize(transitions, locations, engine="dataframe").localCheckpoint())
     figures[f"psi_rows_{label}"] = gx.count()
     figures[f"psi_equal_{label}"] = float(_rows(gx) == _rows(df))
 
-    _say(label, "propagation, GraphX then DataFrame path")
+    _say(label, "propagation, GraphX then DataFrame path", figures)
     gx, figures[f"propagate_graphx_{label}_s"] = _timed(lambda: propagate(transitions, times, engine="graphx"))
     rounds = Progress(label="propagate")
     df, figures[f"propagate_dataframe_{label}_s"] = _timed(
@@ -80,7 +90,7 @@ def one_size(spark: Any, label: str, count: int) -> dict[str, float]:
         figures[f"{what}_dataframe_over_graphx_{label}"] = (
             figures[f"{what}_dataframe_{label}_s"] / figures[f"{what}_graphx_{label}_s"])
     _say(label, "ratios: " + ", ".join(f"{w} {figures[f'{w}_dataframe_over_graphx_{label}']:.1f}x"
-                                       for w in ("cycles", "psi", "propagate")))
+                                       for w in ("cycles", "psi", "propagate")), figures)
     if label == "1k":  # GraphX's own algorithms: supersteps follow the depth, so only here
         zero = transitions.where(is_zero(F.col("summary")))
         pregel, figures["cycles_graphx_pregel_1k_s"] = _timed(lambda: graphx.cycles(zero, "pregel"))
