@@ -113,7 +113,11 @@ def _run_job(job: str, root: str, master: str, *which: str, **env: str) -> tuple
                           capture_output=True, text=True)
     if done.returncode:
         raise RuntimeError(f"tracker jobs {job} failed: {done.stderr[-2000:]}")
-    return time.perf_counter() - started, done.stdout + done.stderr
+    seconds = time.perf_counter() - started
+    setting = " ".join(f"{k}={v}" for k, v in env.items())
+    print(f"  [jobs] {time.strftime('%H:%M:%S')} tracker jobs {job} on {master} of {root} {setting}: {seconds:.1f}s",
+          flush=True)
+    return seconds, done.stdout + done.stderr
 
 
 def first_words(job: str, root: str) -> tuple[float, str]:
