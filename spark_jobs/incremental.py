@@ -112,9 +112,13 @@ def psi_frame(
     return spark.createDataFrame(rows, PSI_SCHEMA)
 
 
-def _changes_of(rows: DataFrame) -> list[FrontierChange]:
-    changes = [FrontierChange(decode_code(r["loc"]), tuple(r["time"]), r["diff"]) for r in rows.toArrow().to_pylist()]
+def _sorted(changes: Iterable[FrontierChange]) -> list[FrontierChange]:
     return sorted(changes, key=lambda c: (c.location.node, c.location.kind, c.location.port, c.time, c.diff))
+
+
+def _changes_of(rows: DataFrame) -> list[FrontierChange]:
+    return _sorted(FrontierChange(decode_code(r["loc"]), tuple(r["time"]), r["diff"])
+                   for r in rows.toArrow().to_pylist())
 
 
 def update_frontiers(
@@ -180,8 +184,7 @@ class SparkFrontierEngine:
         rows = [(self.dataflow_id, encode(loc), list(t), d) for loc, t, d in checked if d != 0]
         if self._state is not None:
             state, found = self._state.apply(rows)
-            changes = sorted((FrontierChange(decode_code(loc), t, d) for _, loc, t, d in found),
-                             key=lambda c: (c.location.node, c.location.kind, c.location.port, c.time, c.diff))
+            changes = _sorted(FrontierChange(decode_code(loc), t, d) for _, loc, t, d in found)
             self._state.drop()  # the next state is computed and cached, its lineage cut
             self._state = state
         else:
