@@ -1,4 +1,5 @@
-"""``python -m bench`` lists the benchmarks; ``python -m bench NAME [--quick]`` runs one.
+"""``python -m bench`` lists the benchmarks; ``python -m bench NAME [--quick] [--sizes ...] [--parts ...]``
+runs one (``--sizes``/``--parts`` for the benchmarks whose ``run`` takes ``sizes``/``parts``).
 
 A benchmark is a module ``bench/NAME.py`` with ``run(quick: bool) -> dict`` that prints a
 readable table and returns ``{"name": ..., "figures": {...}, "targets": {...}}``; this runner
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import inspect
 import json
 import pkgutil
 import sys
@@ -36,6 +38,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
     parser.add_argument("name", nargs="?", help="benchmark to run; omit to list them")
     parser.add_argument("--quick", action="store_true", help="a short run (smaller workloads, fewer repetitions)")
+    parser.add_argument("--sizes", default=None,
+                        help="comma-separated workload sizes, for the benchmarks that take them (spark: 1k,10k,100k)")
+    parser.add_argument("--parts", default=None,
+                        help="comma-separated parts to run, for the benchmarks that have them (spark: core,engines,"
+                             "jobs,cluster)")
     args = parser.parse_args(argv)
     benchmarks = available()
     if not args.name:
@@ -45,7 +52,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.name not in benchmarks:
         print(f"unknown benchmark {args.name!r}; available: {', '.join(sorted(benchmarks))}", file=sys.stderr)
         return 2
-    result = importlib.import_module(f"bench.{args.name}").run(quick=args.quick)
+    run = importlib.import_module(f"bench.{args.name}").run
+    options = {name: getattr(args, name).split(",") for name in ("sizes", "parts") if getattr(args, name)}
+    unknown = [f"--{name}" for name in options if name not in inspect.signature(run).parameters]
+    if unknown:
+        print(f"benchmark {args.name!r} takes no {', '.join(unknown)}", file=sys.stderr)
+        return 2
+    result = run(quick=args.quick, **options)
     print(json.dumps(result, sort_keys=True))
     return 0
 

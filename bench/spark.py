@@ -24,7 +24,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from bench.spark_workloads import Counts, change_batch, dataflows, location_count, pointstamps
 from spark_jobs.frames import Progress, decode_code, encode, locations_of, transitions_of
-from spark_jobs.graphx import Engine, index_psi
+from spark_jobs.graphx import Engine, IncrementalState, index_psi
 from spark_jobs.incremental import POINTS_SCHEMA, incremental
 from spark_jobs.propagate import propagate, propagate_with_psi, times_of
 from spark_jobs.session import get_spark
@@ -52,23 +52,8 @@ def _full_propagate(spark: SparkSession, graphs: dict[str, Graph], counts: dict[
     return seconds, progress, frontier
 
 
-def run(quick: bool = False) -> dict[str, Any]:
-    """Run the benchmark; print a table; return ``{"name", "figures", "targets"}``."""
-    import os
-
-    load = os.getloadavg()
-    print(f"load average: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} on {os.cpu_count()} cores", flush=True)
-    spark = get_spark()
-    base = 17 if quick else 165
-    # Warm-up: the first Spark jobs of a process pay for JIT and code generation; without this
-    # the 1x figure is inflated and the scaling ratios flattered.
-    warm = dataflows(3, seed=99)
-    _full_propagate(spark, warm, pointstamps(warm))
-    graphs = dataflows(base)
-    counts = pointstamps(graphs)
-    figures: dict[str, float] = {"locations": location_count(graphs), "dataflows": len(graphs),
-                                 "load_1min": load[0]}
-
+def _core(spark: SparkSession, graphs: dict[str, Graph], counts: dict[str, Counts], base: int) -> dict[str, float]:
+    figures: dict[str, float] = {}
     # Summaries (path doubling) at 1x.
     transitions = transitions_of(spark, graphs).localCheckpoint()
     locations = locations_of(spark, graphs).localCheckpoint()
@@ -120,20 +105,31 @@ def run(quick: bool = False) -> dict[str, Any]:
         .withColumnRenamed("count", "delta")
         .localCheckpoint()
     )
-    # Each call returns its three results materialised, as the one-join recompute does. The
-    # engine indexes Psi once for all its batches (timed apart); each figure is the best of three,
-    # the one-join recompute's included, run in turn under the same load.
+    # The engine's batch (``SparkFrontierEngine`` on GraphX): Psi indexed once, counts and
+    # frontiers kept beside it, the batch's rows sent from the driver (one stage, no shuffle);
+    # the state is never changed, so the same batch is applied to the same state each time.
+    # Against it, side by side: the one-join recompute over Psi (the target's yardstick) and the
+    # DataFrame-in, DataFrame-out batch (``tracker jobs incremental``) with Psi indexed or
+    # shuffled; each returns its results materialised. Each figure is the best of three, run in
+    # turn under the same load.
     indexed, figures["incremental_index_psi_s"] = _timed(lambda: index_psi(psi))
+    state, figures["incremental_state_start_s"] = _timed(lambda: IncrementalState.start(indexed, points, frontier))
+    batch_rows = [(k, encode(loc), list(t), d) for k, b in batch.items() for loc, t, d in b]
     best: dict[str, float] = {}
     for _ in range(3):
         for name, job in (("propagate_psi_join_s", lambda: propagate_with_psi(psi, times).localCheckpoint()),
-                          ("incremental_s", lambda: incremental(indexed, points, batch_df, frontier, False)),
+                          ("incremental_s", lambda: state.apply(batch_rows)),
+                          ("incremental_frames_indexed_s", lambda: incremental(indexed, points, batch_df, frontier)),
                           ("incremental_psi_shuffled_s", lambda: incremental(psi, points, batch_df, frontier, False))):
             result, seconds = _timed(job)
             best[name] = min(best.get(name, seconds), seconds)
     figures.update(best)
     result = incremental(indexed, points, batch_df, frontier, False)
     changes = result.changes.collect()
+    after_state, state_changes = state.apply(batch_rows)
+    figures["incremental_state_equal_frames"] = float(
+        sorted(state_changes) == sorted((r[0], r[1], tuple(r[2]), r[3]) for r in changes)
+        and sorted(map(tuple, after_state.frontiers().collect())) == sorted(map(tuple, result.frontiers.collect())))
     by_frames, figures["incremental_dataframe_s"] = _timed(
         lambda: incremental(psi, points, batch_df, frontier, False, "dataframe"))
     figures["incremental_engines_equal"] = float(
@@ -170,22 +166,91 @@ def run(quick: bool = False) -> dict[str, Any]:
     figures["spark_over_native_incremental"] = figures["incremental_s"] / max(figures["native_batch_s"], 1e-9)
     figures["spark_over_native_summaries"] = figures["summarize_s"] / figures["native_summaries_s"]
 
+    return figures
+
+
+LEGEND = """How to read the table (seconds are wall times on this machine; compare ratios, each
+measured side by side in this one run; the load average is at the top and as load_1min*):
+  *_equal*                    1 = the two answers were equal (the run checks each pair), 0 = not
+  incremental_s               SparkFrontierEngine's batch (state kept beside the Psi index, one stage)
+  propagate_psi_join_s        the one-join recompute over Psi it is held to (incremental_over_psi_join)
+  incremental_frames_*        the DataFrame-in/out batch of `tracker jobs incremental` (Psi indexed, shuffled)
+  {cycles,psi,propagate}_{graphx,dataframe}_<size>_s   the engines at ~1k/10k/100k locations
+  *_dataframe_over_graphx_*   how many times slower the DataFrame path was
+  jobs_propagate_1_df_*       `tracker jobs propagate` of one small dataflow, whole process; *_spark_ready_s,
+                              *_graphs_read_s, *_computed_s: seconds elapsed at those steps (the CLI's lines);
+                              *_default_jvm_*: the same with TRACKER_JOBS_QUICK_START=0 (alternated)
+  jobs_propagate_big_*        `tracker jobs propagate` on the cluster workload: local[2] and a 2-worker cluster"""
+
+PARTS = ("core", "engines", "jobs", "cluster")
+"""The benchmark's parts, in the order they run (``--parts`` picks some)."""
+
+
+def _part(started: float, name: str, what: str) -> None:
+    print(f"== {name} ({time.perf_counter() - started:.0f}s into the run): {what}", flush=True)
+
+
+def run(quick: bool = False, sizes: list[str] | None = None, parts: list[str] | None = None) -> dict[str, Any]:
+    """Run the benchmark; print a table; return ``{"name", "figures", "targets"}``.
+
+    ``sizes``: the engine comparison's sizes (default 1k, 10k, and 100k unless ``quick``); the
+    cluster comparison runs at the largest of them. ``parts``: some of :data:`PARTS` (default
+    all)."""
+    import os
+
     from bench import spark_engines
     from bench import spark_jobs_figures as jobs
 
-    figures.update(spark_engines.engines(spark, quick))
-    figures.update(jobs.registration(spark))
-    figures.update(jobs.summarize_rounds(spark, graphs))
-    figures["summarize_rounds_over_bound"] = figures["summarize_rounds_doubling"] / figures["summarize_round_bound"]
-    figures.update(jobs.backends(spark, graphs))
+    sizes = sizes or (["1k", "10k"] if quick else list(spark_engines.SIZES))
+    parts = parts or list(PARTS)
+    wrong = [x for x in sizes if x not in spark_engines.SIZES] + [x for x in parts if x not in PARTS]
+    if wrong:
+        raise SystemExit(f"unknown size or part {', '.join(wrong)}: sizes {', '.join(spark_engines.SIZES)}; "
+                         f"parts {', '.join(PARTS)}")
+    started = time.perf_counter()
+    load = os.getloadavg()
+    print(f"load average: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} on {os.cpu_count()} cores; "
+          f"parts {', '.join(parts)}; engine sizes {', '.join(sizes)}", flush=True)
+    spark = get_spark()
+    base = 17 if quick else 165
+    # Warm-up: the first Spark jobs of a process pay for JIT and code generation; without this
+    # the 1x figure is inflated and the scaling ratios flattered.
+    warm = dataflows(3, seed=99)
+    _full_propagate(spark, warm, pointstamps(warm))
+    graphs = dataflows(base)
+    counts = pointstamps(graphs)
+    figures: dict[str, float] = {"locations": location_count(graphs), "dataflows": len(graphs),
+                                 "load_1min": load[0]}
+    if "core" in parts:
+        _part(started, "core", f"summaries, full propagation (1x/2x/4x), the incremental batch against the one-join "
+              f"recompute, native; {figures['locations']:,} locations")
+        figures.update(_core(spark, graphs, counts, base))
+    if "engines" in parts:
+        _part(started, "engines", "GraphX helper against the DataFrame path: cycle check, Psi, propagation")
+        figures.update(spark_engines.engines(spark, sizes))
+    if "jobs" in parts:
+        _part(started, "jobs", "registration check, summaries' rounds, Delta backends, `tracker jobs` as users run it")
+        figures.update(jobs.registration(spark))
+        figures.update(jobs.summarize_rounds(spark, graphs))
+        figures["summarize_rounds_over_bound"] = (figures["summarize_rounds_doubling"]
+                                                  / figures["summarize_round_bound"])
+        figures.update(jobs.backends(spark, graphs))
     spark.stop()  # one Spark session at a time: the CLI runs below start their own
-    figures.update(jobs.cli(quick))
+    if "jobs" in parts:
+        figures.update(jobs.cli())
+    if "cluster" in parts:
+        largest = max(sizes, key=lambda x: spark_engines.SIZES[x])
+        _part(started, "cluster", f"`tracker jobs propagate` at {largest} locations: 2-worker cluster / local[2]")
+        figures.update(jobs.cluster(spark_engines.SIZES[largest]))
+    figures["load_1min_end"] = os.getloadavg()[0]
+    figures["run_s"] = time.perf_counter() - started
 
     targets = {"incremental_over_propagate": 0.2, "propagate_2x_over_1x": 2.5, "propagate_4x_over_2x": 2.5,
                "incremental_over_psi_join": 1.0, "registration_ring100_s": 5.0, "jobs_propagate_1_df_s": 15.0,
                "jobs_100_over_1": 3.0, "summarize_rounds_over_bound": 1.0,
-               "jobs_propagate_rounds_without_psi": figures["summarize_round_bound"] + 1,
+               "jobs_propagate_rounds_without_psi": figures.get("summarize_round_bound", 0) + 1,
                "jobs_first_output_s": 2.0}
+    print(LEGEND)
     width = max(map(len, figures))
     print(f"{'figure':<{width}}  value")
     for name, value in figures.items():

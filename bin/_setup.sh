@@ -70,3 +70,7 @@ export PATH="$VENV/bin:$PATH"
 # by their hash (spark_jobs/graphx.py); no-op when cached. Without it Spark sessions refuse to
 # start (TRACKER_GRAPH_ENGINE=dataframe runs without it), so a failure here is a set-up error.
 "$VENV/bin/python" -m spark_jobs.graphx >/dev/null || return 1
+
+# The class-data archive that halves a short `tracker jobs` run's JVM start (spark_jobs/quickstart.py):
+# built once per pyspark and JDK (about a minute), a no-op when cached; without it jobs still run.
+(cd "$ROOT" && "$VENV/bin/python" -m spark_jobs.quickstart >/dev/null) || true

@@ -15,4 +15,6 @@ Modules, by the noun they hold:
   in-memory entry point (``find_cycles_for_graph``, ``summaries_for_graph``, ``frontiers_for``,
   ``update_frontiers`` / ``SparkFrontierEngine``) and a DataFrame one used by ``jobs``.
 * ``jobs`` / ``cli``: the warehouse jobs behind ``tracker jobs cycles|summaries|propagate|incremental``.
+* ``quickstart``: the driver JVM's options and class-data archive that start a short
+  ``tracker jobs`` run on a local master quickly.
 """

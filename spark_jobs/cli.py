@@ -176,7 +176,7 @@ class _SparkStart:
         try:
             from spark_jobs.session import get_spark
 
-            self.session = get_spark(self.master)
+            self.session = get_spark(self.master, quick_start=True)
         except BaseException as error:  # handed to the waiting caller
             self.error = error
 
@@ -206,7 +206,10 @@ def _run(args: argparse.Namespace, warehouse: str, ids: list[str], starting: _Sp
         wh = Warehouse(warehouse, spark, backend=io_backend(args.master))
     except ValueError as error:
         return _fail(str(error))
-    progress.step(f"Spark ready; graph engine: {engine}; tables read and written by {wh.backend}")
+    from spark_jobs.quickstart import describe
+
+    jvm = describe(spark.sparkContext.getConf().get("spark.driver.extraJavaOptions", ""))
+    progress.step(f"Spark ready; graph engine: {engine}; tables read and written by {wh.backend}; JVM: {jvm}")
     try:
         if args.job == "cycles":
             found = jobs.cycles_job(wh, ids, progress)

@@ -239,3 +239,53 @@ def incremental(psi: DataFrame | IndexedPsi, points: DataFrame, batch: DataFrame
     else:
         jdf = helper.apply(psi.select("dataflow_id", "src", "dst", "summary")._jdf, *rest)
     return DataFrame(jdf, points.sparkSession)
+
+
+class IncrementalState:
+    """Counts and frontiers kept in the executors beside an indexed ``Psi``, partitioned like it
+    (the helper's ``IncrementalState``): :meth:`apply` ships a batch's rows from the driver to
+    the partitions holding their dataflows, so a batch is one Spark stage without a shuffle.
+    A state never changes: ``apply`` returns the next one and leaves this one usable (a failed
+    batch leaves nothing half-applied)."""
+
+    def __init__(self, handle: Any, spark: Any) -> None:
+        self._handle, self._spark = handle, spark
+
+    @classmethod
+    def start(cls, indexed: IndexedPsi, points: DataFrame, frontiers: DataFrame) -> IncrementalState:
+        """The state of ``points`` (``dataflow_id, loc, time, count``) and ``frontiers``
+        (``dataflow_id, loc, time``) beside ``indexed``; one Spark job, cached on return."""
+        helper = getattr(points.sparkSession._jvm, ENTRY_CLASS.rpartition(".")[0]).IncrementalState
+        handle = helper.of(indexed.index, points.select("dataflow_id", "loc", "time", "count")._jdf,
+                           frontiers.select("dataflow_id", "loc", "time")._jdf)
+        return cls(handle, points.sparkSession)
+
+    def apply(self, batch: list[tuple[str, int, list[int], int]]
+              ) -> tuple[IncrementalState, list[tuple[str, int, tuple[int, ...], int]]]:
+        """The next state after ``batch`` (``dataflow_id, loc, time, delta`` rows) and its exact
+        frontier changes ``(dataflow_id, loc, time, diff)`` (+1 a time entering a frontier, -1
+        one leaving it). One Spark job of one stage."""
+        import json
+
+        handle = self._handle.apply(json.dumps(batch))
+        changes = [(k, loc, tuple(t), d) for k, loc, t, d in json.loads(handle.changesJson())]
+        return IncrementalState(handle, self._spark), changes
+
+    def _tagged(self, tag: str, value: str) -> DataFrame:
+        from pyspark.sql import DataFrame
+        from pyspark.sql import functions as F
+
+        rows = DataFrame(self._handle.rows(), self._spark)
+        return rows.where(F.col("tag") == tag).select("dataflow_id", "loc", "time", F.col("value").alias(value))
+
+    def points(self) -> DataFrame:
+        """The non-zero counts ``(dataflow_id, loc, time, count)`` (read when used)."""
+        return self._tagged("p", "count")
+
+    def frontiers(self) -> DataFrame:
+        """The frontiers ``(dataflow_id, loc, time)`` (read when used)."""
+        return self._tagged("f", "value").drop("value")
+
+    def drop(self) -> None:
+        """Release the cached partitions; the state must not be used afterwards."""
+        self._handle.unpersist()

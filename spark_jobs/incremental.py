@@ -112,9 +112,13 @@ def psi_frame(
     return spark.createDataFrame(rows, PSI_SCHEMA)
 
 
-def _changes_of(rows: DataFrame) -> list[FrontierChange]:
-    changes = [FrontierChange(decode_code(r["loc"]), tuple(r["time"]), r["diff"]) for r in rows.toArrow().to_pylist()]
+def _sorted(changes: Iterable[FrontierChange]) -> list[FrontierChange]:
     return sorted(changes, key=lambda c: (c.location.node, c.location.kind, c.location.port, c.time, c.diff))
+
+
+def _changes_of(rows: DataFrame) -> list[FrontierChange]:
+    return _sorted(FrontierChange(decode_code(r["loc"]), tuple(r["time"]), r["diff"])
+                   for r in rows.toArrow().to_pylist())
 
 
 def update_frontiers(
@@ -149,9 +153,11 @@ class SparkFrontierEngine:
     """Frontier maintenance of one dataflow by Spark micro-batches, with the native tracker's
     interface: ``apply(batch) -> list[FrontierChange]``, ``frontiers()``, ``pointstamps()``.
 
-    ``Psi`` is computed once (Spark ``summarize``) and cached (on the GraphX engine, indexed in
-    the executors: :func:`spark_jobs.graphx.index_psi`); counts and frontiers live as
-    checkpointed DataFrames, so a batch ships only its own updates to Spark.
+    ``Psi`` is computed once (Spark ``summarize``) and cached. On the GraphX engine it is
+    indexed in the executors (:func:`spark_jobs.graphx.index_psi`) with the counts and
+    frontiers beside it (:class:`spark_jobs.graphx.IncrementalState`): a batch sends only its
+    own rows from the driver and is one Spark stage. On the DataFrame path, counts and
+    frontiers live as checkpointed DataFrames and each batch runs :func:`incremental`.
 
     >>> # engine = SparkFrontierEngine(spark, graph)
     >>> # engine.apply([(Location.source(0, 0), (0,), 1)])  -> [FrontierChange(...), ...]
@@ -165,22 +171,27 @@ class SparkFrontierEngine:
                 transitions_of(spark, graph, dataflow_id), locations_of(spark, graph, dataflow_id), self._arity_one
             )
         )
-        # Indexed in the executors once: a micro-batch then reads only the Psi entries it needs.
-        self._indexed = graphx.index_psi(self.psi) if graphx.engine_choice() == "graphx" else None
         self._points = spark.createDataFrame([], POINTS_SCHEMA)
         self._frontiers = spark.createDataFrame([], FRONTIER_SCHEMA)
+        self._state = (graphx.IncrementalState.start(graphx.index_psi(self.psi), self._points, self._frontiers)
+                       if graphx.engine_choice() == "graphx" else None)
         self._current: dict[Location, set[Timestamp]] = {loc: set() for loc in graph.locations()}
 
     def apply(self, updates: Iterable[Update]) -> list[FrontierChange]:
         """Apply one atomic batch (validated against the graph); return its exact frontier changes.
         If it raises, the engine is as it was before the call."""
         checked = self.graph.check_updates(list(updates))
-        batch = self.spark.createDataFrame(
-            [(self.dataflow_id, encode(loc), list(t), d) for loc, t, d in checked if d != 0], POINTS_SCHEMA
-        ).withColumnRenamed("count", "delta")
-        result = incremental(self._indexed or self.psi, self._points, batch, self._frontiers, self._arity_one)
-        changes = _changes_of(result.changes)  # first: a failure here leaves the engine as it was
-        self._points, self._frontiers = result.points, result.frontiers
+        rows = [(self.dataflow_id, encode(loc), list(t), d) for loc, t, d in checked if d != 0]
+        if self._state is not None:
+            state, found = self._state.apply(rows)
+            changes = _sorted(FrontierChange(decode_code(loc), t, d) for _, loc, t, d in found)
+            self._state.drop()  # the next state is computed and cached, its lineage cut
+            self._state = state
+        else:
+            batch = self.spark.createDataFrame(rows, POINTS_SCHEMA).withColumnRenamed("count", "delta")
+            result = incremental(self.psi, self._points, batch, self._frontiers, self._arity_one)
+            changes = _changes_of(result.changes)  # first: a failure here leaves the engine as it was
+            self._points, self._frontiers = result.points, result.frontiers
         for change in changes:
             (self._current[change.location].add if change.diff > 0 else self._current[change.location].discard)(
                 change.time
@@ -193,7 +204,8 @@ class SparkFrontierEngine:
 
     def pointstamps(self) -> dict[tuple[Location, Timestamp], int]:
         """The non-zero occurrence counts."""
-        return {(decode_code(r["loc"]), tuple(r["time"])): r["count"] for r in self._points.toArrow().to_pylist()}
+        points = self._state.points() if self._state is not None else self._points
+        return {(decode_code(r["loc"]), tuple(r["time"])): r["count"] for r in points.toArrow().to_pylist()}
 
     def summaries(self) -> dict[tuple[Location, Location], Antichain[PathSummary]]:
         """The cached ``Psi``."""

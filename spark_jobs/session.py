@@ -133,11 +133,13 @@ def delta_jars_present() -> bool:
     return "delta-spark" in submit or "delta-core" in submit
 
 
-def get_spark(master: str | None = None) -> SparkSession:
+def get_spark(master: str | None = None, quick_start: bool = False) -> SparkSession:
     """The process's Spark session, started on first call and shared afterwards.
 
     ``master`` (or env ``SPARK_MASTER``, else ``local[*]``) is only used by the first call; later
     calls return the same session whatever they pass, because a JVM hosts one SparkContext.
+    ``quick_start`` (a short job's session, ``tracker jobs``): on a local master, the driver JVM
+    gets :mod:`spark_jobs.quickstart`'s options (quick JIT, class-data archive).
 
     Example::
 
@@ -163,6 +165,8 @@ def get_spark(master: str | None = None) -> SparkSession:
             # An embedded session (or a cluster on this machine's loopback) talks only to this
             # machine: keep the driver on loopback rather than whatever the hostname resolves to.
             builder = builder.config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
+        if quick_start and url.startswith("local"):
+            builder = _quick_start(builder)
         jars = package_jars() + helper_jars()  # raises HelperMissing before any JVM starts
         if jars:
             builder = builder.config("spark.jars", ",".join(jars))
@@ -185,6 +189,17 @@ def get_spark(master: str | None = None) -> SparkSession:
         spark.sparkContext.setCheckpointDir(checkpoint_dir)
         _SESSION = spark
         return spark
+
+
+def _quick_start(builder: SparkSession.Builder) -> SparkSession.Builder:
+    from spark_jobs import quickstart
+
+    if not quickstart.enabled():
+        return builder
+    dump = os.environ.get("TRACKER_JOBS_QUICK_START_DUMP")  # set by the archive's build only
+    options = (f"{' '.join(quickstart.JVM_OPTIONS)} -XX:ArchiveClassesAtExit={dump}" if dump
+               else quickstart.driver_options(quickstart.archive_path()))
+    return builder.config("spark.driver.extraJavaOptions", options)
 
 
 def tie_to_parent(pid: int, grace: float = JVM_GRACE) -> subprocess.Popen[bytes]:

@@ -170,6 +170,34 @@ def test_names_resolve_and_the_job_says_what_it_does(spark, tmp_path: Path, caps
     assert "TRACKER_JOBS_DELTA='parquet'" in capsys.readouterr().err
 
 
+def test_a_job_in_its_own_process_starts_its_jvm_quickly_and_answers_right(tmp_path: Path) -> None:
+    """``tracker jobs propagate`` as a user runs it (its own process, local master): the driver
+    JVM gets the quick start (and the set-up's class-data archive when there is one), and the
+    frontiers written are the oracle's."""
+    import os
+    import subprocess
+    import sys
+
+    from spark_jobs import quickstart
+
+    wh = Warehouse(tmp_path)
+    graph = chain(3, arity=2)
+    wh.write_dataflow("q", "quick", graph)
+    counts = {(Location.source(0, 0), (0, 0)): 1, (Location.target(2, 0), (1, 3)): 2}
+    wh.write_states({"q": (0, counts, None)})
+    done = subprocess.run([sys.executable, "-m", "tracker.cli", "jobs", "propagate", "--warehouse", str(tmp_path),
+                           "--all", "--master", "local[1]"], capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "PYSPARK_PYTHON": sys.executable})
+    assert done.returncode == 0, done.stderr[-2000:]
+    archive = quickstart.archive_path()
+    expected = quickstart.describe(quickstart.driver_options(archive))
+    assert f"JVM: {expected}" in done.stderr
+    kept: dict[Location, list] = {loc: [] for loc in graph.locations()}
+    for r in pl.read_delta(wh.path("frontiers")).filter(pl.col("dataflow_id") == "q").iter_rows(named=True):
+        kept[Location(r["node"], r["port"], r["kind"])].append(tuple(r["time"]))
+    assert {loc: sorted(ts) for loc, ts in kept.items()} == oracle.frontiers(graph, counts)
+
+
 def test_spark_local_ip_defaults_to_loopback_for_local_masters(monkeypatch) -> None:
     from spark_jobs.cli import local_ip_default
 

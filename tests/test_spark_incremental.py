@@ -1,7 +1,7 @@
 """The incremental Spark job: after every batch of a series, its frontier changes equal the
 native tracker's changes (the GraphX helper's, with ``Psi`` indexed once or shuffled with every
-batch, and the DataFrame path's alike), and each path's frontiers and counts equal a full Spark
-recompute and the oracle."""
+batch, its state kept beside the index in the executors, and the DataFrame path's alike), and
+each path's frontiers and counts equal a full Spark recompute and the oracle."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from spark_jobs.frames import all_arity_one, decode_code, encode, locations_of, transitions_of
-from spark_jobs.graphx import index_psi
+from spark_jobs.graphx import IncrementalState, index_psi
 from spark_jobs.incremental import FRONTIER_SCHEMA, POINTS_SCHEMA, SparkFrontierEngine, incremental, update_frontiers
 from spark_jobs.propagate import frontiers_for_graphs
 from spark_jobs.summaries import summarize
@@ -44,6 +44,7 @@ def test_incremental_changes_equal_native_and_full_recompute(spark, cases: list[
     frontiers = spark.createDataFrame([], FRONTIER_SCHEMA)
     by_frames = (points, frontiers)  # the DataFrame path's own state, checked alongside
     indexed, by_index = index_psi(psi), (points, frontiers)  # Psi indexed once for every batch, as the engine keeps it
+    state = IncrementalState.start(indexed, points, frontiers)  # counts and frontiers kept beside the index
     trackers = {key: Tracker(g) for key, g in graphs.items()}
     history: dict[str, list] = defaultdict(list)
     for step in range(BATCHES):
@@ -60,6 +61,9 @@ def test_incremental_changes_equal_native_and_full_recompute(spark, cases: list[
         third = incremental(indexed, by_index[0], batch, by_index[1], arity_one)
         by_index = (third.points, third.frontiers)
         assert sorted(map(tuple, third.changes.collect())) == sorted(map(tuple, result.changes.collect()))
+        previous, (state, found) = state, state.apply(rows)
+        assert sorted(found) == sorted((r[0], r[1], tuple(r[2]), r[3]) for r in result.changes.collect())
+        previous.drop()
         got: dict[str, set] = defaultdict(set)
         for r in result.changes.collect():
             got[r["dataflow_id"]].add((decode_code(r["loc"]), tuple(r["time"]), r["diff"]))
@@ -70,16 +74,17 @@ def test_incremental_changes_equal_native_and_full_recompute(spark, cases: list[
             assert got[key] == native, (graphs[key], history[key])
     counts = {key: oracle.accumulate(history[key]) for key in graphs}
     full = frontiers_for_graphs(spark, graphs, counts)
-    for state in (frontiers, by_frames[1], by_index[1]):  # each path's own state, held to the oracle
+    # each path's own state, held to the oracle
+    for kept_frontiers in (frontiers, by_frames[1], by_index[1], state.frontiers()):
         kept: dict[str, dict[Location, list]] = {key: {loc: [] for loc in g.locations()} for key, g in graphs.items()}
-        for r in state.collect():
+        for r in kept_frontiers.collect():
             kept[r["dataflow_id"]][decode_code(r["loc"])].append(tuple(r["time"]))
         for key, graph in graphs.items():
             got_frontiers = {loc: sorted(ts) for loc, ts in kept[key].items()}
             assert got_frontiers == full[key] == oracle.frontiers(graph, counts[key])
-    for state in (points, by_frames[0], by_index[0]):
+    for kept_points in (points, by_frames[0], by_index[0], state.points()):
         held: dict[str, dict] = defaultdict(dict)
-        for r in state.collect():
+        for r in kept_points.collect():
             if r["count"]:
                 held[r["dataflow_id"]][(decode_code(r["loc"]), tuple(r["time"]))] = r["count"]
         assert all(held[key] == counts[key] for key in graphs)

@@ -189,29 +189,15 @@ public final class Incremental {
       counts.merge(Point.of(r.getLong(2), ProgressGraphs.times(r, 4)), r.getLong(5), Long::sum);
     }
     List<Row> out = new ArrayList<>();
-    Map<Long, List<long[]>> active = new HashMap<>();
     for (Map.Entry<Point, Long> e : counts.entrySet()) {
       if (e.getValue() != 0) {
         out.add(RowFactory.create(key, "p", e.getKey().loc(), e.getKey().times(), e.getValue()));
       }
-      if (e.getValue() > 0) {
-        active.computeIfAbsent(e.getKey().loc(), k -> new ArrayList<>()).add(e.getKey().times());
-      }
     }
+    Map<Long, List<long[]>> active = active(counts);
     Set<Long> affected = new HashSet<>();
     for (long loc : changed) {
       affected.addAll(successors.getOrDefault(loc, List.of()));
-    }
-    Map<Long, long[][]> recomputed = new HashMap<>();
-    for (long loc : affected) {
-      long[][] frontier = new long[0][];
-      for (Reach from : predecessors.getOrDefault(loc, List.of())) {
-        List<long[]> times = active.get(from.src());
-        if (times != null) {
-          frontier = Antichains.union(frontier, Antichains.advance(times.toArray(new long[0][]), from.summary()));
-        }
-      }
-      recomputed.put(loc, frontier);
     }
     Map<Long, List<long[]>> before = new HashMap<>();
     for (Row r : frontiers) {
@@ -222,21 +208,58 @@ public final class Incremental {
         out.add(RowFactory.create(key, "f", loc, ProgressGraphs.times(r, 4), 0L));
       }
     }
-    for (Map.Entry<Long, long[][]> e : recomputed.entrySet()) {
-      long loc = e.getKey();
-      List<long[]> old = before.getOrDefault(loc, List.of());
-      for (long[] t : e.getValue()) {
+    for (long loc : affected) {
+      long[][] now = frontierOf(predecessors.getOrDefault(loc, List.of()), active);
+      for (long[] t : now) {
         out.add(RowFactory.create(key, "f", loc, t, 0L));
-        if (old.stream().noneMatch(o -> Arrays.equals(o, t))) {
-          out.add(RowFactory.create(key, "c", loc, t, 1L));
-        }
       }
-      for (long[] t : old) {
-        if (Arrays.stream(e.getValue()).noneMatch(n -> Arrays.equals(n, t))) {
-          out.add(RowFactory.create(key, "c", loc, t, -1L));
-        }
-      }
+      diff(before.getOrDefault(loc, List.of()).toArray(new long[0][]), now,
+          (t, d) -> out.add(RowFactory.create(key, "c", loc, t, d)));
     }
     return out.iterator();
+  }
+
+  /** Each location's times with a positive count. */
+  static Map<Long, List<long[]>> active(Map<Point, Long> counts) {
+    Map<Long, List<long[]>> active = new HashMap<>();
+    counts.forEach((point, count) -> {
+      if (count > 0) {
+        active.computeIfAbsent(point.loc(), k -> new ArrayList<>()).add(point.times());
+      }
+    });
+    return active;
+  }
+
+  /** A location's frontier: the lower envelope of the active times of its {@code Psi}
+   * predecessors, each advanced by its summaries. */
+  static long[][] frontierOf(List<Reach> predecessors, Map<Long, List<long[]>> active) {
+    long[][] frontier = new long[0][];
+    for (Reach from : predecessors) {
+      List<long[]> times = active.get(from.src());
+      if (times != null) {
+        frontier = Antichains.union(frontier, Antichains.advance(times.toArray(new long[0][]), from.summary()));
+      }
+    }
+    return frontier;
+  }
+
+  /** Receives one frontier change: a time and +1 (it entered) or -1 (it left). */
+  interface Change {
+    void accept(long[] time, long diff);
+  }
+
+  /** The changes from frontier {@code old} to {@code now}: +1 for each time of {@code now} not in
+   * {@code old}, -1 for each time of {@code old} not in {@code now}. */
+  static void diff(long[][] old, long[][] now, Change out) {
+    for (long[] t : now) {
+      if (Arrays.stream(old).noneMatch(o -> Arrays.equals(o, t))) {
+        out.accept(t, 1L);
+      }
+    }
+    for (long[] t : old) {
+      if (Arrays.stream(now).noneMatch(n -> Arrays.equals(n, t))) {
+        out.accept(t, -1L);
+      }
+    }
   }
 }
