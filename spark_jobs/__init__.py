@@ -16,5 +16,6 @@ Modules, by the noun they hold:
   ``update_frontiers`` / ``SparkFrontierEngine``) and a DataFrame one used by ``jobs``.
 * ``jobs`` / ``cli``: the warehouse jobs behind ``tracker jobs cycles|summaries|propagate|incremental``.
 * ``quickstart``: the driver JVM's options and class-data archive that start a short
-  ``tracker jobs`` run on a local master quickly.
+  ``tracker jobs`` run on a local master quickly (``quickstart_dump`` builds the archive, in a process
+  of its own).
 """

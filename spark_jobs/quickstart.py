@@ -29,17 +29,13 @@ turns all of this off (the JVM's defaults).
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import os
 import shutil
 import subprocess
 import sys
-import tempfile
-import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 JVM_OPTIONS = ("-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC")
 ARCHIVE_NAME = "spark.jsa"
@@ -96,46 +92,6 @@ def describe(options: str) -> str:
     return f"quick start ({f'class-data archive {archive}' if archive else 'no class-data archive'})"
 
 
-def _dump(target: Path) -> int:
-    """In a fresh process: run a small ``propagate`` in a JVM that writes ``target`` (the
-    classes it loaded) when it exits, make it exit, and wait for it."""
-    from datetime import UTC, datetime
-
-    from pyspark import SparkContext
-
-    from spark_jobs import session
-    from spark_jobs.storage import Warehouse
-    from tracker.cli import main as tracker
-    from tracker.graph import Edge, Graph, Location, Node
-
-    os.environ["TRACKER_JOBS_QUICK_START_DUMP"] = str(target)
-    root = tempfile.mkdtemp(prefix="tracker-cds-")
-    try:
-        nodes = [Node(0, 0, 1, "input"), Node(1, 1, 1, "map"), Node(2, 1, 0, "sink")]
-        graph = Graph.build(1, nodes, [Edge(Location.source(0, 0), Location.target(1, 0)),
-                                       Edge(Location.source(1, 0), Location.target(2, 0))])
-        wh = Warehouse(root)
-        wh.write_dataflows([("cds", "cds", graph, datetime.now(UTC))])
-        wh.write_states({"cds": (0, {(Location.source(0, 0), (0,)): 1}, None)})
-        with open(os.devnull, "w") as quiet:
-            sys.stdout = quiet
-            code = tracker(["jobs", "propagate", "--warehouse", root, "--all", "--master", "local[1]"])
-            sys.stdout = sys.__stdout__
-        gateway = SparkContext._gateway
-        pid = gateway.proc.pid if gateway is not None and getattr(gateway, "proc", None) else None
-        jvm: Any = session.get_spark()._jvm
-        with contextlib.suppress(Exception):  # the gateway's connection ends with the JVM
-            jvm.System.exit(0)  # the archive is written during the exit
-        deadline = time.monotonic() + 300
-        while pid is not None and Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
-            if Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z":
-                break
-            time.sleep(0.2)
-        return code
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
-
-
 def build(quiet: bool = False) -> Path | None:
     """Build the archive into :func:`archive_path` unless it is there; its path, or ``None``
     when it could not be built (the quick start then goes without it: not an error)."""
@@ -147,7 +103,7 @@ def build(quiet: bool = False) -> Path | None:
               flush=True)
     target.parent.mkdir(parents=True, exist_ok=True)
     partial = target.with_name(f"{ARCHIVE_NAME}.{os.getpid()}.tmp")
-    done = subprocess.run([sys.executable, "-m", "spark_jobs.quickstart", "--dump", str(partial)],
+    done = subprocess.run([sys.executable, "-m", "spark_jobs.quickstart_dump", str(partial)],
                           capture_output=True, text=True, env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"})
     if done.returncode != 0 or not partial.is_file():
         partial.unlink(missing_ok=True)
@@ -162,9 +118,6 @@ def build(quiet: bool = False) -> Path | None:
 def main(argv: list[str] | None = None) -> int:
     """``python -m spark_jobs.quickstart``: build the archive (idempotent); print its path.
     Exit 0 even when it cannot be built (short jobs then start without it)."""
-    argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["--dump"]:
-        return _dump(Path(argv[1]))
     print(build() or "no class-data archive")
     return 0
 
