@@ -147,3 +147,8 @@ def test_a_costly_dataflow_enters_its_lane_once_and_stays_while_a_cheap_one_neve
         assert frontier.json()["locations"][0]["frontier"] == [[30]]
     entered = [json.loads(line) for line in service.log_path.read_text().splitlines() if "thread of its own" in line]
     assert [line["dataflow"] for line in entered] == [dataflow_id], entered
+    with service.client() as client:  # deleted with its lane: its thread ends, the service goes on
+        assert client.delete(f"/v1/dataflows/{dataflow_id}").status_code == 204
+        late = client.post(f"/v1/dataflows/{dataflow_id}/progress", json={"worker": "w", "seq": 30, "updates": []})
+        assert late.status_code == 410
+        assert client.get("/healthz").json()["status"] == "ok"

@@ -185,6 +185,8 @@ class Service:
         """
         record = Delete(df=tenant.id, at=time.time())
         tenant.deleted_at = record.at  # refuses batches at once: none is admitted after this line
+        if tenant.live.lane is not None:
+            tenant.live.lane.close()
         self.deletions[tenant.id] = record
         tenant.publication.end()
         self.background.forget(tenant)

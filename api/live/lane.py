@@ -61,7 +61,6 @@ class Lane:
         """The version of the last batch the engine holds (read it under :meth:`holding`)."""
         self.last_seconds = 0.0
         """How long the last batch took to propagate, in the lane."""
-        self._last: Future[Any] | None = None
         self._lock = threading.Lock()
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="lane")
 
@@ -79,13 +78,7 @@ class Lane:
             then(changes)
             return changes
 
-        self._last = self._executor.submit(propagate)
-        return self._last
-
-    @property
-    def idle(self) -> bool:
-        """Nothing submitted is still to propagate."""
-        return self._last is None or self._last.done()
+        return self._executor.submit(propagate)
 
     @contextmanager
     def holding(self) -> Iterator[int]:
@@ -95,5 +88,6 @@ class Lane:
             yield self.applied_through
 
     def close(self) -> None:
-        """Let the thread end once the batches submitted are propagated."""
+        """Let the thread end once the batches submitted are propagated (the dataflow is
+        deleted: no batch comes after)."""
         self._executor.shutdown(wait=False)
