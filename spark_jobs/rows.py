@@ -104,6 +104,55 @@ def pointstamp_rows(dataflow_id: str, counts: Mapping[tuple[Loc, Timestamp], int
     ]
 
 
+Columns: TypeAlias = dict[str, list[Any]]
+"""A table's rows as one list per column (what ``pyarrow.table`` takes)."""
+
+
+def pointstamp_columns(counts: Mapping[str, Mapping[tuple[Loc, Timestamp], int]]) -> Columns:
+    """``pointstamps`` of many dataflows (``dataflow_id -> counts``) as columns: the rows of
+    :func:`pointstamp_rows`, built about five times faster, which matters on the Delta thread
+    (it holds the GIL the event loop needs) when a compaction writes thousands of dataflows.
+
+    >>> pointstamp_columns({"d": {(Location.target(1, 0), (3,)): 2, (Location.source(1, 0), (4,)): 0}})["count"]
+    [2]
+    """
+    columns: Columns = {n: [] for n in ("dataflow_id", "scope", "node", "port", "kind", "time", "count")}
+    ids, scopes, nodes, ports, kinds, times, values = columns.values()
+    for dataflow_id, by_location in counts.items():
+        for (loc, t), c in by_location.items():
+            if c != 0:
+                ids.append(dataflow_id)
+                scopes.append(list(loc.scope) if isinstance(loc, ScopedLocation) else [])
+                nodes.append(loc.node)
+                ports.append(loc.port)
+                kinds.append(loc.kind)
+                times.append(list(t))
+                values.append(c)
+    return columns
+
+
+def frontier_columns(frontiers: Mapping[str, Mapping[Loc, Iterable[Timestamp]]]) -> Columns:
+    """``frontiers`` of many dataflows (``dataflow_id -> frontiers``) as columns: the rows of
+    :func:`frontier_rows` (see :func:`pointstamp_columns` for why).
+
+    >>> frontier_columns({"d": {ScopedLocation((2,), 1, 0, "target"): [(3, 0), (2, 1)]}})["time"]
+    [[3, 0], [2, 1]]
+    """
+    columns: Columns = {n: [] for n in ("dataflow_id", "scope", "node", "port", "kind", "time")}
+    ids, scopes, nodes, ports, kinds, times = columns.values()
+    for dataflow_id, by_location in frontiers.items():
+        for loc, ts in by_location.items():
+            scope: list[int] = list(loc.scope) if isinstance(loc, ScopedLocation) else []
+            for t in ts:
+                ids.append(dataflow_id)
+                scopes.append(scope)
+                nodes.append(loc.node)
+                ports.append(loc.port)
+                kinds.append(loc.kind)
+                times.append(list(t))
+    return columns
+
+
 def frontier_rows(dataflow_id: str, frontiers: Mapping[Loc, Iterable[Timestamp]]) -> list[Row]:
     """``frontiers``: one row per frontier element of each location."""
     return [

@@ -51,8 +51,10 @@ from spark_jobs.rows import (
     Loc,
     Psi,
     dataflow_row,
+    frontier_columns,
     frontier_rows,
     graph_rows,
+    pointstamp_columns,
     pointstamp_rows,
     read_location,
 )
@@ -76,6 +78,12 @@ they include (one app id per dataflow): see :meth:`Warehouse.pointstamps_version
 COMMIT_ATTEMPTS = 8
 """How many times one delta-rs write is tried when other writers' commits conflict with it."""
 _T = TypeVar("_T")
+
+
+def _columnar(table: str, columns: dict[str, list[Any]]) -> pa.Table:
+    """``columns`` (named as ``table``'s schema, which gives their types) as an Arrow table."""
+    schema = schema_of(table)
+    return pa.table({name: pa.array(values, schema.field(name).type) for name, values in columns.items()})
 
 
 def _retrying(commit: Callable[[], _T]) -> _T:
@@ -288,7 +296,7 @@ class Warehouse:
         """
         ids = sorted(set(dataflow_ids))
         data = to_arrow(table, rows)
-        stray = set(data.column("dataflow_id").to_pylist()) - set(ids)
+        stray = set(pc.unique(data.column("dataflow_id")).to_pylist()) - set(ids)
         if stray:
             raise ValueError(f"replace_partitions({table!r}, {ids!r}) got rows of {sorted(stray)}")
         predicate = "dataflow_id IN (" + ", ".join(_quote(i) for i in ids) + ")" if ids else "false"
@@ -503,13 +511,13 @@ class Warehouse:
 
     def write_dataflows(self, graphs: Iterable[tuple[str, str, Graph | NestedGraph, datetime]],
                         graph_version: int = 1, psis: Mapping[str, Mapping[ScopePath, Psi]] | None = None,
-                        summaries: pa.Table | None = None) -> None:
+                        summaries: pa.Table | Iterable[pa.Table] | None = None) -> None:
         """Write the graphs of ``(dataflow_id, name, graph, created_at)``: scopes, nodes,
         connections and edges (and ``summaries`` from ``psis``, ``dataflow_id -> scope -> Psi``,
-        or the rows of ``summaries``, when given), then the ``dataflows`` rows last, so whoever
-        sees a dataflow listed finds its whole graph (Delta commits are atomic per table, not
-        across tables). One commit per table however many dataflows: a burst of registrations
-        costs a few commits, not a few each."""
+        or the rows of ``summaries``: a table or several, a commit each), then the ``dataflows``
+        rows last, so whoever sees a dataflow listed finds its whole graph (Delta commits are
+        atomic per table, not across tables). One commit per table however many dataflows: a
+        burst of registrations costs a few commits, not a few each."""
         graphs = list(graphs)
         if not graphs:
             return
@@ -522,8 +530,9 @@ class Warehouse:
             self.replace_partitions(table, ids, rows)
         if psis:
             self.write_scoped_summaries(psis)
-        if summaries is not None and summaries.num_rows:  # built already (summary_table's rows)
-            self.replace_partitions("summaries", set(summaries.column("dataflow_id").to_pylist()), summaries)
+        for chunk in [summaries] if isinstance(summaries, pa.Table) else summaries or ():
+            if chunk.num_rows:  # built already (summary_table's rows): a commit each
+                self.replace_partitions("summaries", pc.unique(chunk.column("dataflow_id")).to_pylist(), chunk)
         self.replace_partitions("dataflows", ids, [dataflow_row(dataflow_id, name, graph, graph_version, created_at)
                                                    for dataflow_id, name, graph, created_at in graphs])
 
@@ -670,14 +679,14 @@ class Warehouse:
         hundreds), each dataflow's ``as_of_version`` recorded in the ``pointstamps`` commit.
         Returns the two tables' new versions (``None`` for ``frontiers`` when none was given).
         """
-        points = [row for i, (_, counts, _) in states.items() for row in pointstamp_rows(i, counts)]
+        points = _columnar("pointstamps", pointstamp_columns({i: counts for i, (_, counts, _) in states.items()}))
         marks = {POINTSTAMPS_APP + i: version for i, (version, _, _) in states.items()}
         version = self.replace_partitions("pointstamps", states.keys(), points, marks)
         with_frontiers = {i: f for i, (_, _, f) in states.items() if f is not None}
         if not with_frontiers:
             return version, None
-        rows = [row for i, frontiers in with_frontiers.items() for row in frontier_rows(i, frontiers)]
-        return version, self.replace_partitions("frontiers", with_frontiers.keys(), rows)
+        return version, self.replace_partitions("frontiers", with_frontiers.keys(),
+                                                _columnar("frontiers", frontier_columns(with_frontiers)))
 
     def pointstamps_version(self, dataflow_id: str) -> int | None:
         """The ``progress`` version the stored ``pointstamps`` of ``dataflow_id`` include, as

@@ -7,8 +7,9 @@ crash half-way leaves it without that row and recovery queues it again; a write 
 retried (after 1 s, then twice as long each time, at most :data:`RETRY_MAX_SECONDS`) until it
 lands, as is a failed ``deleted_at`` (each write replaces its dataflows' partitions, so a
 retry after a partial failure writes nothing twice); a burst of
-registrations costs a few commits (one per :data:`PSI_ROWS_PER_WRITE` pairs of ``Psi``), not
-six each, and does not hold the progress flushes back
+registrations costs a few commits (up to :data:`GRAPHS_PER_WRITE` dataflows per commit of each
+graph table, one ``summaries`` commit per :data:`PSI_ROWS_PER_WRITE` rows), not six each, and
+does not hold the progress flushes back
 (they share the one Delta thread). The native ``Psi`` of every scope fills ``summaries`` in the
 same step, before the ``dataflows`` row, so a listed dataflow has its summaries, for dataflows
 whose scopes have up to :data:`NATIVE_PSI_MAX_LOCATIONS` locations each (``Psi`` has up to n^2
@@ -20,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import OrderedDict
+from collections.abc import Iterator
 from concurrent.futures import Executor
 from typing import Protocol
 
@@ -38,9 +40,14 @@ from tracker.structure import path_summaries
 log = logging.getLogger("tracker.graphs")
 NATIVE_PSI_MAX_LOCATIONS = 1000
 PSI_ROWS_PER_WRITE = 400_000
-"""At most about this many ``Psi`` pairs (the square of each scope's locations: a bound on the
-``summaries`` rows) per write, at least one dataflow: a burst of registrations is written in
-several commits, so the Delta thread never holds the summaries of hundreds of graphs at once."""
+"""At most about this many ``summaries`` rows per commit, at least one dataflow's: a batch of
+graphs writes its summaries in several commits, so the Delta thread never holds the rows of
+hundreds of graphs at once."""
+GRAPHS_PER_WRITE = 256
+"""At most this many dataflows per write of the graph tables. A commit to a table of thousands
+of partitions costs ~0.1 s whatever it adds: at ten dataflows per write (when the ``Psi`` bound
+set the batch), a burst of 2,500 registrations made 1,500 commits and kept each shard's Delta
+thread busy for minutes after it."""
 SHAPES_KEPT = 8
 """Graph shapes whose ``summaries`` rows :class:`Shapes` keeps (each up to a few MB)."""
 RETRY_MAX_SECONDS = 60.0
@@ -113,24 +120,30 @@ class Shapes:
         return rows
 
 
-def _first_psi_rows(queued: list[Described], limit: int) -> list[Described]:
-    """The longest head of ``queued`` (at least one) whose ``Psi`` pairs add up to at most ``limit``.
+def _with_id(table: pa.Table, dataflow_id: str) -> pa.Table:
+    """``table`` with every row's ``dataflow_id`` set."""
+    column = table.schema.get_field_index("dataflow_id")
+    return table.set_column(column, "dataflow_id", pa.array([dataflow_id] * table.num_rows, pa.string()))
 
-    >>> from types import SimpleNamespace
-    >>> from tracker.graph import Edge, Graph, Location, Node
-    >>> g = Graph.build(1, [Node(0, 0, 1), Node(1, 1, 0)], [Edge(Location.source(0, 0), Location.target(1, 0))])
-    >>> len(_first_psi_rows([SimpleNamespace(graph=g, hosting=None)] * 3, 8))
-    2
+
+def _chunks(found: list[tuple[str, pa.Table]], limit: int) -> Iterator[pa.Table]:
+    """The ``summaries`` rows of ``(dataflow_id, shape rows)``, each shape's rows given the
+    dataflow's id, in tables of at most about ``limit`` rows (at least one dataflow each).
+
+    >>> rows = pa.table({"dataflow_id": ["", ""], "x": [1, 2]})
+    >>> [t.column("dataflow_id").to_pylist() for t in _chunks([("a", rows), ("b", rows), ("c", rows)], 4)]
+    [['a', 'a', 'b', 'b'], ['c', 'c']]
     """
-    taken, total = 0, 0
-    for dataflow in queued:
-        graph = dataflow.graph if dataflow.hosting is None else dataflow.hosting.nested
-        scopes = [graph] if isinstance(graph, Graph) else [s.graph for s in graph.scopes.values()]
-        total += sum(len(g.locations()) ** 2 for g in scopes)
-        if taken and total > limit:
-            break
-        taken += 1
-    return queued[:taken]
+    chunk: list[pa.Table] = []
+    size = 0
+    for dataflow_id, rows in found:
+        if chunk and size + rows.num_rows > limit:
+            yield pa.concat_tables(chunk)
+            chunk, size = [], 0
+        chunk.append(_with_id(rows, dataflow_id))
+        size += rows.num_rows
+    if chunk:
+        yield pa.concat_tables(chunk)
 
 
 class GraphWriter:
@@ -170,7 +183,7 @@ class GraphWriter:
         loop = asyncio.get_running_loop()
         pause = 1.0
         while self._queued or self._deleted:
-            batch = _first_psi_rows(self._queued, PSI_ROWS_PER_WRITE)
+            batch = self._queued[:GRAPHS_PER_WRITE]
             self._queued = self._queued[len(batch):]
             written = not batch or await loop.run_in_executor(self.pool, self._write, batch)
             if not written:
@@ -205,9 +218,7 @@ class GraphWriter:
             # made every full pass of the garbage collector tens of milliseconds longer. Its
             # Arrow rows (no Python object per row) are cached per graph shape instead.
             found = [(i, rows) for i, _, graph, _ in graphs if (rows := self.shapes.rows(graph)) is not None]
-            summaries = pa.concat_tables([rows.set_column(0, "dataflow_id", pa.array([i] * rows.num_rows, pa.string()))
-                                          for i, rows in found]) if found else None
-            self.store.write_dataflows(graphs, summaries)
+            self.store.write_dataflows(graphs, _chunks(found, PSI_ROWS_PER_WRITE))
             for dataflow in dataflows:
                 dataflow.lag.graph_stored = True
             self.store.mark_deleted({d.id: d.deleted_at for d in dataflows if d.deleted_at is not None})

@@ -227,10 +227,10 @@ class Store:
         return dict(zip(best.column("d").to_pylist(), best.column("v_max").to_pylist(), strict=True))
 
     def write_dataflows(self, graphs: Sequence[tuple[str, str, Graph | NestedGraph, str]],
-                        summaries: pa.Table | None = None) -> None:
+                        summaries: Iterable[pa.Table] = ()) -> None:
         """The graph tables of ``(dataflow_id, name, graph, created_at)`` and the ``summaries``
-        rows given (an Arrow table of that table's schema), ``dataflows`` last, one commit per
-        table; ``created_at`` is the registration's ISO time."""
+        rows given (Arrow tables of that table's schema, a commit each), ``dataflows`` last, one
+        commit per other table; ``created_at`` is the registration's ISO time."""
         self.warehouse.write_dataflows([(i, name, graph, datetime.fromisoformat(created))
                                         for i, name, graph, created in graphs], summaries=summaries)
 

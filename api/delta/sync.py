@@ -149,7 +149,7 @@ class Syncer:
                 if self.tidier is not None:
                     if not untidy and tidy_seconds > 0 and time.monotonic() - last_tidy >= tidy_seconds:
                         last_tidy = time.monotonic()
-                        untidy = self.tidier.plan(sorted(self.dataflows))
+                        untidy = await self.tidier.next_pass(sorted(self.dataflows))
                     if untidy and not stop.is_set():  # one small step per pass, so flushes keep their pace
                         await self.tidier.step(*untidy.pop(0))
                 self.failing_since = self.last_error = None

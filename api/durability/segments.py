@@ -56,6 +56,7 @@ from api.durability.records import (
     ATTRIBUTION,
     REGISTER,
     Record,
+    Register,
     attribution,
     decode,
     encode,
@@ -234,10 +235,12 @@ def segments(directory: Path) -> list[tuple[int, Path]]:
     return sorted(found)
 
 
-def read_segment(path: Path) -> tuple[list[Record], Scan]:
+def read_segment(path: Path, registered: set[str] | None = None) -> tuple[list[Record], Scan]:
     """Every intact record of a segment, and what :func:`~api.durability.segments.scan` found
     (its :attr:`Scan.block` too). A payload that passes its CRC but is not a record (written
-    by a newer version?) counts as damaged.
+    by a newer version?) counts as damaged. ``registered``: dataflows whose registration an
+    older segment held intact; their copies here (every segment's header repeats every
+    registration) are left undecoded, and the dataflows this segment registers are added.
 
     Raises:
         UnreadableLog: the segment's mark block is damaged or cut, so where its frames start
@@ -251,9 +254,17 @@ def read_segment(path: Path) -> tuple[list[Record], Scan]:
     found = scan(data, block.size)
     found.block = block
     records: list[Record] = []
+    seen = set() if registered is None else registered
     for offset, payload in found.payloads:
+        if len(payload) >= ATTRIBUTION.size and payload[0] == REGISTER:
+            _, _, dataflow = attribution(payload[:ATTRIBUTION.size])
+            if dataflow in seen:  # decoding copies was half of a 2,500-dataflow shard's recovery
+                continue
         try:
-            records.append(decode(payload))
+            record = decode(payload)
+            records.append(record)
+            if isinstance(record, Register):
+                seen.add(record.df)
         except ValueError:
             owner = attribution(payload[:ATTRIBUTION.size]) if len(payload) >= ATTRIBUTION.size else None
             found.damaged.append(Damage(offset, offset + len(payload), owner, "a record that does not decode"))
@@ -314,8 +325,9 @@ def read_log(directory: Path) -> LogContents:
     """
     contents = LogContents([], [])
     found = segments(directory)
+    registered: set[str] = set()
     for index, (number, path) in enumerate(found):
-        intact, read = read_segment(path)
+        intact, read = read_segment(path, registered)
         assert read.block is not None
         unowned = next((d for d in read.damaged if d.attribution is None), None)
         if unowned is not None:

@@ -19,6 +19,8 @@ import asyncio
 import contextlib
 import gc
 import logging
+import os
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
@@ -67,7 +69,7 @@ class Service:
         self.wal = WriteAheadLog(wal_directory(settings.warehouse, settings.shard), on_sync=self.metrics.on_sync,
                                  header=self.log_header)
         self.store = store
-        self.delta_pool = ThreadPoolExecutor(1, thread_name_prefix="delta")
+        self.delta_pool = ThreadPoolExecutor(1, thread_name_prefix="delta", initializer=_background_priority)
         self.background = SparkLink(settings, self.metrics, self.dataflows, self._remember_check)
         self.started = time.time()
         self.loop: asyncio.AbstractEventLoop | None = None  # the event loop serving requests
@@ -408,6 +410,18 @@ class Service:
             header.append(Checkpoint(df=d.id, v=d.live.durable_version, workers=dict(d.live.durable_workers)))
         header += [self.deletions[d] for d in self.dataflows if d in self.deletions]
         return header + [self.checks[d] for d in self.dataflows if d in self.checks]
+
+
+DELTA_NICE = 10
+"""The Delta thread's niceness increment (Linux sets it per thread)."""
+
+
+def _background_priority() -> None:
+    """Run the calling thread at :data:`DELTA_NICE`: when the cores are short, the event loops
+    (requests, and a restarting shard's recovery) go before the Delta catch-up of other shards."""
+    with contextlib.suppress(OSError):
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), os.getpriority(os.PRIO_PROCESS, 0) + DELTA_NICE)
+
 
 # Tests build graphs exactly as the service does through these names.
 __all__ = ["RegistrationError", "Service", "build_graph", "registration_record"]
