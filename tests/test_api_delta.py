@@ -110,3 +110,26 @@ def test_a_failed_graph_table_write_is_retried_without_a_restart(start_service: 
             time.sleep(0.2)
     nodes = pl.read_delta(str(service.warehouse / "nodes")).filter(pl.col("dataflow_id") == dataflow_id)
     assert nodes.height == 3  # written once: the input and the two operators
+
+
+def test_the_delta_thread_runs_below_the_event_loop_and_tidies_only_crowded_partitions(
+        start_service: ServiceStarter) -> None:
+    """The Delta thread runs at niceness +10 (the event loop at the process's own), so that on
+    short cores requests and a restarting shard's recovery go before Delta's catch-up; and a
+    tidy pass merges nothing where each partition is one file (registrations without batches),
+    where it used to spend a step of a second or more per eight dataflows finding that out."""
+    service = start_service(TRACKER_FLUSH_SECONDS="0.1", TRACKER_TIDY_SECONDS="0.3", TRACKER_VACUUM_HOURS="0")
+    for i in range(3):
+        register(service, {**loop_graph(operators=3), "name": f"quiet-{i}"})
+    pid = service.pid_of("hot", shard=0)
+    deadline = time.monotonic() + 60
+    while len(_tidied(service, "progress", "vacuum")) < 2:  # a whole pass after the registrations' flush
+        assert time.monotonic() < deadline, "progress was never tidied"
+        time.sleep(0.1)
+    assert _tidied(service, "progress", "optimize") == [] and _tidied(service, "frontier_changes", "optimize") == []
+    niceness = {}  # thread id -> niceness (Python's threads have no names in /proc)
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        if (task / "comm").read_text().strip() == "python":
+            niceness[int(task.name)] = int((task / "stat").read_text().rsplit(")", 1)[1].split()[16])  # field 19
+    own = niceness.pop(pid)  # the main thread, which runs the event loop
+    assert sorted(set(niceness.values())) == [own, own + 10], niceness  # the Delta thread, the others
