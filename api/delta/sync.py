@@ -266,7 +266,10 @@ class Syncer:
             return
         wal = self.wal
         if self._rotation is None:
-            if self._segment_seen not in (None, wal.segment):
+            # At the first pass, older segments are those a burst of registrations made before
+            # it (on a busy machine the whole burst can come first) or a restart found.
+            older = self._segment_seen is None and any(number < wal.segment for number, _ in wal.segments())
+            if older or self._segment_seen not in (None, wal.segment):
                 # The log rotated itself (a registration found its high-water marks block full):
                 # its older segments, each starting with every registration, go under the same
                 # condition as after a rotation of ours (versions read now are at least those at
