@@ -129,6 +129,17 @@ def to_arrow(table: str, rows: Rows) -> pa.Table:
     return pa.Table.from_pylist(filled, schema=schema)
 
 
+def with_dataflow_id(rows: pa.Table, dataflow_id: str) -> pa.Table:
+    """``rows`` with every row's ``dataflow_id`` set: rows built once for a graph shape, given
+    to each dataflow of that shape.
+
+    >>> with_dataflow_id(pa.table({"dataflow_id": ["", ""], "x": [1, 2]}), "d").column("dataflow_id").to_pylist()
+    ['d', 'd']
+    """
+    column = rows.schema.get_field_index("dataflow_id")
+    return rows.set_column(column, "dataflow_id", pa.array([dataflow_id] * rows.num_rows, pa.string()))
+
+
 def missing_columns(table: str, stored: Iterable[str]) -> list[str]:
     """The columns of ``table``'s schema that a stored table's schema lacks (a warehouse written
     by an older version of this project: before scopes, ``scope`` is missing everywhere).

@@ -33,6 +33,7 @@ from api.live.scopes import Hosting
 from api.metrics import Metrics
 from spark_jobs.rows import Psi
 from spark_jobs.storage import summary_table
+from spark_jobs.tables import with_dataflow_id
 from tracker.graph import Graph
 from tracker.scope import NestedGraph, ScopePath
 from tracker.structure import path_summaries
@@ -120,12 +121,6 @@ class Shapes:
         return rows
 
 
-def _with_id(table: pa.Table, dataflow_id: str) -> pa.Table:
-    """``table`` with every row's ``dataflow_id`` set."""
-    column = table.schema.get_field_index("dataflow_id")
-    return table.set_column(column, "dataflow_id", pa.array([dataflow_id] * table.num_rows, pa.string()))
-
-
 def _chunks(found: list[tuple[str, pa.Table]], limit: int) -> Iterator[pa.Table]:
     """The ``summaries`` rows of ``(dataflow_id, shape rows)``, each shape's rows given the
     dataflow's id, in tables of at most about ``limit`` rows (at least one dataflow each).
@@ -140,7 +135,7 @@ def _chunks(found: list[tuple[str, pa.Table]], limit: int) -> Iterator[pa.Table]
         if chunk and size + rows.num_rows > limit:
             yield pa.concat_tables(chunk)
             chunk, size = [], 0
-        chunk.append(_with_id(rows, dataflow_id))
+        chunk.append(with_dataflow_id(rows, dataflow_id))
         size += rows.num_rows
     if chunk:
         yield pa.concat_tables(chunk)
