@@ -3,6 +3,8 @@ and compared with the native core; errors are clean; incremental runs never appl
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import polars as pl
@@ -52,6 +54,23 @@ def test_unknown_dataflow_and_missing_warehouse_exit_2(tmp_path: Path, capsys) -
             assert main(["jobs", job, "--warehouse", str(tmp_path), "--dataflow", "known"]) == 2
             err = capsys.readouterr().err
             assert "tracker serve on port 1234" in err and "stop the service first" in err and "Traceback" not in err
+    finally:
+        held.release()
+
+
+def test_a_refused_job_exits_2_while_its_jvm_is_still_starting(tmp_path: Path) -> None:
+    """The console script, as a user runs it: the JVM starts on a thread while the warehouse is
+    checked, and a refusal (here: the service holds the warehouse) returns during that start.
+    The interpreter's teardown used to race it and abort (exit status -6, "terminate called
+    without an active exception") now and then; the process must end with the refusal's 2."""
+    Warehouse(tmp_path).write_dataflow("known", "c", chain(2))
+    held = WarehouseLock.acquire(tmp_path, "tracker serve on port 1234")
+    try:
+        for _ in range(5):  # the old code aborted about once in 25 runs
+            done = subprocess.run([sys.executable, "-m", "tracker.cli", "jobs", "propagate", "--warehouse",
+                                   str(tmp_path), "--dataflow", "known"], capture_output=True, text=True, timeout=120)
+            assert done.returncode == 2, (done.returncode, done.stderr[-2000:])
+            assert "stop the service first" in done.stderr and "Traceback" not in done.stderr
     finally:
         held.release()
 

@@ -67,11 +67,14 @@ def needs_extra(command: str, extra: str, error: ImportError) -> int:
     return 2
 
 
-_EXIT_AT_ONCE = frozenset({"report"})
-"""Commands that only read Delta tables and print: their process ends with ``os._exit`` once its
-output is flushed. The native thread pools of polars, pyarrow and delta-rs occasionally abort
-the interpreter's teardown after such reads ("terminate called without an active exception",
-exit status -6 instead of the command's own), a known destructor-ordering problem between them."""
+_EXIT_AT_ONCE = frozenset({"report", "jobs"})
+"""Commands whose process ends with ``os._exit`` once its output is flushed. The native thread
+pools of polars, pyarrow and delta-rs occasionally abort the interpreter's teardown after their
+reads ("terminate called without an active exception", exit status -6 instead of the command's
+own), a known destructor-ordering problem between them. ``jobs`` also starts its JVM on a thread
+while it checks the warehouse: a job refused by a check returned while that start was under way,
+and the teardown raced it (the same abort). Nothing is left undone: every Delta commit is made
+before :func:`main` returns, and the JVM, a child tied to this process, ends with it."""
 
 
 def entry() -> None:
