@@ -412,8 +412,13 @@ class Service:
         return header + [self.checks[d] for d in self.dataflows if d in self.checks]
 
 
-DELTA_NICE = 10
-"""The Delta thread's niceness increment (Linux sets it per thread)."""
+DELTA_NICE = 19
+"""The Delta thread's niceness increment (Linux sets it per thread; the delta-rs threads it
+starts inherit it). The lowest priority, not +10: each shard's Delta catch-up runs on several
+threads (the Python one and delta-rs's), whose weights add up, so at +10 three shards' catch-up
+still took about as much CPU as a restarted shard's event loop (after a burst of 10,000
+registrations over 4 shards: 8.6-9.6 s until the restarted shard's dataflows all answered, 7.0-7.3 s
+at +19)."""
 
 
 def _background_priority() -> None:
