@@ -11,8 +11,18 @@ import pytest
 from hypothesis import given, settings
 
 import api.durability.wal as wal_module
+from api.durability.marks import Marks
 from api.durability.records import ATTRIBUTION, Batch, Check, Register, decode, encode
-from api.durability.segments import HEADER_SIZE, frame, read_segment, scan, segment_name, segment_number, segments
+from api.durability.segments import (
+    HEADER_SIZE,
+    create_segment,
+    frame,
+    read_segment,
+    scan,
+    segment_name,
+    segment_number,
+    segments,
+)
 from api.durability.wal import INLINE_BYTES_MAX, LogFailed, WriteAheadLog, framed
 from api.schema.models import RegisterRequest
 from api.schema.registration import registration_record
@@ -139,6 +149,20 @@ def test_rotation_starts_a_segment_with_the_header_and_old_ones_can_go(tmp_path:
     assert [n for n, _ in segments(tmp_path)] == [2]
     recovered = [r for _, r in WriteAheadLog(tmp_path).recover().records]
     assert recovered == [REGISTER, Batch(df="d1", v=2, at=2.0, body=b"{}")]
+
+
+def test_a_header_given_as_logged_bytes_makes_the_same_segment(tmp_path: Path) -> None:
+    """A rotation's header may give a registration as the bytes it was logged as (the service
+    keeps them, so that a rotation does not encode every registration again): the segment is
+    byte for byte the one its records make, and recovers to them."""
+    records = [REGISTER, Batch(df="d1", v=3, at=1.5, body=b"{}")]
+    made = []
+    for number, header in ((1, records), (2, [framed(REGISTER), records[1]])):
+        (tmp_path / str(number)).mkdir()
+        made.append(create_segment(tmp_path / str(number), number, Marks.fresh({}), header))
+    first, second = (tmp_path / "1" / segment_name(1)).read_bytes(), (tmp_path / "2" / segment_name(2)).read_bytes()
+    assert made[0] == made[1] and first == second
+    assert read_segment(tmp_path / "2" / segment_name(2))[0] == records
 
 
 def test_a_dead_syncer_fails_the_log_and_nothing_more_is_acknowledged(tmp_path: Path) -> None:

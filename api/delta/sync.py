@@ -108,7 +108,7 @@ class Syncer:
     """Copies what :class:`DeltaLag` holds to the Delta tables, on the Delta thread."""
 
     def __init__(self, store: Store | None, pool: Executor, wal: WriteAheadLog, metrics: Metrics,
-                 dataflows: Mapping[str, Synced], header: Callable[[], list[Record]], *,
+                 dataflows: Mapping[str, Synced], header: Callable[[], list[Record | bytes]], *,
                  segment_bytes: int, tidier: Tidier | None = None) -> None:
         """``dataflows`` is the live registry (read at every pass); ``header()`` gives the
         records a new log segment starts with."""

@@ -132,7 +132,7 @@ class WriteAheadLog:
     """An append-only, segmented, group-committed log in ``directory``."""
 
     def __init__(self, directory: Path, *, on_sync: Callable[[int, float], None] | None = None,
-                 header: Callable[[], list[Record]] | None = None) -> None:
+                 header: Callable[[], list[Record | bytes]] | None = None) -> None:
         """``header()`` gives the records a segment the log starts by itself begins with (when
         the marks outgrow a segment's block, or the newest segment was cut)."""
         self.directory = directory
@@ -151,7 +151,7 @@ class WriteAheadLog:
         self._syncer: subprocess.Popen[bytes] | None = None
         self._watched: asyncio.AbstractEventLoop | None = None
         self._on_sync = on_sync
-        self._rotate_to: Callable[[], list[Record]] | None = None
+        self._rotate_to: Callable[[], list[Record | bytes]] | None = None
         self._rotated: asyncio.Future[int] | None = None
         self._header = header or list
         self._marks = Marks.fresh({})
@@ -297,7 +297,7 @@ class WriteAheadLog:
         self._kick()
         return future
 
-    def rotate(self, header: Callable[[], list[Record]]) -> asyncio.Future[int]:
+    def rotate(self, header: Callable[[], list[Record | bytes]]) -> asyncio.Future[int]:
         """Start a new segment beginning with the records ``header()`` returns, called when the
         segment is started: every record enqueued before it is durable then, and none after it
         is, so the header describes exactly what the older segments hold. Resolves to the new

@@ -151,6 +151,7 @@ class Service:
             self.header_bytes -= len(as_framed)
             raise
         tenant.ready = True
+        tenant.framed_registration = as_framed
         self.token_index[tenant.token_hash] = tenant.id
         self.metrics.dataflows.set(len(self.dataflows))
         if len(graph.locations()) >= FREEZE_LOCATIONS:
@@ -400,13 +401,14 @@ class Service:
         if tenant.engine_mode != "spark":
             tenant.publication.publish(version, changes, notify=False, at=at)
 
-    def log_header(self) -> list[Record]:
+    def log_header(self) -> list[Record | bytes]:
         """The records a new log segment starts with (called when it starts, every earlier
         record durable): every registration with its workers' durable positions (a checkpoint),
-        the deletions and the Spark check results logged so far."""
-        header: list[Record] = []
+        the deletions and the Spark check results logged so far. A registration made by this
+        process is given as the bytes it was logged as (not encoded again)."""
+        header: list[Record | bytes] = []
         for d in self.dataflows.values():
-            header.append(d.registration)
+            header.append(d.framed_registration or d.registration)
             header.append(Checkpoint(df=d.id, v=d.live.durable_version, workers=dict(d.live.durable_workers)))
         header += [self.deletions[d] for d in self.dataflows if d in self.deletions]
         return header + [self.checks[d] for d in self.dataflows if d in self.checks]
