@@ -147,8 +147,10 @@ def test_rotation_starts_a_segment_with_the_header_and_old_ones_can_go(tmp_path:
 
     assert asyncio.run(main()) == 1
     assert [n for n, _ in segments(tmp_path)] == [2]
-    recovered = [r for _, r in WriteAheadLog(tmp_path).recover().records]
-    assert recovered == [REGISTER, Batch(df="d1", v=2, at=2.0, body=b"{}")]
+    contents = WriteAheadLog(tmp_path).recover()
+    assert [r for _, r in contents.records] == [REGISTER, Batch(df="d1", v=2, at=2.0, body=b"{}")]
+    # The registration as logged, for the next rotation's header (not encoded again).
+    assert contents.registrations == {REGISTER.df: framed(REGISTER)}
 
 
 def test_a_header_given_as_logged_bytes_makes_the_same_segment(tmp_path: Path) -> None:

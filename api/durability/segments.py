@@ -304,7 +304,7 @@ class Torn:
 class LogContents:
     """What :meth:`WriteAheadLog.recover` read: every intact record with its segment, oldest
     first; every damaged record ``(segment, damage)`` (each with an attribution); the newest
-    segment's high-water marks and its block; the framed size of each dataflow's registration;
+    segment's high-water marks and its block; each dataflow's registration as framed in the log;
     the newest segment's torn tail, if any; and whether the log must go on in a new segment (the
     newest one ends inside a record that may have been acknowledged, whose bytes are kept)."""
 
@@ -313,7 +313,9 @@ class LogContents:
     marks: dict[str, Mark] = field(default_factory=dict)
     block: Marks | None = None
     header_end: int = 0
-    registration_bytes: dict[str, int] = field(default_factory=dict)
+    registrations: dict[str, bytes] = field(default_factory=dict)
+    """Each dataflow's registration as :func:`frame` made it: what every new segment's header
+    repeats, so a rotation after a restart need not encode them again."""
     torn: Torn | None = None
     fresh_segment: bool = False
 
@@ -357,8 +359,8 @@ def read_log(directory: Path) -> LogContents:
             contents.damaged.append((number, damage))
         for _, payload in read.payloads:
             kind, _, dataflow = attribution(payload[:ATTRIBUTION.size].ljust(ATTRIBUTION.size, b"\0"))
-            if kind == REGISTER:  # what it adds to every new segment's header
-                contents.registration_bytes[dataflow] = HEADER_SIZE + len(payload)
+            if kind == REGISTER and dataflow not in contents.registrations:  # each segment repeats it
+                contents.registrations[dataflow] = frame(payload)
         contents.records.extend((number, record) for record in intact)
     return contents
 

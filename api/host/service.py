@@ -274,7 +274,9 @@ class Service:
                         refused = self._refusal(evidence[dataflow_id], f"recovery failed: {error}")
                 if refused is not None:
                     self._refuse(refused)
-        self.header_bytes = sum(contents.registration_bytes.get(d, 0) for d in self.dataflows)
+        for tenant in self.dataflows.values():  # a rotation's header repeats them as logged
+            tenant.framed_registration = contents.registrations.get(tenant.id)
+        self.header_bytes = sum(len(d.framed_registration or b"") for d in self.dataflows.values())
         for dataflow_id, deletion in self.deletions.items():  # deleted stays deleted: 410, no stream
             if dataflow_id in self.dataflows:
                 self.dataflows[dataflow_id].deleted_at = deletion.at
@@ -404,8 +406,8 @@ class Service:
     def log_header(self) -> list[Record | bytes]:
         """The records a new log segment starts with (called when it starts, every earlier
         record durable): every registration with its workers' durable positions (a checkpoint),
-        the deletions and the Spark check results logged so far. A registration made by this
-        process is given as the bytes it was logged as (not encoded again)."""
+        the deletions and the Spark check results logged so far. A registration is given as
+        the bytes it was logged as (its tenant keeps them), not encoded again."""
         header: list[Record | bytes] = []
         for d in self.dataflows.values():
             header.append(d.framed_registration or d.registration)

@@ -60,7 +60,7 @@ class Tenant:
     """The registration as this process logged it (:func:`~api.durability.wal.framed`), kept for
     the log's new segments, whose headers repeat every registration: encoding them again there
     held every dataflow's acknowledgements (they wait for the new segment) ~0.25 s per 80 MB of
-    registrations. ``None`` for a recovered dataflow (encoded again at a rotation)."""
+    registrations. A recovered dataflow's is read back from the log."""
 
     @property
     def id(self) -> str:
