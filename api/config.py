@@ -87,6 +87,7 @@ class Settings:
     spark_max_locations: int = 2000  # TRACKER_SPARK_MAX_LOCATIONS: larger graphs are not sent to Spark (0: no limit)
     spark_cores: int = 0  # TRACKER_SPARK_CORES: local[N] of the Spark process (0: the machine's cores less one, >= 1)
     spark_nice: int = 10  # TRACKER_SPARK_NICE: the Spark process's niceness increment (0: the service's priority)
+    delta_nice: int = 19  # TRACKER_DELTA_NICE: the Delta thread's niceness increment (0: the event loop's priority)
     spark_address: str | None = None  # the Spark process's Unix socket (set by the supervisor, not by users)
     delta: bool = True  # TRACKER_DELTA=0 keeps everything in the write-ahead log only
     flush_seconds: float = 1.0  # TRACKER_FLUSH_SECONDS: WAL -> Delta progress
@@ -141,6 +142,7 @@ class Settings:
             spark_max_locations=_env_int("TRACKER_SPARK_MAX_LOCATIONS", 2000),
             spark_cores=_env_int("TRACKER_SPARK_CORES", 0),
             spark_nice=_env_int("TRACKER_SPARK_NICE", 10),
+            delta_nice=_env_int("TRACKER_DELTA_NICE", 19),
             delta=env.get("TRACKER_DELTA", "1").lower() not in ("0", "false", "no", "off"),
             flush_seconds=_env_float("TRACKER_FLUSH_SECONDS", 1.0),
             compact_seconds=_env_float("TRACKER_COMPACT_SECONDS", 5.0),
@@ -208,6 +210,8 @@ class Settings:
             raise ValueError("--shard-port / TRACKER_SHARD_PORT must be a TCP port (0: any free port)")
         if settings.spark_nice > 19:
             raise ValueError("--spark-nice / TRACKER_SPARK_NICE must be from 0 to 19")
+        if not 0 <= settings.delta_nice <= 19:
+            raise ValueError("TRACKER_DELTA_NICE must be from 0 to 19")
         if settings.engine == "spark":
             settings.spark = True
         return settings

@@ -15,6 +15,7 @@ Helpers shared by test modules are in ``tests/helpers.py``, never in another tes
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,6 +23,12 @@ import pytest
 
 from api.run.process import ServiceProcess
 from tests.helpers import ServiceStarter
+
+# The services' Delta threads at the event loop's priority, as their Spark process is (see
+# ServiceProcess.start): tests wait for what Delta holds, and beside the other test process's
+# Spark on 2 cores a Delta thread at the default +19 fell more than 30 s behind. The test of the
+# priority itself asks for the default.
+os.environ.setdefault("TRACKER_DELTA_NICE", "0")
 
 
 @pytest.fixture(scope="session")

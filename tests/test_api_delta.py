@@ -13,7 +13,7 @@ import polars as pl
 import pytest
 from deltalake import DeltaTable
 
-from api.host.service import DELTA_NICE
+from api.config import Settings
 from tests.helpers import ServiceProcess, ServiceStarter, core_graph, frontier_map, loop_graph, register, update
 from tracker import oracle
 from tracker.graph import Location
@@ -119,7 +119,9 @@ def test_the_delta_thread_runs_below_the_event_loop_and_tidies_only_crowded_part
     short cores requests and a restarting shard's recovery go before Delta's catch-up; and a
     tidy pass merges nothing where each partition is one file (registrations without batches),
     where it used to spend a step of a second or more per eight dataflows finding that out."""
-    service = start_service(TRACKER_FLUSH_SECONDS="0.1", TRACKER_TIDY_SECONDS="0.3", TRACKER_VACUUM_HOURS="0")
+    default = Settings().delta_nice  # what `tracker serve` runs with (the suite's services run at 0)
+    service = start_service(TRACKER_FLUSH_SECONDS="0.1", TRACKER_TIDY_SECONDS="0.3", TRACKER_VACUUM_HOURS="0",
+                            TRACKER_DELTA_NICE=str(default))
     for i in range(3):
         register(service, {**loop_graph(operators=3), "name": f"quiet-{i}"})
     pid = service.pid_of("hot", shard=0)
@@ -133,4 +135,5 @@ def test_the_delta_thread_runs_below_the_event_loop_and_tidies_only_crowded_part
         if (task / "comm").read_text().strip() == "python":
             niceness[int(task.name)] = int((task / "stat").read_text().rsplit(")", 1)[1].split()[16])  # field 19
     own = niceness.pop(pid)  # the main thread, which runs the event loop
-    assert sorted(set(niceness.values())) == [own, min(own + DELTA_NICE, 19)], niceness  # the Delta thread, the others
+    assert default == 19
+    assert sorted(set(niceness.values())) == [own, min(own + default, 19)], niceness  # the Delta thread, the others

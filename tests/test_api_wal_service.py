@@ -138,7 +138,7 @@ def test_segments_left_by_a_burst_of_registrations_are_removed_once_delta_holds_
                     "worker": "w", "seq": 0, "updates": [update(0, 0, "source", [seq + 1], 1)]}).status_code == 200
     logs = service.log_directory()
     assert len(list(logs.glob("wal-*.log"))) > 1, "the burst did not rotate the log: the test shows nothing"
-    # Delta's catch-up runs below the event loop's priority (niceness +19): beside the other test
+    # Delta's catch-up may run below the event loop's priority (TRACKER_DELTA_NICE): beside the other test
     # process's Spark it took over 30 s in one CI run. What is checked is that the segments go.
     deadline = time.monotonic() + 120
     while len(list(logs.glob("wal-*.log"))) > 1:

@@ -69,7 +69,8 @@ class Service:
         self.wal = WriteAheadLog(wal_directory(settings.warehouse, settings.shard), on_sync=self.metrics.on_sync,
                                  header=self.log_header)
         self.store = store
-        self.delta_pool = ThreadPoolExecutor(1, thread_name_prefix="delta", initializer=_background_priority)
+        self.delta_pool = ThreadPoolExecutor(1, thread_name_prefix="delta", initializer=_background_priority,
+                                        initargs=(settings.delta_nice,))
         self.background = SparkLink(settings, self.metrics, self.dataflows, self._remember_check)
         self.started = time.time()
         self.loop: asyncio.AbstractEventLoop | None = None  # the event loop serving requests
@@ -416,20 +417,17 @@ class Service:
         return header + [self.checks[d] for d in self.dataflows if d in self.checks]
 
 
-DELTA_NICE = 19
-"""The Delta thread's niceness increment (Linux sets it per thread; the delta-rs threads it
-starts inherit it). The lowest priority, not +10: each shard's Delta catch-up runs on several
-threads (the Python one and delta-rs's), whose weights add up, so at +10 three shards' catch-up
-still took about as much CPU as a restarted shard's event loop (after a burst of 10,000
-registrations over 4 shards: 8.6-9.6 s until the restarted shard's dataflows all answered, 7.0-7.3 s
-at +19)."""
-
-
-def _background_priority() -> None:
-    """Run the calling thread at :data:`DELTA_NICE`: when the cores are short, the event loops
-    (requests, and a restarting shard's recovery) go before the Delta catch-up of other shards."""
+def _background_priority(nice: int) -> None:
+    """Run the calling thread (the Delta thread) ``nice`` (``TRACKER_DELTA_NICE``, default 19)
+    below the process (Linux sets it per thread; the delta-rs threads it starts inherit it): when
+    the cores are short, the event loops (requests, and a restarting shard's recovery) go before
+    the Delta catch-up of other shards. The lowest priority by default, not +10: each shard's
+    catch-up runs on several threads, whose weights add up, so at +10 three shards' catch-up still
+    took about as much CPU as a restarted shard's event loop (after a burst of 10,000
+    registrations over 4 shards: 8.6-9.6 s until the restarted shard's dataflows all answered,
+    7.0-7.3 s at +19)."""
     with contextlib.suppress(OSError):
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), os.getpriority(os.PRIO_PROCESS, 0) + DELTA_NICE)
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), os.getpriority(os.PRIO_PROCESS, 0) + nice)
 
 
 # Tests build graphs exactly as the service does through these names.
