@@ -144,6 +144,7 @@ class Service:
         tenant = await asyncio.to_thread(self.build.tenant, record, graph, tracker, initial, hosting)
         as_framed = await asyncio.to_thread(framed, record)  # O(graph): ~35 ms for 50,000 nodes
         self._make_room(len(as_framed))
+        tenant.framed_registration = as_framed
         self.dataflows[tenant.id] = tenant  # in the registry (and log headers) before it is durable
         try:
             await self.wal.enqueue(record, as_framed=as_framed)
@@ -152,7 +153,6 @@ class Service:
             self.header_bytes -= len(as_framed)
             raise
         tenant.ready = True
-        tenant.framed_registration = as_framed
         self.token_index[tenant.token_hash] = tenant.id
         self.metrics.dataflows.set(len(self.dataflows))
         if len(graph.locations()) >= FREEZE_LOCATIONS:
