@@ -50,7 +50,7 @@ from api.channel.messages import (
 )
 from api.config import Settings
 from api.metrics import Metrics
-from api.schema.registration import Spec
+from api.schema.registration import Spec, spec_fields
 from tracker.graph import Location, Update
 from tracker.reachability import FrontierChange
 from tracker.timestamp import Timestamp
@@ -193,9 +193,7 @@ class SparkLink:
 
     def _know(self, dataflow: Hosted) -> Know:
         self._told.add(dataflow.id)
-        r = dataflow.registration
-        return Know(df=dataflow.id, spec=Spec(name=r.name, arity=r.arity, nodes=r.nodes, edges=r.edges,
-                                              initial=r.initial, initial_scopes=r.initial_scopes))
+        return Know(df=dataflow.id, spec=Spec(**spec_fields(dataflow.registration)))
 
     def _offer(self, dataflow: Hosted, message: ToSpark) -> bool:
         """Offer ``message`` (after its dataflow's graph if the Spark process lacks it)."""

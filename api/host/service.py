@@ -137,9 +137,8 @@ class Service:
             graph, initial = await asyncio.to_thread(build_graph, spec, compiled=self.settings.engine == "native")
             tracker = await asyncio.to_thread(self.build.engine, graph, initial)
         token = new_token()
-        record = Register(name=spec.name, arity=spec.arity, nodes=spec.nodes, edges=spec.edges,
-                          initial=spec.initial, last_epoch=spec.last_epoch, df=new_id(self.settings.shard),
-                          token=token_hash(token), created_at=datetime.now(UTC).isoformat())
+        record = Register.of(spec, df=new_id(self.settings.shard), token=token_hash(token),
+                             created_at=datetime.now(UTC).isoformat())
         # Its frontier copy and Publication are O(graph): off the loop too (nothing there awaits).
         tenant = await asyncio.to_thread(self.build.tenant, record, graph, tracker, initial, hosting)
         as_framed = await asyncio.to_thread(framed, record)  # O(graph): ~35 ms for 50,000 nodes
