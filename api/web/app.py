@@ -327,6 +327,7 @@ def create_app(settings: Settings, admin_token: str,
         return {"status": "degraded" if problems else "ok", **problems, "dataflows": len(service.dataflows),
                 "live_dataflows": sum(d.deleted_at is None for d in service.dataflows.values()),
                 "engine": ENGINE_NAMES[settings.engine], "spark": service.background.health(),
+                **service.background.why(),
                 **({"graph_engine": service.background.graph_engine(),
                     "spark_pending": service.background.pending()} if settings.spark else {}),
                 "delta": service.store is not None, "uptime_seconds": round(time.time() - service.started, 1)}
