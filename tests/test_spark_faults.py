@@ -6,6 +6,7 @@ check, an audit asked for) is done by the next Spark process, not failed."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import random
@@ -216,3 +217,47 @@ def test_the_spark_process_killed_ten_times_in_ten_seconds_never_stops_the_servi
     assert service.process.poll() is None and service.process.pid == supervisor, "the service exited for Spark"
     assert_truthful(load.watch.since(began))
     assert load.check() < 2.0
+
+
+def test_a_graph_the_spark_process_cannot_rebuild_is_answered_with_errors_on_an_open_channel(tmp_path: Path) -> None:
+    """Each piece of that dataflow's work is answered with an error naming why (its check
+    ``error``, its audit stopped, its micro-batch failed), and the connection stays open for
+    the others: nothing is dropped, so nothing is resent in a loop."""
+    from api.channel.link import Peer, frame, read_frame
+    from api.channel.messages import Applied, Audit, Audited, Check, Checked, Forget, Know, MicroBatch, decode_to_hot
+    from api.config import Settings
+    from api.schema.registration import Spec
+    from api.spark.process import SparkProcess
+    from tests.helpers import loop_then_stage
+
+    body = loop_then_stage()  # no scope of it holds a time of three coordinates
+    broken = Spec(name="broken", arity=1, nodes=body["nodes"], edges=body["edges"],
+                  initial=[(1, 0, "source", (0, 0, 0), 1)])
+
+    async def exchange() -> list[Any]:
+        process = SparkProcess(Settings(warehouse=tmp_path, spark=True, delta=False))
+        address = str(tmp_path / "spark.sock")
+        server = await asyncio.start_unix_server(lambda r, w: process.serve(Peer(r, w)), address)
+        reader, writer = await asyncio.open_unix_connection(address)
+        for message in (Know(df="bad", spec=broken), Check(df="bad"), Audit(df="bad", version=3, counts=[], live=[]),
+                        MicroBatch(df="bad", version=3, updates=[]), Forget(df="bad"), Check(df="bad")):
+            writer.write(frame(message))
+        answers: list[Any] = []
+        while len([a for a in answers if not isinstance(a, Status)]) < 4:
+            payload = await asyncio.wait_for(read_frame(reader), 10)
+            assert payload is not None, f"the connection was closed after {answers}"
+            answers.append(decode_to_hot(payload))
+        assert not writer.is_closing()
+        writer.close()
+        server.close()
+        return [a for a in answers if not isinstance(a, Status)]
+
+    from api.channel.messages import Status
+
+    checked, audited, applied, unknown = asyncio.run(exchange())
+    assert isinstance(checked, Checked) and checked.result == "error", checked
+    assert checked.detail is not None and "cannot rebuild this graph" in checked.detail and \
+        "initial pointstamps: update 0" in checked.detail, checked.detail
+    assert isinstance(audited, Audited) and audited.stop and audited.audit["ok"] is None, audited
+    assert isinstance(applied, Applied) and applied.error and applied.version == 3, applied
+    assert isinstance(unknown, Checked) and unknown.result == "error", unknown  # work for a graph it was never told

@@ -223,7 +223,7 @@ def create_app(settings: Settings, admin_token: str,
         except Exception:
             log.exception("Delta storage unavailable; running on the write-ahead log alone")
     service = Service(settings, admin_token, store)
-    service.metrics.scrape_source = lambda: service_scrape(service.dataflows.values())
+    service.metrics.scrape_source = lambda: service_scrape(service.dataflows.values(), service.background.health())
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -353,7 +353,8 @@ def create_app(settings: Settings, admin_token: str,
     async def metrics() -> Response:
         """Prometheus text exposition (open, like ``/healthz``)."""
         # The dataflows' state is read here, on the loop (copies); the rows and text are made off it.
-        body = await asyncio.to_thread(service.metrics.render, service_scrape(service.dataflows.values()))
+        scrape = service_scrape(service.dataflows.values(), service.background.health())
+        body = await asyncio.to_thread(service.metrics.render, scrape)
         return Response(body, media_type="text/plain; version=0.0.4; charset=utf-8")
 
     @app.get("/docs", include_in_schema=False)
