@@ -90,6 +90,7 @@ class Settings:
     delta_nice: int = 19  # TRACKER_DELTA_NICE: the Delta thread's niceness increment (0: the event loop's priority)
     spark_address: str | None = None  # the Spark process's Unix socket (set by the supervisor, not by users)
     delta: bool = True  # TRACKER_DELTA=0 keeps everything in the write-ahead log only
+    file_mode: str = "owner"  # TRACKER_FILE_MODE: owner (the warehouse and log private) | group (group-readable)
     flush_seconds: float = 1.0  # TRACKER_FLUSH_SECONDS: WAL -> Delta progress
     compact_seconds: float = 5.0  # TRACKER_COMPACT_SECONDS: pointstamps/frontiers/frontier_changes
     audit_seconds: float = 60.0  # TRACKER_AUDIT_SECONDS: Spark audit period (0 disables)
@@ -144,6 +145,7 @@ class Settings:
             spark_nice=_env_int("TRACKER_SPARK_NICE", 10),
             delta_nice=_env_int("TRACKER_DELTA_NICE", 19),
             delta=env.get("TRACKER_DELTA", "1").lower() not in ("0", "false", "no", "off"),
+            file_mode=env.get("TRACKER_FILE_MODE", "owner"),
             flush_seconds=_env_float("TRACKER_FLUSH_SECONDS", 1.0),
             compact_seconds=_env_float("TRACKER_COMPACT_SECONDS", 5.0),
             audit_seconds=_env_float("TRACKER_AUDIT_SECONDS", 60.0),
@@ -212,6 +214,8 @@ class Settings:
             raise ValueError("--spark-nice / TRACKER_SPARK_NICE must be from 0 to 19")
         if not 0 <= settings.delta_nice <= 19:
             raise ValueError("TRACKER_DELTA_NICE must be from 0 to 19")
+        if settings.file_mode not in ("owner", "group"):
+            raise ValueError(f"TRACKER_FILE_MODE must be owner or group, got {settings.file_mode!r}")
         if settings.engine == "spark":
             settings.spark = True
         return settings

@@ -27,7 +27,7 @@ import threading
 import time
 from typing import Any
 
-from spark_jobs.ownership import WarehouseBusy, WarehouseLock
+from spark_jobs.ownership import WarehouseBusy, WarehouseLock, restrict
 from spark_jobs.storage import Backend, LegacyWarehouseError, UnknownDataflowError, Warehouse, warehouse_problem
 
 _GRAPH = ["dataflows", "scopes", "nodes", "edges"]
@@ -55,6 +55,10 @@ def run_job(args: argparse.Namespace) -> int:
 
     if args.master and (problem := master_problem(args.master)):
         return _fail(f"--master: {problem}")
+    try:  # what the job writes is as private as what the service writes
+        restrict(None, os.environ.get("TRACKER_FILE_MODE", "owner"))
+    except ValueError as error:
+        return _fail(str(error))
     starting = _SparkStart(args.master)  # the JVM starts while the warehouse is checked
     probe = Warehouse(warehouse)  # no Spark needed to tell an unknown dataflow apart
     try:

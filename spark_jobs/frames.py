@@ -149,11 +149,15 @@ def arrow_to_spark(spark: SparkSession, data: pa.Table, schema: pa.Schema | None
 
 def with_defaults(df: DataFrame, table: str) -> DataFrame:
     """``df`` with the columns of ``table`` that have defaults added where missing: ``scope``
-    ``[]`` (the root), ``deleted_at`` null, ``is_scope`` false."""
+    ``[]`` (the root), ``deleted_at`` null, ``is_scope`` false, and the ages a Spark job does not
+    know (``born_at``, ``worker``, ``since``) null."""
     from spark_jobs.tables import TABLES
 
     defaults = {"scope": F.array().cast("array<int>"), "deleted_at": F.lit(None).cast("timestamp"),
-                "is_scope": F.lit(False)}
+                "is_scope": F.lit(False), "born_at": F.lit(None).cast("timestamp"),
+                "since": F.lit(None).cast("timestamp")}
+    if table == "pointstamps":
+        defaults["worker"] = F.lit(None).cast("string")
     for name in TABLES[table].names:
         if name in defaults and name not in df.columns:
             df = df.withColumn(name, defaults[name])

@@ -128,3 +128,33 @@ def _read_holder(fd: int) -> dict[str, Any]:
         return holder if isinstance(holder, dict) else {}
     except ValueError:  # the holder is between truncating and writing its note
         return {}
+
+
+FILE_MODES = {"owner": (0o077, 0o700), "group": (0o027, 0o750)}
+"""``TRACKER_FILE_MODE``: ``(umask, the warehouse directory's mode)``. ``owner`` (the default):
+only the user running the service reads or writes the warehouse, its tables and its log;
+``group``: the warehouse directory's group may read them too (give the directory that group,
+and its setgid bit, for the files inside to follow)."""
+
+
+def restrict(warehouse: str | os.PathLike[str] | None, mode: str = "owner") -> None:
+    """Make every file and directory this process (and its children: the Spark JVM, the
+    shards) creates from now on private to the user (``mode`` ``owner``) or readable by the
+    group too (``group``), and give a local ``warehouse`` directory the same mode: the files
+    already inside are then out of other users' reach as well.
+
+    >>> import stat, tempfile
+    >>> root = tempfile.mkdtemp()
+    >>> previous = os.umask(0o022); restrict(root); oct(stat.S_IMODE(os.stat(root).st_mode))
+    '0o700'
+    >>> _ = os.umask(previous)
+
+    Raises:
+        ValueError: ``mode`` is neither ``owner`` nor ``group``.
+    """
+    if mode not in FILE_MODES:
+        raise ValueError(f"TRACKER_FILE_MODE must be owner or group, got {mode!r}")
+    umask, directory = FILE_MODES[mode]
+    os.umask(umask)
+    if warehouse is not None and "://" not in str(warehouse) and os.path.isdir(warehouse):
+        os.chmod(warehouse, directory)

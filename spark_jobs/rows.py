@@ -108,19 +108,35 @@ Columns: TypeAlias = dict[str, list[Any]]
 """A table's rows as one list per column (what ``pyarrow.table`` takes)."""
 
 
-def pointstamp_columns(counts: Mapping[str, Mapping[tuple[Loc, Timestamp], int]]) -> Columns:
+Birth: TypeAlias = tuple[float, "str | None"]
+"""When a live pointstamp was first seen (POSIX seconds) and the worker that last reported it."""
+
+
+def _micros(at: float | None) -> int | None:
+    return None if at is None else round(at * 1_000_000)
+
+
+def pointstamp_columns(counts: Mapping[str, Mapping[tuple[Loc, Timestamp], int]],
+                       births: Mapping[str, Mapping[tuple[Loc, Timestamp], Birth]] | None = None) -> Columns:
     """``pointstamps`` of many dataflows (``dataflow_id -> counts``) as columns: the rows of
     :func:`pointstamp_rows`, built about five times faster, which matters on the Delta thread
     (it holds the GIL the event loop needs) when a compaction writes thousands of dataflows.
+    ``births`` (by dataflow, then pointstamp) fill ``born_at`` (microseconds) and ``worker``;
+    a pointstamp without one has both null.
 
-    >>> pointstamp_columns({"d": {(Location.target(1, 0), (3,)): 2, (Location.source(1, 0), (4,)): 0}})["count"]
-    [2]
+    >>> at = (Location.target(1, 0), (3,))
+    >>> columns = pointstamp_columns({"d": {at: 2, (Location.source(1, 0), (4,)): 0}}, {"d": {at: (1.5, "w")}})
+    >>> columns["count"], columns["born_at"], columns["worker"]
+    ([2], [1500000], ['w'])
     """
-    columns: Columns = {n: [] for n in ("dataflow_id", "scope", "node", "port", "kind", "time", "count")}
-    ids, scopes, nodes, ports, kinds, times, values = columns.values()
+    names = ("dataflow_id", "scope", "node", "port", "kind", "time", "count", "born_at", "worker")
+    columns: Columns = {n: [] for n in names}
+    ids, scopes, nodes, ports, kinds, times, values, born, workers = columns.values()
     for dataflow_id, by_location in counts.items():
-        for (loc, t), c in by_location.items():
+        known = (births or {}).get(dataflow_id, {})
+        for key, c in by_location.items():
             if c != 0:
+                loc, t = key
                 ids.append(dataflow_id)
                 scopes.append(list(loc.scope) if isinstance(loc, ScopedLocation) else [])
                 nodes.append(loc.node)
@@ -128,21 +144,30 @@ def pointstamp_columns(counts: Mapping[str, Mapping[tuple[Loc, Timestamp], int]]
                 kinds.append(loc.kind)
                 times.append(list(t))
                 values.append(c)
+                birth = known.get(key)
+                born.append(None if birth is None else _micros(birth[0]))
+                workers.append(None if birth is None else birth[1])
     return columns
 
 
-def frontier_columns(frontiers: Mapping[str, Mapping[Loc, Iterable[Timestamp]]]) -> Columns:
+def frontier_columns(frontiers: Mapping[str, Mapping[Loc, Iterable[Timestamp]]],
+                     since: Mapping[str, Mapping[Loc, float]] | None = None) -> Columns:
     """``frontiers`` of many dataflows (``dataflow_id -> frontiers``) as columns: the rows of
-    :func:`frontier_rows` (see :func:`pointstamp_columns` for why).
+    :func:`frontier_rows` (see :func:`pointstamp_columns` for why); ``since`` (by dataflow, then
+    location: when its frontier last changed, POSIX seconds) fills ``since`` (microseconds).
 
-    >>> frontier_columns({"d": {ScopedLocation((2,), 1, 0, "target"): [(3, 0), (2, 1)]}})["time"]
-    [[3, 0], [2, 1]]
+    >>> at = ScopedLocation((2,), 1, 0, "target")
+    >>> columns = frontier_columns({"d": {at: [(3, 0), (2, 1)]}}, {"d": {at: 2.0}})
+    >>> columns["time"], columns["since"]
+    ([[3, 0], [2, 1]], [2000000, 2000000])
     """
-    columns: Columns = {n: [] for n in ("dataflow_id", "scope", "node", "port", "kind", "time")}
-    ids, scopes, nodes, ports, kinds, times = columns.values()
+    columns: Columns = {n: [] for n in ("dataflow_id", "scope", "node", "port", "kind", "time", "since")}
+    ids, scopes, nodes, ports, kinds, times, moved = columns.values()
     for dataflow_id, by_location in frontiers.items():
+        known = (since or {}).get(dataflow_id, {})
         for loc, ts in by_location.items():
             scope: list[int] = list(loc.scope) if isinstance(loc, ScopedLocation) else []
+            at = _micros(known.get(loc))
             for t in ts:
                 ids.append(dataflow_id)
                 scopes.append(scope)
@@ -150,6 +175,7 @@ def frontier_columns(frontiers: Mapping[str, Mapping[Loc, Iterable[Timestamp]]])
                 ports.append(loc.port)
                 kinds.append(loc.kind)
                 times.append(list(t))
+                moved.append(at)
     return columns
 
 

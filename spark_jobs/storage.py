@@ -29,6 +29,7 @@ the exactly-once commit rules in one reading.
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import random
@@ -48,6 +49,7 @@ from deltalake.exceptions import CommitFailedError, DeltaError
 
 from spark_jobs.rows import (
     AnyLocation,
+    Birth,
     Loc,
     Psi,
     dataflow_row,
@@ -58,7 +60,7 @@ from spark_jobs.rows import (
     pointstamp_rows,
     read_location,
 )
-from spark_jobs.tables import TABLES, Rows, missing_columns, schema_of, to_arrow, with_dataflow_id
+from spark_jobs.tables import ADDED_COLUMNS, TABLES, Rows, missing_columns, schema_of, to_arrow, with_dataflow_id
 from tracker.antichain import Antichain
 from tracker.graph import Connection, Edge, Graph, Location, Node
 from tracker.scope import NestedGraph, ScopePath
@@ -68,6 +70,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 Backend = Literal["delta-spark", "delta-rs"]
+log = logging.getLogger("tracker.storage")
 
 _LOCKS: dict[str, threading.Lock] = defaultdict(threading.Lock)
 POINTSTAMPS_APP = "tracker-pointstamps:"
@@ -242,11 +245,27 @@ class Warehouse:
         for table in TABLES:
             stored = self.stored_columns(table)
             missing = [] if stored is None else missing_columns(table, stored)
-            if missing:
+            added = [name for name in missing if name in ADDED_COLUMNS.get(table, ())]
+            if added and added == missing:
+                self._add_columns(table, added)
+            elif missing:
                 raise LegacyWarehouseError(
                     f"warehouse {self.root!r}: table {table!r} has the layout of an older version (no column "
                     f"{', '.join(missing)}); this version reads and writes the scoped layout only: use a new "
                     "warehouse (or re-register the dataflows there)")
+
+    def _add_columns(self, table: str, names: list[str]) -> None:
+        """Add the nullable ``names`` (:data:`~spark_jobs.tables.ADDED_COLUMNS`) to a table
+        written before them, in one commit; its rows read them as null."""
+        from deltalake import Field
+        from deltalake.schema import PrimitiveType
+
+        kinds = {pa.timestamp("us", tz="UTC"): "timestamp", pa.string(): "string"}
+        fields = [Field(name, PrimitiveType(kinds[TABLES[table].field(name).type]), nullable=True) for name in names]
+        with _LOCKS[self.path(table)]:
+            if missing_columns(table, self.stored_columns(table) or []):  # not done meanwhile by another process
+                DeltaTable(self.path(table)).alter.add_columns(fields)
+        log.info("table upgraded: columns added", extra={"table": table, "columns": names})
 
     def version(self, table: str) -> int | None:
         """The table's current Delta version, ``None`` before its first write."""
@@ -681,21 +700,28 @@ class Warehouse:
         self,
         states: Mapping[str, tuple[int, Mapping[tuple[Any, Timestamp], int],
                                    Mapping[Any, Iterable[Timestamp]] | None]],
+        ages: Mapping[str, tuple[Mapping[tuple[Any, Timestamp], Birth], Mapping[Any, float]]] | None = None,
     ) -> tuple[int, int | None]:
         """Replace the ``pointstamps`` (and, where given, ``frontiers``) of many dataflows at once:
         ``dataflow_id -> (as_of_version, counts, frontiers or None)``. One commit per table
         whatever the number of dataflows (a commit costs about as much for one partition as for
         hundreds), each dataflow's ``as_of_version`` recorded in the ``pointstamps`` commit.
-        Returns the two tables' new versions (``None`` for ``frontiers`` when none was given).
+        ``ages`` (``dataflow_id -> (births, since)``, see :func:`spark_jobs.rows.pointstamp_columns`
+        and :func:`spark_jobs.rows.frontier_columns`) fill ``born_at``, ``worker`` and ``since``:
+        null where not given. Returns the two tables' new versions (``None`` for ``frontiers``
+        when none was given).
         """
-        points = _columnar("pointstamps", pointstamp_columns({i: counts for i, (_, counts, _) in states.items()}))
+        births = {i: b for i, (b, _) in (ages or {}).items()}
+        points = _columnar("pointstamps", pointstamp_columns({i: counts for i, (_, counts, _) in states.items()},
+                                                             births))
         marks = {POINTSTAMPS_APP + i: version for i, (version, _, _) in states.items()}
         version = self.replace_partitions("pointstamps", states.keys(), points, marks)
         with_frontiers = {i: f for i, (_, _, f) in states.items() if f is not None}
         if not with_frontiers:
             return version, None
+        since = {i: moved for i, (_, moved) in (ages or {}).items()}
         return version, self.replace_partitions("frontiers", with_frontiers.keys(),
-                                                _columnar("frontiers", frontier_columns(with_frontiers)))
+                                                _columnar("frontiers", frontier_columns(with_frontiers, since)))
 
     def pointstamps_version(self, dataflow_id: str) -> int | None:
         """The ``progress`` version the stored ``pointstamps`` of ``dataflow_id`` include, as

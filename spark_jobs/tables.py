@@ -5,7 +5,7 @@ from the root, empty for the root), ``node INT, port INT, kind STRING``; times a
 ``ARRAY<BIGINT>`` (the arity of the location's scope); timestamps microseconds in UTC.
 
 >>> TABLES["frontiers"].names
-['dataflow_id', 'scope', 'node', 'port', 'kind', 'time']
+['dataflow_id', 'scope', 'node', 'port', 'kind', 'time', 'since']
 """
 
 from __future__ import annotations
@@ -73,17 +73,27 @@ TABLES: dict[str, pa.Schema] = {
             ("received_at", _TS),
         ]
     ),
-    "pointstamps": pa.schema([("dataflow_id", _STR), *_LOC, ("time", _ARR), ("count", _LONG)]),
-    "frontiers": pa.schema([("dataflow_id", _STR), *_LOC, ("time", _ARR)]),
+    "pointstamps": pa.schema([("dataflow_id", _STR), *_LOC, ("time", _ARR), ("count", _LONG), ("born_at", _TS),
+                              ("worker", _STR)]),
+    "frontiers": pa.schema([("dataflow_id", _STR), *_LOC, ("time", _ARR), ("since", _TS)]),
     "frontier_changes": pa.schema(
         [("dataflow_id", _STR), ("version", _LONG), *_LOC, ("time", _ARR), ("diff", _LONG), ("at", _TS)]
     ),
 }
 """Every table's Arrow schema, exactly as stored."""
 
+ADDED_COLUMNS: dict[str, tuple[str, ...]] = {"pointstamps": ("born_at", "worker"), "frontiers": ("since",)}
+"""Columns added to tables after their first release: nullable, so a table written before them
+is upgraded in place (:meth:`spark_jobs.storage.Warehouse.check_layout`), its old rows null
+there (their ages unknown)."""
 _NOW_COLUMNS = ("created_at", "received_at", "at")
 _DEFAULTS: dict[str, Any] = {"scope": [], "deleted_at": None, "is_scope": False}
-"""Columns a writer may leave out: the root scope, not deleted, not a scope node."""
+"""Columns a writer may leave out: the root scope, not deleted, not a scope node (and the
+:data:`ADDED_COLUMNS` of their tables: unknown)."""
+
+
+def _defaults(table: str) -> dict[str, Any]:
+    return {**_DEFAULTS, **dict.fromkeys(ADDED_COLUMNS.get(table, ()))}
 
 
 Rows: TypeAlias = pa.Table | Iterable[Mapping[str, Any]]
@@ -94,12 +104,14 @@ def to_arrow(table: str, rows: Rows) -> pa.Table:
 
     Missing timestamp columns (``created_at``, ``received_at``, ``at``) are filled with now,
     a missing ``scope`` with the root's ``[]`` (so a flat dataflow's writer need not name it),
-    ``deleted_at`` with null and ``is_scope`` with false.
+    ``deleted_at`` with null, ``is_scope`` with false and the ages (``born_at``, ``worker``,
+    ``since``) with null.
 
     >>> to_arrow("frontiers", [{"dataflow_id": "d", "node": 1, "port": 0, "kind": "target", "time": [3]}]).num_rows
     1
     """
     schema = schema_of(table)
+    defaults = _defaults(table)
     now = datetime.now(UTC)
     if isinstance(rows, pa.Table):
         columns = []
@@ -108,8 +120,8 @@ def to_arrow(table: str, rows: Rows) -> pa.Table:
                 columns.append(rows.column(field.name).cast(field.type))
             elif field.name in _NOW_COLUMNS:
                 columns.append(pa.array([now] * rows.num_rows, type=field.type))
-            elif field.name in _DEFAULTS:
-                columns.append(pa.array([_DEFAULTS[field.name]] * rows.num_rows, type=field.type))
+            elif field.name in defaults:
+                columns.append(pa.array([defaults[field.name]] * rows.num_rows, type=field.type))
             else:
                 raise ValueError(f"{table}: missing column {field.name}")
         return pa.Table.from_arrays(columns, schema=schema)
@@ -119,7 +131,7 @@ def to_arrow(table: str, rows: Rows) -> pa.Table:
         for name in _NOW_COLUMNS:
             if name in schema.names and row.get(name) is None:
                 row[name] = now
-        for name, value in _DEFAULTS.items():
+        for name, value in defaults.items():
             if name in schema.names and name not in row:
                 row[name] = value
         missing = [n for n in schema.names if n not in row]

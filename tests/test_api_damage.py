@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import random
 import shutil
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -29,6 +31,7 @@ from api.durability.records import Batch, decode
 from api.durability.segments import HEADER_SIZE, scan
 from tests.helpers import (
     ADMIN_TOKEN,
+    ROOT,
     BatchWriter,
     ServiceProcess,
     ServiceStarter,
@@ -105,8 +108,23 @@ def test_a_damaged_record_refuses_its_dataflow_alone_and_nothing_is_cut(start_se
                     continue
                 counts = oracle.accumulate([initial, *(as_updates(b) for b in sent[dataflow_id])])
                 assert _state(client, dataflow_id) == (3, {"w": 2}, counts), what
-            listed = {d["id"] for d in client.get("/v1/dataflows").json()}
-        assert listed == {d for d, _ in flows} - {refused}, what
+            listing = client.get("/v1/dataflows").json()
+            only_damaged = client.get("/v1/dataflows", params={"state": "damaged"}).json()
+        assert {d["id"] for d in listing if d["state"] != "damaged"} == {d for d, _ in flows} - {refused}, what
+        damaged = [d for d in listing if d["state"] == "damaged"]
+        assert damaged == only_damaged and [d["id"] for d in damaged] == ([] if refused is None else [refused]), what
+        if refused is not None:  # in plain sight, with its name and why
+            assert damaged[0]["name"] == body["name"] and damaged[0]["timestamp_arity"] == 1, damaged
+            assert damaged[0]["version"] is None and "version" in damaged[0]["detail"], damaged
+            shown = subprocess.run([sys.executable, "-m", "tracker.cli", "dataflows", "--url", service.url, "--token",
+                                    ADMIN_TOKEN], cwd=ROOT, capture_output=True, text=True, timeout=60)
+            assert shown.returncode == 0, shown.stderr
+            row = next(line.split() for line in shown.stdout.splitlines() if refused in line)
+            assert row[2:] == ["damaged", "-"], shown.stdout
+            assert f"damaged {refused} ({body['name']}): {damaged[0]['detail']}" in shown.stdout, shown.stdout
+            own_token = dict(flows)[refused]
+            with service.client(own_token) as own:  # its own token lists it too
+                assert [d["id"] for d in own.get("/v1/dataflows").json()] == [refused]
         if refused is None:
             assert health["status"] == "ok" and _metric(service, "tracker_dataflows_damaged") == 0, what
         else:

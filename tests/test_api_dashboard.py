@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
+from spark_jobs.storage import Warehouse
 from tests.helpers import ServiceProcess, loop_graph, register, update
 from tests.helpers import ServiceStarter as Starter
 
@@ -147,38 +148,50 @@ def test_bad_dashboard_requests_are_refused(service: ServiceProcess) -> None:
     assert httpx.get(f"{service.url}/dashboard/api/dataflows/{dataflow}/frame").status_code == 401
 
 
-def test_ages_after_a_restart_from_a_snapshot_are_lower_bounds(start_service: Starter) -> None:
+def test_ages_survive_a_restart_from_a_snapshot(start_service: Starter) -> None:
+    """The snapshot keeps when each pointstamp was first seen and each frontier last moved:
+    after a restart, lag and ages go on from where they were (plus the downtime), exact, with
+    the workers that reported them."""
     service = start_service(**ENV)
     dataflow, token = register(service, loop_graph(3, name="restarted"))
     feeder = Feeder(service, dataflow, token)
+    warehouse = Warehouse(service.warehouse)
     with service.client(token) as client:
         for _ in range(3):
             feeder.advance(client)
         deadline = time.monotonic() + 15
-        while not any(r["version"] >= 3 for r in client.get(f"/dashboard/api/dataflows/{dataflow}/history"
-                                                             ).json()["frontier_changes"]):
+        while warehouse.pointstamps_version(dataflow) != 3:
             assert time.monotonic() < deadline, "version 3 was not compacted into Delta"
             time.sleep(0.1)
+        time.sleep(1.0)  # a second of lag and age before the restart
         before = client.get(f"/v1/dataflows/{dataflow}/lag").json()
     assert not before["max_lag_at_least"] and not any(r["lag_at_least"] for r in before["locations"])
     service.stop()
+    time.sleep(2.0)  # downtime
     service.restart()
     with service.client(token) as client:
         after = client.get(f"/v1/dataflows/{dataflow}/lag").json()
-        op3 = next(r for r in after["locations"] if r["location"] == {"node": 3, "port": 0, "kind": "target"})
-        held = next(r for r in after["locations"] if r["location"] == {"node": 0, "port": 0, "kind": "source"})
-        assert after["max_lag_at_least"] and op3["lag_at_least"] and op3["frontier"] == [[3]]
-        oldest = held["oldest_pointstamp"]
-        assert oldest["worker"] is None and oldest["age_at_least"] and oldest["time"] == [3]
         blockers = client.get(f"/v1/dataflows/{dataflow}/frontier/explain",
                               params={"node": 3, "port": 0, "kind": "target", "time": "3"}).json()["blockers"]
-        assert [(b["worker"], b["age_at_least"]) for b in blockers] == [(None, True)]
+        elapsed = after["at"] - before["at"]
+        assert elapsed > 2.0
+        assert not after["max_lag_at_least"]
+        assert abs(after["max_lag_seconds"] - (before["max_lag_seconds"] + elapsed)) < 0.01, (before, after)
+        for old, new in zip(before["locations"], after["locations"], strict=True):
+            assert new["location"] == old["location"] and new["frontier"] == old["frontier"]
+            assert new["changed_at"] == old["changed_at"] and not new["lag_at_least"], (old, new)
+            if old["lag_seconds"] is not None:
+                assert abs(new["lag_seconds"] - (old["lag_seconds"] + elapsed)) < 0.01, (old, new)
+        held = next(r for r in after["locations"] if r["location"] == {"node": 0, "port": 0, "kind": "source"})
+        oldest = held["oldest_pointstamp"]
+        was = next(r for r in before["locations"] if r["location"] == held["location"])["oldest_pointstamp"]
+        assert oldest["worker"] == "input" and not oldest["age_at_least"] and oldest["time"] == [3]
+        assert abs(oldest["age_seconds"] - (was["age_seconds"] + elapsed)) < 0.01, (was, oldest)
+        assert [(b["worker"], b["age_at_least"]) for b in blockers] == [("input", False)]
         feeder.advance(client)  # a new batch: what it moves and what it makes live is known exactly
         moved = client.get(f"/v1/dataflows/{dataflow}/lag").json()
         history = client.get(f"/dashboard/api/dataflows/{dataflow}/history").json()
     op3 = next(r for r in moved["locations"] if r["location"] == {"node": 3, "port": 0, "kind": "target"})
-    held = next(r for r in moved["locations"] if r["location"] == {"node": 0, "port": 0, "kind": "source"})
     assert not op3["lag_at_least"] and op3["lag_seconds"] < 5
-    assert held["oldest_pointstamp"]["worker"] == "input" and not held["oldest_pointstamp"]["age_at_least"]
     # Delta's seconds from before the restart and memory's after it: every batch once.
     assert sum(r["batches"] for r in history["throughput"]) == 4

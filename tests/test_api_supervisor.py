@@ -64,3 +64,37 @@ def test_a_killed_hot_path_is_replaced_on_the_same_port(start_service: ServiceSt
         assert answer.status_code == 200 and answer.json()["version"] == 1, answer.text
     assert service.process.poll() is None
     assert '"msg": "a process died; restarting it"' in service.log_path.read_text()
+
+
+@pytest.mark.parametrize("mode", ["owner", "group"])
+def test_the_warehouse_and_the_log_are_private_by_default(start_service: ServiceStarter, mode: str) -> None:
+    """``owner`` (the default): no other user reads the warehouse, its tables or the log;
+    ``group``: the group reads them, nobody else."""
+    service = start_service(**({} if mode == "owner" else {"TRACKER_FILE_MODE": "group"}),
+                            TRACKER_FLUSH_SECONDS="0.2", TRACKER_COMPACT_SECONDS="0.3")
+    dataflow, token = register(service, loop_graph(2, name="private"))
+    with service.client(token) as client:
+        assert client.post(f"/v1/dataflows/{dataflow}/progress", json={"worker": "w", "seq": 0, "updates": [
+            update(0, 0, "source", [0], -1), update(0, 0, "source", [1], 1)]}).status_code == 200
+    deadline = time.monotonic() + 60
+    while not list((service.warehouse / "pointstamps").glob("dataflow_id=*/*.parquet")):
+        assert time.monotonic() < deadline, "no compaction"
+        time.sleep(0.1)
+    service.stop()
+    assert (service.warehouse.stat().st_mode & 0o777) == (0o700 if mode == "owner" else 0o750)
+    paths = [p for p in service.warehouse.rglob("*") if not p.is_symlink()]
+    assert any(p.suffix == ".parquet" for p in paths) and any(p.name.startswith("wal-") for p in paths)
+    others = [p for p in paths if p.stat().st_mode & 0o007]
+    assert others == [], others[:5]
+    if mode == "owner":
+        group = [p for p in paths if p.stat().st_mode & 0o070]
+        assert group == [], group[:5]
+
+
+def test_a_bad_file_mode_is_one_line_and_creates_nothing(tmp_path: Path) -> None:
+    env = {**os.environ, "TRACKER_ADMIN_TOKEN": "x", "TRACKER_SPARK": "0", "TRACKER_FILE_MODE": "everyone"}
+    run = subprocess.run([sys.executable, "-m", "tracker.cli", "serve", "--port", str(free_port()),
+                          "--warehouse", str(tmp_path / "wh")], cwd=ROOT, env=env, capture_output=True, timeout=60)
+    assert run.returncode == 2 and run.stderr.decode().strip() == (
+        "tracker serve: error: TRACKER_FILE_MODE must be owner or group, got 'everyone'"), run.stderr
+    assert not (tmp_path / "wh").exists()

@@ -9,7 +9,7 @@ from pathlib import Path
 import polars as pl
 import pyarrow as pa
 import pytest
-from deltalake import DeltaTable
+from deltalake import CommitProperties, DeltaTable, Transaction
 
 from spark_jobs.frames import transitions_from_tables
 from spark_jobs.storage import TABLES, UnknownDataflowError, Warehouse
@@ -49,8 +49,8 @@ def test_schemas_follow_the_design_contract(tmp_path: Path) -> None:
                       "summary"],
         "progress": ["dataflow_id", "version", "worker", "seq", "scope", "node", "port", "kind", "time", "delta",
                      "received_at"],
-        "pointstamps": ["dataflow_id", "scope", "node", "port", "kind", "time", "count"],
-        "frontiers": ["dataflow_id", "scope", "node", "port", "kind", "time"],
+        "pointstamps": ["dataflow_id", "scope", "node", "port", "kind", "time", "count", "born_at", "worker"],
+        "frontiers": ["dataflow_id", "scope", "node", "port", "kind", "time", "since"],
         "frontier_changes": ["dataflow_id", "version", "scope", "node", "port", "kind", "time", "diff", "at"],
     }
     assert {name: schema.names for name, schema in TABLES.items()} == expected_columns
@@ -93,7 +93,7 @@ def test_graph_round_trip_and_independent_reader(tmp_path: Path) -> None:
 
 def test_commits_are_versions_and_time_travel_works(tmp_path: Path) -> None:
     wh = Warehouse(tmp_path)
-    row = {"dataflow_id": "a", "scope": [], "node": 1, "port": 0, "kind": "target", "time": [3]}
+    row = {"dataflow_id": "a", "scope": [], "node": 1, "port": 0, "kind": "target", "time": [3], "since": None}
     assert wh.append("frontiers", [row]) == 0
     assert wh.append("frontiers", [{**row, "dataflow_id": "b", "time": [9]}]) == 1
     assert wh.replace_partition("frontiers", "a", [{**row, "time": [4]}, {**row, "port": 1, "time": [5]}]) == 2
@@ -157,8 +157,8 @@ def test_spark_reads_and_writes_the_same_tables(spark, tmp_path: Path) -> None:
     )
     assert version == 0
     assert pl.read_delta(wh.path("frontiers")).to_dicts() == [
-        {"dataflow_id": "df", "scope": [], "node": 1, "port": 0, "kind": "target", "time": [7, 1]}
-    ]  # a frame without `scope` is the root's
+        {"dataflow_id": "df", "scope": [], "node": 1, "port": 0, "kind": "target", "time": [7, 1], "since": None}
+    ]  # a frame without `scope` is the root's (and without `since`, when its frontier moved is unknown)
     assert wh.spark_read("frontiers", version=0).collect()[0]["time"] == [7, 1]
 
 
@@ -248,3 +248,35 @@ def test_a_warehouse_of_the_layout_before_scopes_is_refused_in_one_line(tmp_path
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "no column scope" in err and "Traceback" not in err
     assert DeltaTable(wh.path("frontiers")).version() == 0  # nothing written
+
+
+def test_tables_written_before_the_ages_are_upgraded_in_place_and_read_as_unknown(tmp_path: Path) -> None:
+    """``pointstamps`` and ``frontiers`` written before they kept ages (``born_at``, ``worker``,
+    ``since``) gain those columns at the next start, null in their old rows; recovery's reader
+    takes the old rows as ages unknown and the new ones as written."""
+    from deltalake import write_deltalake
+
+    from api.delta.store import Store
+    from spark_jobs.storage import POINTSTAMPS_APP
+    from spark_jobs.tables import ADDED_COLUMNS
+
+    wh = Warehouse(tmp_path)
+    counts = {(Location.source(0, 0), (3,)): 1}
+    wh.write_states({"old": (2, counts, {Location.target(1, 0): [(3,)]})})
+    for table in ("pointstamps", "frontiers"):  # as the previous release wrote them: without the ages
+        rows = DeltaTable(wh.path(table)).to_pyarrow_table().drop_columns(list(ADDED_COLUMNS[table]))
+        write_deltalake(wh.path(table), rows, mode="overwrite", schema_mode="overwrite", partition_by=["dataflow_id"],
+                        commit_properties=CommitProperties(app_transactions=[Transaction(POINTSTAMPS_APP + "old", 2)])
+                        if table == "pointstamps" else None)
+    assert "born_at" not in (wh.stored_columns("pointstamps") or [])
+    wh.check_layout()
+    assert {"born_at", "worker"} <= set(wh.stored_columns("pointstamps") or [])
+    assert "since" in (wh.stored_columns("frontiers") or [])
+    wh.write_states({"new": (5, counts, {Location.target(1, 0): [(3,)]})},
+                    {"new": ({(Location.source(0, 0), (3,)): (100.5, "w1")}, {Location.target(1, 0): 99.25})})
+    store = Store(tmp_path)
+    survey = store.survey(["old", "new"])
+    assert survey.snapshots == {"old": (2, counts), "new": (5, counts)}
+    assert survey.births == {"new": {(Location.source(0, 0), (3,)): (100.5, "w1")}}
+    assert survey.since == {"new": {Location.target(1, 0): 99.25}}
+    assert survey.problems == {}

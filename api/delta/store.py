@@ -56,6 +56,11 @@ class Survey:
     registered: set[str] = field(default_factory=set)
     snapshots: dict[str, tuple[int, dict[tuple[Location | ScopedLocation, Timestamp], int]]] = field(
         default_factory=dict)
+    births: dict[str, dict[tuple[Location | ScopedLocation, Timestamp], tuple[float, str | None]]] = field(
+        default_factory=dict)
+    """The births kept with each snapshot's pointstamps (those known)."""
+    since: dict[str, dict[Location | ScopedLocation, float]] = field(default_factory=dict)
+    """When each location's frontier last moved, kept with the snapshot's frontiers (those known)."""
     in_delta: dict[str, int] = field(default_factory=dict)
     compacted: dict[str, int] = field(default_factory=dict)
     problems: dict[str, str] = field(default_factory=dict)
@@ -95,7 +100,9 @@ class Store:
         if "dataflows" not in survey.problems:  # else every dataflow's graph tables are written again
             survey.registered = self._surveyed(survey, "dataflows", self.registered, set())
         if "pointstamps" not in survey.problems:
-            survey.snapshots = self._surveyed(survey, "pointstamps", lambda: self.snapshots(ids), {})
+            survey.snapshots = self._surveyed(survey, "pointstamps", lambda: self.snapshots(ids, survey.births), {})
+        if survey.snapshots:  # the ages of the frontiers the snapshots left: lag goes on across a restart
+            survey.since = self._surveyed(survey, "frontiers", lambda: self.since(survey.snapshots), {})
         if "progress" not in survey.problems or "missing" in survey.problems["progress"]:
             survey.in_delta = self._surveyed(survey, "progress", lambda: self.max_versions("progress"), {})
         if "frontier_changes" not in survey.problems or "missing" in survey.problems["frontier_changes"]:
@@ -167,11 +174,12 @@ class Store:
         found = self.warehouse.max_of("progress", dataflow_id, "version")
         return -1 if found is None else found
 
-    def snapshots(self, dataflow_ids: Iterable[str]
-                  ) -> dict[str, tuple[int, dict[tuple[Location | ScopedLocation, Timestamp], int]]]:
+    def snapshots(self, dataflow_ids: Iterable[str], births: dict[str, dict[Any, tuple[float, str | None]]]
+                  | None = None) -> dict[str, tuple[int, dict[tuple[Location | ScopedLocation, Timestamp], int]]]:
         """The compacted counts of many dataflows and the version each is exact for (only those
         compaction wrote), from one read of the ``pointstamps`` table (one table version, so each
-        dataflow's counts and version belong together)."""
+        dataflow's counts and version belong together); the pointstamps' known births go to
+        ``births`` (by dataflow), if given."""
         from deltalake import DeltaTable
 
         from spark_jobs.storage import POINTSTAMPS_APP
@@ -193,17 +201,41 @@ class Store:
             mark = marks.get(POINTSTAMPS_APP + dataflow_id)
             if mark is not None:
                 found[dataflow_id] = (mark, {})
-        names = ["dataflow_id", "scope", "node", "port", "kind", "time", "count"]
+        names = ["dataflow_id", "scope", "node", "port", "kind", "time", "count", "born_at", "worker"]
         data = _read_files(delta, path, names)
-        for dataflow_id, scope, node, port, kind, time, count in zip(*(data.column(n).to_pylist() for n in names),
-                                                                     strict=True):
+        columns = [data.column(n).to_pylist() for n in names[:-2]]
+        born = pc.divide(data.column("born_at").cast(pa.int64()), 1_000_000.0).to_pylist()
+        for dataflow_id, scope, node, port, kind, time, count, at, worker in zip(
+                *columns, born, data.column("worker").to_pylist(), strict=True):
             if dataflow_id in found:
                 counts = found[dataflow_id][1]
                 # A nested scope's row keeps its scope path: recovery maps it to its stand-in.
                 location = ScopedLocation(tuple(scope), node, port, kind) if scope else Location(node, port, kind)
                 key = (location, tuple(time))
                 counts[key] = counts.get(key, 0) + count
+                if births is not None and at is not None:
+                    births.setdefault(dataflow_id, {})[key] = (at, worker)
         return {i: (mark, {k: c for k, c in counts.items() if c != 0}) for i, (mark, counts) in found.items()}
+
+    def since(self, dataflow_ids: Iterable[str]) -> dict[str, dict[Location | ScopedLocation, float]]:
+        """When each location's frontier last moved (POSIX seconds), as kept with the
+        ``frontiers`` of these dataflows (rows written before it was kept have none)."""
+        from deltalake import DeltaTable
+
+        path = self.warehouse.path("frontiers")
+        if not DeltaTable.is_deltatable(path):
+            return {}
+        wanted = set(dataflow_ids)
+        names = ["dataflow_id", "scope", "node", "port", "kind"]
+        data = _read_files(DeltaTable(path), path, [*names, "since"])
+        moved = pc.divide(data.column("since").cast(pa.int64()), 1_000_000.0).to_pylist()
+        found: dict[str, dict[Location | ScopedLocation, float]] = {}
+        for dataflow_id, scope, node, port, kind, at in zip(*(data.column(n).to_pylist() for n in names), moved,
+                                                             strict=True):
+            if dataflow_id in wanted and at is not None:
+                location = ScopedLocation(tuple(scope), node, port, kind) if scope else Location(node, port, kind)
+                found.setdefault(dataflow_id, {})[location] = at
+        return found
 
     def max_versions(self, table: str) -> dict[str, int]:
         """The highest ``version`` of every dataflow in ``table`` (``progress`` or
@@ -263,15 +295,18 @@ class Store:
         return self.warehouse.append("progress", pa.concat_tables(tables) if len(tables) > 1 else tables[0])
 
     def write_states(self, states: Mapping[str, tuple[int, Mapping[tuple[Any, Timestamp], int],
-                                                     Mapping[Any, Iterable[Timestamp]]]]) -> None:
+                                                     Mapping[Any, Iterable[Timestamp]]]],
+                     ages: Mapping[str, tuple[Mapping[tuple[Any, Timestamp], tuple[float, str | None]],
+                                              Mapping[Any, float]]] | None = None) -> None:
         """Replace the ``pointstamps`` and ``frontiers`` partitions of many dataflows, each
         ``dataflow_id -> (version, counts, frontiers)`` as of its ``version`` (recorded with the
         pointstamps, so recovery and the incremental Spark job resume there). Two commits in all,
         however many dataflows: one commit per dataflow and table left the tables minutes behind
         with a hundred busy dataflows. Locations are root ``Location`` s or ``ScopedLocation`` s
-        (see :meth:`api.live.scopes.Hosting.scoped_counts`)."""
+        (see :meth:`api.live.scopes.Hosting.scoped_counts`); ``ages`` (by dataflow: the births of
+        its pointstamps and when each frontier last moved) go with them."""
         if states:
-            self.warehouse.write_states(states)
+            self.warehouse.write_states(states, ages)
 
     def append_changes(self, batches: Sequence[ChangeItem]) -> int:
         """Append frontier changes of many dataflows in one commit; each item carries a version's
@@ -339,7 +374,10 @@ def _read_files(delta: DeltaTable, path: str, names: list[str]) -> pa.Table:
         return TABLES[Path(path).name].empty_table().select(names)
     paths = [os.path.join(path, unquote(p)) for p in files.column("path").to_pylist()]
     partitioning = ds.partitioning(pa.schema([("dataflow_id", pa.string())]), flavor="hive")
-    dataset = ds.dataset(paths, format="parquet", partitioning=partitioning, partition_base_dir=path)
+    # The table's schema, not the first file's: a file written before a column was added
+    # (spark_jobs.tables.ADDED_COLUMNS) reads it as null.
+    dataset = ds.dataset(paths, schema=TABLES[Path(path).name], format="parquet", partitioning=partitioning,
+                         partition_base_dir=path)
     return dataset.to_table(columns=names)
 
 

@@ -35,11 +35,13 @@ from api.delta.store import Layout, Store
 from api.delta.tidy import Tidier
 from api.durability.records import Record
 from api.durability.wal import WriteAheadLog
+from api.live.ages import Ages, AgesCopy
 from api.live.scopes import Hosting
 from api.live.state import Counts, LiveState
 from api.metrics import Metrics
 from api.streams.publish import Publication
-from tracker.graph import Graph, Update
+from tracker.graph import Graph, Location, Update
+from tracker.timestamp import Timestamp
 
 if TYPE_CHECKING:
     from progress_engine import ChangeBatch
@@ -98,6 +100,8 @@ class Synced(Protocol):
     def hosting(self) -> Hosting | None:
         """A nested dataflow's stand-ins and their real locations (``None``: flat)."""
         ...
+    @property
+    def ages(self) -> Ages: ...
 
     def counts(self) -> Counts:
         """Occurrence counts as of the published frontier's version."""
@@ -229,9 +233,10 @@ class Syncer:
         loop = asyncio.get_running_loop()
         due = [d for d in self.dataflows.values() if d.publication.frontier_version >= 0 and (
             d.lag.uncompacted or d.lag.compacted_state != d.publication.frontier_version)]
-        # Read on the loop, so that counts, frontiers and changes agree on a version.
-        states = [(d, d.publication.frontier_version, *_real(d.hosting, d.counts(),
-                   {loc: sorted(ts) for loc, ts in d.publication.published.items() if ts})) for d in due]
+        # Read on the loop, so that counts, frontiers, ages and changes agree on a version.
+        states = [Snapshot(d.id, d.publication.frontier_version, d.counts(),
+                           {loc: sorted(ts) for loc, ts in d.publication.published.items() if ts},
+                           d.ages.copy(d.live.index_of()), d.hosting) for d in due]
         changes: list[tuple[Synced, ChangeItem]] = []
         for dataflow in due:
             changes.extend((dataflow, item) for item in dataflow.lag.uncompacted)
@@ -249,10 +254,9 @@ class Syncer:
             for dataflow, (version, _, _) in changes:
                 dataflow.lag.compacted_version = max(dataflow.lag.compacted_version, version)
         if states:
-            await loop.run_in_executor(self.pool, store.write_states,
-                                       {d.id: (version, counts, frontiers) for d, version, counts, frontiers in states})
-            for dataflow, version, _, _ in states:
-                dataflow.lag.compacted_state = version
+            await loop.run_in_executor(self.pool, _write_states, store, states)
+            for dataflow, snapshot in zip(due, states, strict=True):
+                dataflow.lag.compacted_state = snapshot.version
 
     async def rotate(self) -> None:
         """Start a new log segment when the current one is large and has grown since its header
@@ -304,8 +308,36 @@ def _places(dataflow: Synced) -> columns.Places:
     return dataflow.lag.places
 
 
-def _real(hosting: Hosting | None, counts: Counts, frontiers: dict[Any, list[Any]]) -> tuple[Any, Any]:
-    """Counts and frontiers on a nested dataflow's real (scoped) locations, for Delta."""
-    if hosting is None:
-        return counts, frontiers
-    return hosting.scoped_counts(counts), hosting.scoped_frontiers(frontiers)
+@dataclass(frozen=True)
+class Snapshot:
+    """One dataflow's state as of its published ``version``, read on the event loop for
+    ``pointstamps`` and ``frontiers``: counts, frontiers and ages on its tracker's locations."""
+
+    id: str
+    version: int
+    counts: Counts
+    frontiers: dict[Location, list[Timestamp]]
+    ages: AgesCopy
+    hosting: Hosting | None
+
+
+def _write_states(store: Store, snapshots: list[Snapshot]) -> None:
+    """Write ``snapshots`` (on the Delta thread): each pointstamp with its birth and each
+    frontier with its last move, on the real (scoped) locations of a nested dataflow."""
+    states: dict[str, tuple[int, Any, Any]] = {}
+    ages: dict[str, tuple[Any, Any]] = {}
+    for snapshot in snapshots:
+        born, moved = snapshot.ages.born, snapshot.ages.moved
+        births = {key: found for key in snapshot.counts if (found := born(*key)) is not None}
+        since = {location: moved(location) for location in snapshot.frontiers}
+        hosting = snapshot.hosting
+        if hosting is None:
+            states[snapshot.id] = (snapshot.version, snapshot.counts, snapshot.frontiers)
+            ages[snapshot.id] = (births, since)
+            continue
+        scoped = hosting.scoped
+        states[snapshot.id] = (snapshot.version, hosting.scoped_counts(snapshot.counts),
+                               hosting.scoped_frontiers(snapshot.frontiers))
+        ages[snapshot.id] = ({(scoped(loc), t): found for (loc, t), found in births.items()},
+                             {scoped(loc): at for loc, at in since.items()})
+    store.write_states(states, ages)

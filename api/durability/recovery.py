@@ -104,13 +104,25 @@ def _kind(damage: Damage) -> str:
 
 @dataclass(frozen=True)
 class Damaged:
-    """A dataflow recovery refused: its routes answer 503 ``dataflow_damaged`` with ``detail``.
-    ``token_hash`` and ``name`` are known when its registration is."""
+    """A dataflow recovery refused: its routes answer 503 ``dataflow_damaged`` with ``detail``,
+    and the listings show it with state ``damaged``. ``token_hash``, ``name``, ``arity`` and
+    ``created_at`` are known when its registration is."""
 
     id: str
     detail: str
     token_hash: str | None = None
     name: str | None = None
+    arity: int | None = None
+    created_at: str | None = None
+
+    def summary(self) -> dict[str, object]:
+        """Its entry in ``GET /v1/dataflows``.
+
+        >>> Damaged("d1", "a batch is missing", name="n").summary()["state"]
+        'damaged'
+        """
+        return {"id": self.id, "name": self.name, "timestamp_arity": self.arity, "version": None,
+                "created_at": self.created_at, "state": "damaged", "detail": self.detail}
 
 
 def gather(contents: LogContents) -> tuple[dict[str, Evidence], dict[str, Check], dict[str, Delete]]:

@@ -22,6 +22,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 
@@ -268,7 +269,8 @@ class Service:
                     try:
                         refused = self._recover_one(evidence[dataflow_id], snapshots.get(dataflow_id),
                                                     in_delta.get(dataflow_id, -1), compacted.get(dataflow_id, -1),
-                                                    stored)
+                                                    stored, survey.births.get(dataflow_id, {}),
+                                                    survey.since.get(dataflow_id))
                     except Exception as error:  # one dataflow's inconsistency must not stop the others
                         log.exception("recovery of a dataflow failed", extra={"dataflow": dataflow_id})
                         refused = self._refusal(evidence[dataflow_id], f"recovery failed: {error}")
@@ -287,7 +289,7 @@ class Service:
     def _refusal(self, evidence: Evidence, detail: str) -> Damaged:
         record = evidence.registration
         assert record is not None
-        return Damaged(record.df, detail, record.token, record.name)
+        return Damaged(record.df, detail, record.token, record.name, record.arity, record.created_at)
 
     def _refuse(self, damaged: Damaged) -> None:
         log.error("dataflow refused: damaged", extra={"dataflow": damaged.id, "detail": damaged.detail})
@@ -299,7 +301,8 @@ class Service:
         self.metrics.damaged.set(len(self.damaged))
 
     def _recover_one(self, evidence: Evidence, stored_snapshot: tuple[int, StoredCounts] | None, in_delta: int,
-                     compacted: int, stored: set[str]) -> Damaged | None:
+                     compacted: int, stored: set[str], births: StoredBirths,
+                     since: Mapping[Location | ScopedLocation, float] | None) -> Damaged | None:
         record = evidence.registration
         assert record is not None
         store = self.store
@@ -327,15 +330,19 @@ class Service:
             tracker = self.build.engine(graph, initial, hosting)
         else:  # start from the compacted counts and replay only what follows them
             tracker = self.build.engine(graph, [(loc, t, c) for (loc, t), c in snapshot[1].items()], hosting)
-        # Without a snapshot every batch is replayed with its time: the ages are those before the restart.
+        # Without a snapshot every batch is replayed with its time: the ages are those before the
+        # restart. A snapshot keeps its pointstamps' births and its frontiers' last moves; one
+        # written before they were kept dates them to the restart (its ages: lower bounds).
+        registered = datetime.fromisoformat(record.created_at).timestamp()
         tenant = self.build.tenant(record, graph, tracker, initial, hosting, at_registration=snapshot is None,
-                                  created=None if snapshot is not None else
-                                  datetime.fromisoformat(record.created_at).timestamp())
+                                  created=registered if snapshot is None or since is not None else None)
         tenant.live.version = base
         if snapshot is not None:
-            # What the snapshot holds happened at some unknown time before it: the ages of its
-            # pointstamps and unmoved frontiers count from the restart (at least that old).
-            tenant.ages.seed(snapshot[1], tenant.ages.created)
+            moved = None if since is None else {_stand_in(loc, hosting): at for loc, at in since.items()}
+            tenant.ages.seed(snapshot[1], time.time(), {(_stand_in(loc, hosting), t): birth
+                                                        for (loc, t), birth in births.items()}, moved)
+            if moved:
+                tenant.publication.last_change_at = max(moved.values())
         lag, live = tenant.lag, tenant.live
         if in_delta >= 0:
             lag.unflushed.clear()  # the initial counts (version 0) are in Delta already
@@ -435,6 +442,18 @@ __all__ = ["RegistrationError", "Service", "build_graph", "registration_record"]
 
 StoredCounts = dict[tuple[Location | ScopedLocation, Timestamp], int]
 """Counts as the ``pointstamps`` table names them: a nested scope's locations with their scope path."""
+StoredBirths = Mapping[tuple[Location | ScopedLocation, Timestamp], tuple[float, str | None]]
+"""The births kept with them: ``(first seen, last worker)``."""
+
+
+def _stand_in(location: Location | ScopedLocation, hosting: Hosting | None) -> Location:
+    """A stored location on the dataflow's tracker (a nested dataflow's stand-in)."""
+    if hosting is None:
+        if isinstance(location, ScopedLocation):
+            raise ValueError("a table names a nested scope in a flat dataflow")
+        return location
+    return hosting.flat(location if isinstance(location, ScopedLocation)
+                        else ScopedLocation((), location.node, location.port, location.kind))
 
 
 def _stand_ins(counts: StoredCounts, hosting: Hosting | None) -> Counts:
@@ -443,6 +462,4 @@ def _stand_ins(counts: StoredCounts, hosting: Hosting | None) -> Counts:
         if any(isinstance(loc, ScopedLocation) for loc, _ in counts):
             raise ValueError("the pointstamps table names a nested scope in a flat dataflow")
         return counts  # type: ignore[return-value]  # checked: every key is a root Location
-    return {(hosting.flat(loc if isinstance(loc, ScopedLocation)
-                          else ScopedLocation((), loc.node, loc.port, loc.kind)), t): c
-            for (loc, t), c in counts.items()}
+    return {(_stand_in(loc, hosting), t): c for (loc, t), c in counts.items()}

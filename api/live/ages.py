@@ -40,6 +40,8 @@ seconds.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from itertools import groupby
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
@@ -98,6 +100,21 @@ class _EngineBirths:
     def oldest_by_location(self) -> dict[Location, tuple[Timestamp, float, str | None]]:
         order, names = self.order, self.worker_names
         return {order[index]: (time_, born, names[worker]) for index, time_, born, worker in self.births.oldest()}
+
+
+@dataclass(frozen=True)
+class AgesCopy:
+    """The ages of one dataflow, copied on the event loop (:meth:`Ages.copy`) and read from
+    another thread (the Delta thread, which keeps them with the compacted state)."""
+
+    born: Callable[[Location, Timestamp], tuple[float, str | None] | None]
+    """``(born at, last worker)`` of a pointstamp live when the copy was taken, else ``None``."""
+    moved: Callable[[Location], float]
+    """When a location's frontier last changed (the dataflow's registration if never)."""
+
+
+def _birth_order(item: tuple[Key, tuple[float, str | None]]) -> tuple[float, str]:
+    return item[1][0], item[1][1] or ""
 
 
 MOVES_HELD = 4_096
@@ -184,16 +201,53 @@ class Ages:
         if self._queued > 4 * len(self._born) + 8192:
             self._fold()
 
-    def seed(self, counts: Mapping[Key, int], at: float) -> None:
-        """Replace every pointstamp with ``counts`` (recovered from a compacted snapshot, whose
-        births are unknown): born ``at``, which :meth:`at_least` then reports as a lower bound."""
-        self.unknown_before = at
+    def seed(self, counts: Mapping[Key, int], at: float, births: Mapping[Key, tuple[float, str | None]] | None = None,
+             moved: Mapping[Location, float] | None = None) -> None:
+        """Replace every pointstamp with ``counts`` (recovered from a compacted snapshot), each
+        born as ``births`` says (kept with the snapshot), and each location's last move as
+        ``moved`` says. A pointstamp without a known birth (a snapshot written before births
+        were kept) is born ``at`` (the restart), which :meth:`at_least` then reports as a lower
+        bound; so is the last move of a location ``moved`` does not name.
+
+        >>> from tracker.graph import Location
+        >>> here = Location.target(1, 0)
+        >>> ages = Ages(created=10.0, counts=lambda: {(here, (3,)): 1, (here, (4,)): 1})
+        >>> ages.seed({(here, (3,)): 1, (here, (4,)): 1}, 99.0, {(here, (3,)): (20.0, "w")}, {here: 30.0})
+        >>> ages.blame(here, (3,)), ages.blame(here, (4,)), ages.moved_at(here), ages.at_least(99.0)
+        ((20.0, 'w'), (99.0, None), 30.0, True)
+        """
+        births = births or {}
+        if any(key not in births for key, count in counts.items() if count > 0) or moved is None:
+            self.unknown_before = at
+        self._moved = dict(moved or {})
+        self._moves, self._moves_changes = [], 0
+        live = [(key, births.get(key, (at, None))) for key, count in counts.items() if count > 0]
         if self._births is not None:
-            self._births.births.clear()
-            self._births.add(at, None, [(location, time_, n) for (location, time_), n in counts.items() if n])
+            engine = self._births
+            engine.births.clear()
+            for (born, worker), same in groupby(sorted(live, key=_birth_order), key=itemgetter(1)):
+                engine.add(born, worker, [(loc, time_, counts[(loc, time_)]) for (loc, time_), _ in same])
             return
         self._queue, self._queued = [], 0
-        self._born = {key: (at, None) for key, count in counts.items() if count > 0}
+        self._born = dict(live)
+
+    def copy(self, index_of: Callable[[Location], int] | None = None) -> AgesCopy:
+        """A copy of every live pointstamp's birth and every location's last move, taken now
+        (on the event loop: a copy in C of the engine's, a dict copy otherwise), to read from
+        another thread (``index_of``: as for :meth:`moved_all`)."""
+        moved = self.moved_all(index_of)
+        if self._births is not None:
+            engine = self._births
+            births, index, names = engine.births.copy(), engine.index, list(engine.worker_names)
+
+            def born(location: Location, time_: Timestamp) -> tuple[float, str | None] | None:
+                found = births.get(index(location), time_)
+                return None if found is None else (found[0], names[found[1]])
+
+            return AgesCopy(born, moved)
+        self._fold()
+        kept = dict(self._born)
+        return AgesCopy(lambda location, time_: kept.get((location, time_)), moved)
 
     # -- readers -----------------------------------------------------------------------------
 
@@ -230,16 +284,16 @@ class Ages:
         """A reader of :meth:`moved_at` for every location, over a copy taken now (unless not
         ``copy``): safe to call from a worker thread."""
         created = self.created
+        self._fold_moves()
+        moved = dict(self._moved) if copy else self._moved  # folded lists, and what a restart seeded
         if self._stamps is not None and index_of is not None:
             stamps = self._stamps.copy() if copy else self._stamps
 
             def stamped(location: Location) -> float:
                 at = stamps.get(index_of(location))
-                return created if at is None else at
+                return moved.get(location, created) if at is None else at
 
             return stamped
-        self._fold_moves()
-        moved = dict(self._moved) if copy else self._moved
         return lambda location: moved.get(location, created)
 
     def blame(self, location: Location, time: Timestamp) -> tuple[float, str | None] | None:

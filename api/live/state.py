@@ -111,6 +111,11 @@ class LiveState:
     def __post_init__(self) -> None:
         self.native = getattr(self.tracker, "engine", None)
 
+    def index_of(self) -> Callable[[Location], int] | None:
+        """The compiled engine's index of a location (it reports changed locations by index),
+        or ``None`` without the compiled engine."""
+        return None if self.native is None else self.native.index
+
     def _apply(self, updates: list[Update] | Indexed, version: int) -> list[FrontierChange] | ChangeBatch:
         native = self.native
         if native is None:

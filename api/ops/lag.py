@@ -97,8 +97,7 @@ def locations_of(tenant: Tenant) -> list[Location]:
 
 def index_of(tenant: Tenant) -> Callable[[Location], int] | None:
     """The compiled engine's index of a location (it reports changed locations by index)."""
-    native = tenant.live.native
-    return None if native is None else native.index
+    return tenant.live.index_of()
 
 
 def blamer(tenant: Tenant, now: float) -> Callable[[Location, Timestamp], dict[str, Any]]:

@@ -64,11 +64,13 @@ def prepare(settings: Settings, warehouse_lock: bool = True) -> tuple[Any, str]:
     whoever keeps the returned object, and by the processes that inherit its descriptor; a
     shard's lock is :mod:`api.run.topology`'s) and its layout checked; the lock (or ``None``) and
     the admin token. Raises :class:`StartupError` (a clear message) if the warehouse cannot be used."""
-    from spark_jobs.ownership import WarehouseBusy, WarehouseLock
+    from spark_jobs.ownership import WarehouseBusy, WarehouseLock, restrict
 
     configure_logging(settings.log_level)
+    restrict(None, settings.file_mode)  # before the warehouse is made: it is private from its first file
     try:
         settings.warehouse.mkdir(parents=True, exist_ok=True)
+        restrict(settings.warehouse, settings.file_mode)
     except (FileExistsError, NotADirectoryError):
         raise StartupError(f"the warehouse {settings.warehouse} exists and is not a directory") from None
     except OSError as error:

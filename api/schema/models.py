@@ -245,6 +245,20 @@ class DataflowSummary(BaseModel):
     state: State
 
 
+class ListedDataflow(BaseModel):
+    """A dataflow in ``GET /v1/dataflows``: a hosted one, or one recovery refused (state
+    ``damaged``: ``detail`` says why; its routes answer 503 ``dataflow_damaged``; what its
+    registration did not tell is ``null``)."""
+
+    id: str
+    name: str | None
+    timestamp_arity: int | None
+    version: int | None
+    created_at: str | None
+    state: State | Literal["damaged"]
+    detail: str | None = Field(default=None, description="why a damaged dataflow was refused at recovery")
+
+
 class DataflowDetail(DataflowSummary):
     """A dataflow with its graph and status."""
 

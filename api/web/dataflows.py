@@ -21,8 +21,8 @@ from api.host.ingest import bad_body, gone, submit
 from api.schema.bodies import collector_paused, detail_json, parse_registration_sliced
 from api.schema.models import (
     DataflowDetail,
-    DataflowSummary,
     ErrorBody,
+    ListedDataflow,
     PointstampRow,
     ProgressResponse,
     RegisterResponse,
@@ -90,15 +90,16 @@ async def register(request: Request, service: ServiceDep, caller: AdminDep, limi
     return JSONResponse({"id": dataflow.id, "token": token, "endpoint": service.settings.endpoint}, status_code=201)
 
 
-@router.get("/dataflows", response_model=list[DataflowSummary], responses=ERRORS, summary="List dataflows")
+@router.get("/dataflows", response_model=list[ListedDataflow], responses=ERRORS, summary="List dataflows")
 async def list_dataflows(
     service: ServiceDep, caller: PrincipalDep,
-    state: Annotated[Literal["running", "complete", "stalled", "violation", "deleted"] | None, Query(
+    state: Annotated[Literal["running", "complete", "stalled", "violation", "deleted", "damaged"] | None, Query(
         description="only dataflows in this state (default: every state but deleted)")] = None,
     name: Annotated[str | None, Query(max_length=200, description="only dataflows registered with this name")] = None,
 ) -> list[dict[str, Any]]:
     """Every dataflow the token may see (the admin: all; a dataflow token: its own), oldest
-    first, filtered by ``state`` and ``name``; deleted ones only with ``state=deleted``."""
+    first, filtered by ``state`` and ``name``; deleted ones only with ``state=deleted``. A
+    dataflow recovery refused is listed with state ``damaged`` and the reason (``detail``)."""
     found = []
     for dataflow in service.dataflows.values():
         if not (dataflow.ready and caller.may_access(dataflow.id)) or (name is not None and dataflow.name != name):
@@ -106,7 +107,10 @@ async def list_dataflows(
         now = dataflow.lifecycle()["state"]
         if now == state or (state is None and now != "deleted"):
             found.append(dataflow.summary(now))
-    return sorted(found, key=lambda d: d["created_at"])
+    if state in (None, "damaged"):
+        found += [damaged.summary() for damaged in service.damaged.values()
+                  if caller.may_access(damaged.id) and (name is None or damaged.name == name)]
+    return sorted(found, key=lambda d: d["created_at"] or "")
 
 
 @router.delete("/dataflows/{id}", status_code=204, response_class=Response,

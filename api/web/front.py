@@ -162,7 +162,7 @@ def create_front(shards: list[Shard], *, proxied: bool,
             first = refusals[0]
             return Response(first.content, first.status_code, media_type=first.headers.get("content-type"))
         missing = [str(s.index) for s, a in answers if a is None]
-        return JSONResponse(sorted(listed, key=lambda d: d["created_at"]),
+        return JSONResponse(sorted(listed, key=lambda d: d["created_at"] or ""),
                             headers={"X-Tracker-Shards-Unavailable": ",".join(missing)} if missing else None)
 
     @app.get("/v1/processes")

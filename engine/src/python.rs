@@ -920,6 +920,12 @@ impl PyBirths {
         self.inner.clear();
     }
 
+    /// An independent copy (later folds do not show in it): read off the event loop.
+    fn copy(&self, py: Python<'_>) -> PyBirths {
+        let inner = py.detach(|| self.inner.clone());
+        PyBirths { inner }
+    }
+
     /// Pointstamps with a non-zero count (positive or not).
     fn __len__(&self) -> usize {
         self.inner.len()

@@ -27,7 +27,7 @@ from collections.abc import Callable
 
 from tracker.worker.client import Admin
 
-_STATES = ["running", "complete", "stalled", "violation", "deleted"]
+_STATES = ["running", "complete", "stalled", "violation", "deleted", "damaged"]
 
 
 def _client(name: str, body: Callable[[argparse.Namespace, Admin], int]) -> Callable[[argparse.Namespace], int]:
@@ -70,10 +70,14 @@ def _run_worker(args: argparse.Namespace) -> int:
 
 def _dataflows(args: argparse.Namespace, admin: Admin) -> int:
     found = admin.dataflows(state=args.state, name=args.name)
-    rows = [("NAME", "ID", "STATE", "VERSION")] + [(d["name"], d["id"], d["state"], str(d["version"])) for d in found]
+    rows = [("NAME", "ID", "STATE", "VERSION")] + [
+        (d["name"] or "?", d["id"], d["state"], "-" if d["version"] is None else str(d["version"])) for d in found]
     widths = [max(len(row[i]) for row in rows) for i in range(3)]
     for row in rows:
         print("  ".join(cell.ljust(width) for cell, width in zip(row[:3], widths, strict=True)) + "  " + row[3])
+    for d in found:  # why each damaged one was refused (its routes answer 503 until it is repaired)
+        if d["state"] == "damaged":
+            print(f"damaged {d['id']} ({d['name'] or 'name unknown'}): {d.get('detail')}")
     return 0
 
 
