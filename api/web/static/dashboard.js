@@ -229,6 +229,8 @@ async function openDataflow(id) {
   $("#state").replaceChildren();
   $("#status").textContent = "";
   $("#focus").disabled = true;
+  $("#focus").classList.remove("on");  // a new dataflow starts with its whole graph
+  $("#focus").textContent = "Show only what holds it back";
   $("#title").textContent = `${flow.name} (${flow.id})`;
   $("#explain").textContent = "";
   for (const body of document.querySelectorAll("#view tbody")) body.replaceChildren();
