@@ -611,7 +611,8 @@ def test_a_thousand_operators_five_scopes_deep_are_readable(service: ServiceProc
     wait_js(page, "window.dashboard.graph.focus !== null && window.dashboard.graph.focus.size > 1")
     focused = page.evaluate("""() => ({shown: window.dashboard.cy.nodes('.operator').map(n => n.data('label')),
                                        note: document.querySelector('#graph-note').innerText})""")
-    assert "only what holds the selected location back" in focused["note"]
+    scope, _, where = port.partition("/")
+    assert f"(only what holds [{scope}]({where.replace(':', ',')}) back)" in focused["note"], focused["note"]
     assert any(label.startswith("source #0") for label in focused["shown"]) and len(focused["shown"]) < 1094
     assert not any(label.startswith("sink") for label in focused["shown"])  # downstream of it: not drawn
     assert problems == [], problems

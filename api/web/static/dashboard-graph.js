@@ -1,20 +1,14 @@
-// The dashboard's graph view (Cytoscape.js): a layered layout that wraps into bands, scopes
-// collapsed until opened, search, and "only what holds the selected frontier back". Drawn from
-// the graph alone; paintGraph() puts a frame's frontiers and lags on it. See docs/dashboard.md.
+// The dashboard's graph view (Cytoscape.js): draws what dashboard-layout.js places (boxes in
+// wrapped bands, scopes collapsed until opened, edges routed around every label), puts a frame's
+// frontiers and lags on it, and offers search, hover and "only what holds it back".
+// See docs/dashboard.md.
 "use strict";
 
 const G = {
-  OP_W: 230,            // an operator's box (its ports' labels sit inside it)
-  PORT_GAP: 30,         // between two ports of one side
-  COL_GAP: 70,          // between two columns (ranks)
-  ROW_GAP: 34,          // between two boxes of one column
-  BAND_GAP: 80,         // between two bands of wrapped columns
-  PAD: 24,              // inside an open scope, around its operators
-  SIDE: 50,             // inside an open scope, beside its operators: its ports and its boundary's
-  PER_COLUMN: 12,       // boxes per column at most: a wider rank is split into several columns
   MIN_ZOOM: 0.8,        // a big graph is drawn at least this large (it pans) so that labels stay readable
   MAX_ZOOM: 1.1,        // a small one at most this large
   DETAIL: 60,           // with more operators shown, only connections that advance time are drawn inside boxes
+  TIP_TIMES: 64,        // times of an antichain the hover shows (the frontier table has them all)
 };
 
 const pathKey = (path) => path.join(",");
@@ -49,7 +43,7 @@ function scopeArity(path) {
   return arity;
 }
 
-function nodeConnections(node, path) {
+function nodeConnections(path, node) {
   // Omitted connections mean every input to every output with the zero summary.
   if (node.connections) return node.connections;
   const zero = new Array(scopeArity(path)).fill(0);
@@ -71,78 +65,6 @@ function isOpen(path, node) {
   return !!node.scope && state.graph.expanded.has(pathKey([...path, node.id]));
 }
 
-function ranks(nodes, edges, nested) {
-  // Breadth-first depth from the entries (operators without inputs, or those the scope's
-  // boundary feeds, or else those nothing shown feeds): left to right; loops go back.
-  const next = new Map(nodes.map((n) => [n.id, []]));
-  const fed = new Set();
-  for (const e of edges) {
-    if (e.source.node !== 0 || !nested) {
-      if (next.has(e.source.node)) next.get(e.source.node).push(e.target.node);
-      if (e.source.node !== e.target.node) fed.add(e.target.node);
-    }
-  }
-  const entries = nested ? edges.filter((e) => e.source.node === 0).map((e) => e.target.node) : [];
-  const rank = new Map();
-  const bfs = (start) => {
-    const queue = start.filter((id) => next.has(id) && !rank.has(id));
-    for (const id of queue) rank.set(id, 0);
-    while (queue.length) {
-      const id = queue.shift();
-      for (const to of next.get(id) || []) {
-        if (next.has(to) && !rank.has(to)) { rank.set(to, rank.get(id) + 1); queue.push(to); }
-      }
-    }
-  };
-  bfs([...entries, ...nodes.filter((n) => n.inputs === 0 || !fed.has(n.id)).map((n) => n.id)]);
-  for (const n of nodes) if (!rank.has(n.id)) bfs([n.id]);
-  return rank;
-}
-
-function boxSize(path, node, band) {
-  const ports = Math.max(node.inputs, node.outputs, 1) * G.PORT_GAP;
-  if (!isOpen(path, node)) return {w: G.OP_W, h: ports + 26};
-  const inner = arrange([...path, node.id], node.scope, band - 2 * (G.PAD + G.SIDE));
-  // Its inputs' rows above its inside, its outputs' below (see emitScope).
-  const h = 2 * G.PAD + (Math.max(node.inputs, 1) + Math.max(node.outputs, 1) + 1) * G.PORT_GAP + inner.h;
-  return {w: inner.w + 2 * (G.PAD + G.SIDE), h, inner};
-}
-
-function arrange(path, body, band) {
-  // Columns by rank (a crowded rank split into several), packed left to right into bands at most
-  // `band` wide, bands stacked downwards; positions relative to the top left corner.
-  const nodes = body.nodes.filter((n) => shown(path, n)).sort((a, b) => a.id - b.id);
-  const ids = new Set(nodes.map((n) => n.id));
-  const edges = (body.edges || []).filter((e) => (e.source.node === 0 && path.length) || ids.has(e.source.node))
-    .filter((e) => (e.target.node === 0 && path.length) || ids.has(e.target.node));
-  const rank = ranks(nodes, edges, path.length > 0);
-  const byRank = [];
-  for (const node of nodes) {
-    const r = rank.get(node.id);
-    while (byRank.length <= r) byRank.push([]);
-    byRank[r].push({node, ...boxSize(path, node, band)});
-  }
-  const columns = [];
-  for (const boxes of byRank) for (let i = 0; i < boxes.length; i += G.PER_COLUMN) columns.push(boxes.slice(i, i + G.PER_COLUMN));
-  const placed = [];
-  const band_of = new Map();
-  let x = 0, top = 0, bandHeight = 0, width = 0, bandIndex = 0;
-  for (const column of columns) {
-    const w = Math.max(...column.map((c) => c.w));
-    if (x > 0 && x + w > band) { top += bandHeight + G.BAND_GAP; x = 0; bandHeight = 0; bandIndex += 1; }
-    let y = top;
-    for (const c of column) {
-      placed.push({...c, x: x + w / 2, y: y + c.h / 2});
-      band_of.set(c.node.id, bandIndex);
-      y += c.h + G.ROW_GAP;
-    }
-    bandHeight = Math.max(bandHeight, y - G.ROW_GAP - top);
-    width = Math.max(width, x + w);
-    x += w + G.COL_GAP;
-  }
-  return {w: width, h: top + bandHeight, placed, edges, rank, band_of};
-}
-
 function scopeSummaryText(path) {
   const info = (state.scopes || []).find((s) => s.scope.join(",") === path.join(","));
   if (!info) return "";
@@ -150,78 +72,102 @@ function scopeSummaryText(path) {
   return ` · ${info.kind} · ${parts.join("; ") || "no path through"}`;
 }
 
-function portElement(loc, parent, side, x, y, extra = {}) {
-  return {data: {id: portId(loc), parent, key: locKey(loc), side, label: side, ...extra}, position: {x, y},
-    classes: `port ${side.split(" ")[0]}`};
+function titleOf(path, node) {
+  const open = isOpen(path, node);
+  const name = `${node.scope ? (open ? "▾ " : "▸ ") : ""}${node.name || (node.scope ? "scope" : "operator")} #${node.id}`;
+  if (!node.scope) return name;
+  const inside = state.graph.scopes.get(pathKey([...path, node.id])).count;
+  return name + scopeSummaryText([...path, node.id]) + (open ? "" : ` · ${inside} inside`);
 }
 
-function emitScope(path, body, layout, left, top, parent, elements, counts) {
-  // The operators and scopes of one scope (`layout`: arrange()'s), its top left corner at (left,
-  // top). An operator, or a scope, is a compound node holding its ports; an open scope holds its
-  // inside too.
-  const detail = counts.shown <= G.DETAIL;
-  for (const {node, x, y, w, h, inner} of layout.placed) {
-    const cx = left + x, cy = top + y, id = opId(path, node.id);
-    const open = isOpen(path, node);
-    const inside = node.scope ? state.graph.scopes.get(pathKey([...path, node.id])).count : 0;
-    const label = `${node.scope ? (open ? "▾ " : "▸ ") : ""}${node.name || (node.scope ? "scope" : "operator")} #${node.id}` +
-      (node.scope ? scopeSummaryText([...path, node.id]) + (open ? "" : ` · ${inside} inside (tap to open)`) : "");
-    elements.push({data: {id, label, key: opKey(path, node.id), ...(parent ? {parent} : {})},
-      classes: node.scope ? `operator scope${open ? "" : " collapsed"}` : "operator"});
-    // An operator's ports are centred on its sides; an open scope's inputs are at its top left and
-    // its outputs at its bottom right, where its inside starts and ends (its bands read like lines).
-    const place = (count, i) => cy + (i - (count - 1) / 2) * G.PORT_GAP;
-    const first = (count, i) => cy - h / 2 + G.PAD + i * G.PORT_GAP;
-    const last = (count, i) => cy + h / 2 - G.PAD - (count - 1 - i) * G.PORT_GAP;
-    const inputAt = open ? first : place, outputAt = open ? last : place;
-    const half = w / 2 - 8;
-    for (let p = 0; p < node.inputs; p++) {
-      elements.push(portElement({scope: path, node: node.id, port: p, kind: "target"}, id, `in ${p}`, cx - half, inputAt(node.inputs, p)));
-    }
-    for (let p = 0; p < node.outputs; p++) {
-      elements.push(portElement({scope: path, node: node.id, port: p, kind: "source"}, id, `out ${p}`, cx + half, outputAt(node.outputs, p)));
-    }
-    if (open) {
-      const within = [...path, node.id];
-      for (let p = 0; p < node.inputs; p++) {  // the boundary's output p: the scope's input p, inside
-        const loc = {scope: within, node: 0, port: p, kind: "source"};
-        // A row below the scope's own port (a row above, on the way out): their labels do not overlap.
-        elements.push(portElement(loc, id, `enter ${p}`, cx - half + G.SIDE, inputAt(node.inputs, p) + G.PORT_GAP / 1.5));
-        elements.push({data: {id: `ingress-${within.join("_")}-${p}`, source: portId({scope: path, node: node.id, port: p,
-          kind: "target"}), target: portId(loc)}, classes: "edge crossing"});
-      }
-      for (let p = 0; p < node.outputs; p++) {
-        const loc = {scope: within, node: 0, port: p, kind: "target"};
-        elements.push(portElement(loc, id, `leave ${p}`, cx + half - G.SIDE, outputAt(node.outputs, p) - G.PORT_GAP / 1.5));
-        elements.push({data: {id: `egress-${within.join("_")}-${p}`, source: portId(loc), target: portId({scope: path,
-          node: node.id, port: p, kind: "source"})}, classes: "edge crossing"});
-      }
-      const below = cy - h / 2 + G.PAD + (Math.max(node.inputs, 1) + 0.5) * G.PORT_GAP;
-      emitScope(within, node.scope, inner, cx - inner.w / 2, below, id, elements, counts);
-      continue;
-    }
-    if (node.scope) continue;
-    for (const c of nodeConnections(node, path)) {
-      const advances = c.summaries.some((t) => t.some((v) => v > 0));
-      if (!advances && !detail) continue;
-      elements.push({data: {
-        id: `c-${id}-${c.input}-${c.output}`,
-        source: portId({scope: path, node: node.id, port: c.input, kind: "target"}),
-        target: portId({scope: path, node: node.id, port: c.output, kind: "source"}),
-        label: advances ? c.summaries.map((t) => "+" + timeText(t)).join(" ") : "",
-      }, classes: advances ? "internal loop" : "internal"});
+function layoutModel(detail) {
+  return {shown, isOpen, detail, arity: scopeArity, title: titleOf, connections: nodeConnections};
+}
+
+function portElement(loc, parent, side, x, y, budget, labelSide, operator) {
+  // `labelSide`: "right" for a port on a box's left side (its label inside, to its right), "left"
+  // for one on a box's right side.
+  return {data: {id: portId(loc), parent, key: locKey(loc), side, label: side, budget, operator}, position: {x, y},
+    classes: `port ${side.split(" ")[0]} label-${labelSide}`};
+}
+
+function routedEdge(id, source, target, from, to, points, classes, extra = {}) {
+  const {weights, distances} = segmentStyle(from, to, points);
+  return {data: {id, source, target, weights, distances, ...extra}, classes};
+}
+
+function emitBox(path, box, x0, y0, parent, elements) {
+  // An operator or a closed scope: a compound node (its title above it) holding an invisible
+  // frame (its size), its ports, its internal connections and their summaries.
+  const node = box.node, id = opId(path, node.id);
+  elements.push({data: {id, label: box.shownTitle, full: box.title, key: opKey(path, node.id), ...(parent ? {parent} : {})},
+    classes: node.scope ? `operator scope${box.kind === "open" ? "" : " collapsed"}` : "operator"});
+  elements.push({data: {id: `frame-${id}`, parent: id, w: box.w, h: box.h}, position: {x: x0 + box.w / 2, y: y0 + box.h / 2},
+    classes: "frame"});
+  if (box.kind === "open") return id;
+  const name = box.title;
+  for (let p = 0; p < node.inputs; p++) {
+    elements.push(portElement({scope: path, node: node.id, port: p, kind: "target"}, id, `in ${p}`,
+      x0 + LAYOUT.INSET, y0 + box.inY(p), box.inZone, "right", name));
+  }
+  for (let p = 0; p < node.outputs; p++) {
+    elements.push(portElement({scope: path, node: node.id, port: p, kind: "source"}, id, `out ${p}`,
+      x0 + box.w - LAYOUT.INSET, y0 + box.outY(p), box.outZone, "left", name));
+  }
+  for (const lane of box.lanes) {
+    const c = lane.connection, x = x0 + lane.x;
+    const from = {x: x0 + LAYOUT.INSET, y: y0 + box.inY(c.input)}, to = {x: x0 + box.w - LAYOUT.INSET, y: y0 + box.outY(c.output)};
+    elements.push(routedEdge(`c-${id}-${c.input}-${c.output}`,
+      portId({scope: path, node: node.id, port: c.input, kind: "target"}),
+      portId({scope: path, node: node.id, port: c.output, kind: "source"}),
+      from, to, [[x, from.y], [x, to.y]], lane.label ? "internal loop" : "internal", {label: lane.label}));
+    if (lane.label) {
+      elements.push({data: {id: `tag-${id}-${c.input}-${c.output}`, parent: id, label: lane.label},
+        position: {x, y: Math.max(from.y, to.y) + 11}, classes: "tag"});
     }
   }
-  layout.edges.forEach((e) => {
-    const i = body.edges.indexOf(e);
+  return id;
+}
+
+function emitBoundary(path, box, x0, y0, parent, name, elements) {
+  // An open scope's entry (its inputs: its own port on its border, then the inside's `enter`
+  // port) or exit (the inside's `leave` port, then its own output on its border). `name`: the
+  // scope's title.
+  const outer = path.slice(0, -1), owner = path[path.length - 1];
+  const left = x0 + LAYOUT.INSET, right = x0 + box.w - LAYOUT.INSET;
+  for (let p = 0; p < box.rows; p++) {
+    const from = {x: left, y: y0 + box.inY(p)}, to = {x: right, y: y0 + box.outY(p)};
+    const own = {scope: outer, node: owner, port: p, kind: box.kind === "entry" ? "target" : "source"};
+    const inside = {scope: path, node: 0, port: p, kind: box.kind === "entry" ? "source" : "target"};
+    const [first, second] = box.kind === "entry" ? [own, inside] : [inside, own];
+    const [firstSide, secondSide] = box.kind === "entry" ? [`in ${p}`, `enter ${p}`] : [`leave ${p}`, `out ${p}`];
+    elements.push(portElement(first, parent, firstSide, from.x, from.y, box.inZone, "right", name));
+    elements.push(portElement(second, parent, secondSide, to.x, to.y, box.outZone, "left", name));
+    elements.push(routedEdge(`${box.kind === "entry" ? "ingress" : "egress"}-${path.join("_")}-${p}`, portId(first),
+      portId(second), from, to, [[to.x, from.y]], "edge crossing"));
+  }
+}
+
+function emitLayout(path, layout, left, top, parent, title, elements) {
+  // The boxes of one scope's layout (arrange()'s) with its top left corner at (left, top), then
+  // its edges along their routes. `parent`, `title`: the open scope's compound node and title.
+  for (const box of layout.boxes) {
+    const x0 = left + box.x0, y0 = top + box.y0;
+    if (box.kind === "entry" || box.kind === "exit") { emitBoundary(path, box, x0, y0, parent, title, elements); continue; }
+    const id = emitBox(path, box, x0, y0, parent, elements);
+    if (box.kind === "open") emitLayout([...path, box.node.id], box.inner, x0, y0, id, box.title, elements);
+  }
+  for (const r of layout.routes) {
+    const e = r.edge;
     const boundary = e.source.node === 0 || e.target.node === 0;
     const back = !boundary && layout.rank.get(e.target.node) <= layout.rank.get(e.source.node);
-    const wraps = !boundary && layout.band_of.get(e.target.node) !== layout.band_of.get(e.source.node);
-    elements.push({data: {id: `e-${path.length ? path.join("_") + "-" : ""}${i}`,
-      source: portId({scope: path, ...e.source, kind: "source"}),
-      target: portId({scope: path, ...e.target, kind: "target"})},
-    classes: back ? "edge back" : wraps ? "edge wraps" : "edge"});
-  });
+    const wraps = r.from.band !== r.to.band;
+    const shift = ([x, y]) => [left + x, top + y];
+    elements.push(routedEdge(`e-${path.length ? path.join("_") + "-" : ""}${r.index}`,
+      portId({scope: path, ...e.source, kind: "source"}), portId({scope: path, ...e.target, kind: "target"}),
+      {x: left + r.source.x, y: top + r.source.y}, {x: left + r.target.x, y: top + r.target.y}, r.points.map(shift),
+      back ? "edge back" : wraps ? "edge wraps" : "edge"));
+  }
 }
 
 function countShown(path, body) {
@@ -234,18 +180,24 @@ function countShown(path, body) {
   return count;
 }
 
+const FONT = {"font-family": LAYOUT.FAMILY, "min-zoomed-font-size": 6};
 const GRAPH_STYLE = [
-  {selector: "node.operator", style: {
-    "label": "data(label)", "text-valign": "top", "text-halign": "center", "font-weight": "bold",
-    "background-color": "#f1f3f5", "border-color": "#868e96", "border-width": 1, "padding": "10px",
-    "shape": "round-rectangle", "font-size": 13, "text-wrap": "ellipsis", "text-max-width": "420px",
-    "min-zoomed-font-size": 6}},
-  {selector: "node.port", style: {
-    "label": "data(label)", "font-size": 12, "width": 14, "height": 14, "background-color": "#adb5bd",
-    "text-valign": "center", "text-wrap": "ellipsis", "text-max-width": "95px", "min-zoomed-font-size": 6}},
-  // Labels inside the box: an input's to its right, an output's to its left; edges stay clear.
-  {selector: "node.port.in, node.port.enter", style: {"text-halign": "right", "text-margin-x": 4}},
-  {selector: "node.port.out, node.port.leave", style: {"text-halign": "left", "text-margin-x": -4}},
+  {selector: "node.operator", style: {...FONT,
+    "label": "data(label)", "text-valign": "top", "text-halign": "center", "font-weight": "bold", "text-margin-y": -3,
+    "background-color": "#f1f3f5", "border-color": "#868e96", "border-width": 1, "padding": 0,
+    "compound-sizing-wrt-labels": "exclude", "shape": "round-rectangle", "font-size": LAYOUT.TITLE_PX, "text-events": "yes"}},
+  // An invisible child as large as the box: Cytoscape sizes a compound node by its children.
+  {selector: "node.frame", style: {"width": "data(w)", "height": "data(h)", "background-opacity": 0, "border-width": 0,
+    "events": "no", "shape": "rectangle"}},
+  {selector: "node.port", style: {...FONT,
+    "label": "data(label)", "font-size": LAYOUT.PORT_PX, "width": 14, "height": 14, "background-color": "#adb5bd",
+    "text-valign": "top", "text-events": "yes"}},
+  // Labels above their row's line, inside the box: an input's from its port rightwards, an output's leftwards.
+  {selector: "node.port.label-right", style: {"text-halign": "right", "text-margin-x": -4}},
+  {selector: "node.port.label-left", style: {"text-halign": "left", "text-margin-x": 4}},
+  {selector: "node.tag", style: {...FONT, "label": "data(label)", "font-size": LAYOUT.PORT_PX, "color": "#c2410c",
+    "text-valign": "center", "text-halign": "center",
+    "width": 1, "height": 1, "background-opacity": 0, "border-width": 0, "events": "no"}},
   {selector: "node.port.live", style: {"background-color": "#4263eb"}},
   {selector: "node.port.lag-warn", style: {"border-width": 3, "border-color": "#f08c00"}},
   {selector: "node.port.lag-bad", style: {"border-width": 3, "border-color": "#e03131"}},
@@ -254,20 +206,18 @@ const GRAPH_STYLE = [
   {selector: "node.port.changed", style: {"background-color": "#fab005", "border-width": 3, "border-color": "#e67700"}},
   {selector: "node.port:selected", style: {"border-width": 3, "border-color": "#1d2433"}},
   {selector: "node.operator.found", style: {"border-width": 4, "border-color": "#ae3ec9", "background-color": "#f8f0fc"}},
-  {selector: "edge", style: {"width": 2, "curve-style": "bezier", "target-arrow-shape": "triangle",
+  {selector: "edge", style: {"width": 2, "curve-style": "segments", "segment-weights": "data(weights)",
+    "segment-distances": "data(distances)", "edge-distances": "node-position", "target-arrow-shape": "triangle",
     "line-color": "#495057", "target-arrow-color": "#495057", "arrow-scale": 0.9}},
-  {selector: "edge.back", style: {"curve-style": "unbundled-bezier", "control-point-distances": [-110],
-    "control-point-weights": [0.5]}},
-  {selector: "edge.wraps", style: {"curve-style": "taxi", "taxi-direction": "vertical", "line-color": "#868e96",
-    "target-arrow-color": "#868e96", "width": 1.5}},
-  {selector: "edge.internal", style: {"line-style": "dashed", "line-color": "#adb5bd",
-    "target-arrow-color": "#adb5bd", "width": 1.5, "label": "data(label)", "font-size": 12,
-    "color": "#e8590c", "text-background-color": "#fff", "text-background-opacity": 0.9}},
+  {selector: "edge.wraps, edge.back", style: {"line-color": "#868e96", "target-arrow-color": "#868e96", "width": 1.5}},
+  {selector: "edge.internal", style: {"line-style": "dashed", "line-color": "#adb5bd", "target-arrow-color": "#adb5bd",
+    "width": 1.5, "arrow-scale": 0.7}},
   {selector: "edge.loop", style: {"line-color": "#e8590c", "target-arrow-color": "#e8590c", "line-style": "solid", "width": 2.5}},
   {selector: "node.scope", style: {"background-color": "#e7f5ff", "border-color": "#1c7ed6",
     "border-width": 2, "border-style": "dashed"}},
   {selector: "node.scope.collapsed", style: {"background-color": "#d0ebff", "border-style": "solid"}},
-  {selector: "edge.crossing", style: {"line-style": "dotted", "line-color": "#1c7ed6", "target-arrow-color": "#1c7ed6", "width": 1.5}},
+  {selector: "edge.crossing", style: {"line-style": "dotted", "line-color": "#1c7ed6",
+    "target-arrow-color": "#1c7ed6", "width": 1.5}},
 ];
 
 function renderGraph(keep) {
@@ -276,14 +226,20 @@ function renderGraph(keep) {
   const counts = {shown: countShown([], root)};
   const band = Math.max(900, ($("#graph").clientWidth - 60) / G.MIN_ZOOM);
   const elements = [];
-  emitScope([], root, arrange([], root, band), 0, 0, null, elements, counts);
+  const layout = arrange([], root, band, layoutModel(counts.shown <= G.DETAIL), null);
+  emitLayout([], layout, 0, 0, null, "", elements);
+  // The drawing's bounds are the layout's (titles and labels inside it): asking Cytoscape would
+  // measure every label of a big graph again.
+  state.graph.bounds = {x1: 0, y1: 0, x2: layout.w, y2: layout.h, w: layout.w, h: layout.h};
   const zoom = state.cy ? state.cy.zoom() : G.MIN_ZOOM;
   if (state.cy) state.cy.destroy();
+  hideTip();
   state.cy = cytoscape({container: $("#graph"), elements, style: GRAPH_STYLE, layout: {name: "preset", fit: false},
+    autoungrabify: true,  // positions are the layout's: dragging a box would put it over its neighbours
     textureOnViewport: elements.length > 1500, hideEdgesOnViewport: elements.length > 3000});
   // The panel as tall as the drawing needs (at the largest zoom), within bounds: a small graph
   // leaves room for the rest, a big one pans.
-  const height = Math.min(Math.max(state.cy.elements().boundingBox().h * G.MAX_ZOOM + 80, 240), 620);
+  const height = Math.min(Math.max(layout.h * G.MAX_ZOOM + 40, 240), 620);
   if (Math.abs($("#graph").clientHeight - height) > 2) {
     $("#graph").style.height = `${height}px`;
     state.cy.resize();
@@ -294,31 +250,37 @@ function renderGraph(keep) {
     state.cy.zoom(Math.min(Math.max(zoom, G.MIN_ZOOM), G.MAX_ZOOM));
     state.cy.center(state.cy.getElementById(keep));
   } else {
-    view(state.cy.elements());
+    view(state.graph.bounds);
   }
-  $("#graph-note").textContent = `${counts.shown} of ${state.graph.scopes.get("").count} operators shown` +
-    (state.graph.focus ? " (only what holds the selected location back)" : "") +
-    (state.graph.scopes.size > 1 ? " · tap a scope to open or close it" : "");
+  graphNote(counts.shown);
   state.cy.on("tap", "node.port", (event) => selectLocation(event.target.data("key")));
   state.cy.on("tap", "node.scope", (event) => {
     if (event.target.hasClass("scope")) toggleScope(event.target.data("key"));  // not a port inside, bubbling up
   });
+  state.cy.on("mouseover", "node.port, node.operator", (event) => showTip(event));
+  state.cy.on("mousemove", "node.port, node.operator", (event) => showTip(event));
+  state.cy.on("mouseout", "node", hideTip);
+  state.cy.on("viewport", hideTip);
 }
 
-function view(eles) {
-  // Fit `eles`, but never so small that labels are unreadable (then show their top left part:
-  // the inputs, and pan from there) nor blown up beyond MAX_ZOOM.
+function graphNote(count) {
+  const focus = state.graph.focus ? ` (only what holds ${state.selected ? locText(keyLocation(state.selected)) : "it"} back)` : "";
+  $("#graph-note").textContent = `${count} of ${state.graph.scopes.get("").count} operators shown${focus}` +
+    (state.graph.scopes.size > 1 ? " · tap a scope to open or close it" : "");
+}
+
+function view(box) {
+  // Fit the drawing's bounds `box`, but never so small that labels are unreadable (then show its
+  // top left part: the inputs, and pan from there) nor blown up beyond MAX_ZOOM.
   const cy = state.cy;
-  if (eles.empty()) return;
-  cy.fit(eles, 30);
-  if (cy.zoom() > G.MAX_ZOOM) { cy.zoom(G.MAX_ZOOM); cy.center(eles); }
-  if (cy.zoom() < G.MIN_ZOOM) {
-    const box = eles.boundingBox();
-    cy.zoom(G.MIN_ZOOM);
-    const wide = box.w * G.MIN_ZOOM > cy.width(), tall = box.h * G.MIN_ZOOM > cy.height();
-    cy.pan({x: wide ? 20 - box.x1 * G.MIN_ZOOM : (cy.width() - box.w * G.MIN_ZOOM) / 2 - box.x1 * G.MIN_ZOOM,
-      y: tall ? 20 - box.y1 * G.MIN_ZOOM : (cy.height() - box.h * G.MIN_ZOOM) / 2 - box.y1 * G.MIN_ZOOM});
-  }
+  if (!box.w || !box.h) return;
+  const pad = 20;
+  const fitted = Math.min((cy.width() - 2 * pad) / box.w, (cy.height() - 2 * pad) / box.h);
+  cy.zoom(Math.min(Math.max(fitted, G.MIN_ZOOM), G.MAX_ZOOM));
+  const zoom = cy.zoom();
+  const wide = box.w * zoom > cy.width() - 2 * pad, tall = box.h * zoom > cy.height() - 2 * pad;
+  cy.pan({x: wide ? pad - box.x1 * zoom : (cy.width() - box.w * zoom) / 2 - box.x1 * zoom,
+    y: tall ? pad - box.y1 * zoom : (cy.height() - box.h * zoom) / 2 - box.y1 * zoom});
 }
 
 function toggleScope(key) {
@@ -339,15 +301,10 @@ function reveal(path) {
   for (let i = 1; i <= path.length; i++) state.graph.expanded.add(pathKey(path.slice(0, i)));
 }
 
-function shortFrontier(times) {
-  if (!times.length) return "{}";
-  return "{" + times.slice(0, 2).map(timeText).join(", ") + (times.length > 2 ? ", …" : "") + "}";
-}
-
 function paintGraph(frame) {
-  // The frame's frontier on every drawn port (blue while non-empty), its lag on operator inputs
-  // (amber, red), negative counts (violations) as red diamonds; a port whose frontier changed
-  // since the last frame flashes.
+  // The frame's frontier on every drawn port (blue while non-empty; as many of its times as its
+  // label's room holds, all of them on hover), its lag on operator inputs (amber, red), negative
+  // counts (violations) as red diamonds; a port whose frontier changed since the last frame flashes.
   const cy = state.cy;
   if (!cy) return;
   const negative = new Set(frame.status.violations.map((v) => locKey(v.location)));
@@ -356,20 +313,50 @@ function paintGraph(frame) {
     const key = el.data("key");
     const row = state.rows.get(key);
     const times = row ? row.frontier : [];
-    const text = shortFrontier(times);
-    el.data("label", `${el.data("side")} ${text}`);
+    const text = fitFrontier(el.data("side"), times, el.data("budget"));
+    el.data("label", text);
     el.toggleClass("live", times.length > 0);
     el.toggleClass("violation", negative.has(key));
     el.removeClass("lag-warn lag-bad");
     if (row && row.location.kind === "target" && row.lag_seconds !== null && row.lag_seconds >= LAG_WARN) {
       el.addClass(lagClass(row.lag_seconds));
     }
-    if (labels.has(key) && labels.get(key) !== text) {
+    const frontier = JSON.stringify(times);
+    if (labels.has(key) && labels.get(key) !== frontier) {
       el.addClass("changed");
       setTimeout(() => el.removeClass("changed"), 900);
     }
-    labels.set(key, text);
+    labels.set(key, frontier);
   }));
+}
+
+// ---------------------------------------------------------------- hover
+
+function showTip(event) {
+  // The whole of what a label may shorten: a port's full frontier, a box's full title.
+  const el = event.target, tip = $("#graph-tip");
+  let text;
+  if (el.hasClass("port")) {
+    const row = state.rows.get(el.data("key"));
+    text = `${el.data("operator")} · ${el.data("side")} ${locText(keyLocation(el.data("key")))}\n` +
+      (row ? `frontier ${frontierText(row.frontier, G.TIP_TIMES)}` : "no frame yet") +
+      (row && row.frontier.length > 1 ? ` (${row.frontier.length} times)` : "");
+  } else {
+    text = el.data("full") + (el.hasClass("scope") ? (el.hasClass("collapsed") ? "\n(tap to open)" : "\n(tap to close)") : "");
+  }
+  tip.textContent = text;
+  tip.hidden = false;
+  const mouse = event.originalEvent;
+  if (mouse) {
+    const x = Math.min(mouse.clientX + 14, window.innerWidth - tip.offsetWidth - 8);
+    tip.style.left = `${Math.max(4, x)}px`;
+    tip.style.top = `${mouse.clientY + 16}px`;
+  }
+}
+
+function hideTip() {
+  const tip = $("#graph-tip");
+  if (tip) tip.hidden = true;
 }
 
 // ---------------------------------------------------------------- search and focus
@@ -404,6 +391,7 @@ function searchGraph(text) {
 function goTo(path, id) {
   state.graph.focus = null;
   $("#focus").classList.remove("on");
+  $("#focus").textContent = "Show only what holds it back";
   reveal(path);
   renderGraph(opId(path, id));
   state.cy.getElementById(opId(path, id)).addClass("found");
@@ -423,10 +411,11 @@ function involved(answer) {
   return keys;
 }
 
-function focusRefresh(answer) {
-  // In focus mode, redraw when the set of operators holding the selected location back changes.
-  if (!$("#focus").classList.contains("on") || !state.selected) return;
-  const keys = involved(answer);
+function focusRefresh(frame) {
+  // In focus mode, redraw when the set of operators holding the selected location back changes
+  // (from a frame that explains the selected location: one asked before the selection is skipped).
+  if (!$("#focus").classList.contains("on") || !state.selected || frame.asked !== state.selected) return;
+  const keys = involved(frame.explained);
   const signature = [...keys].sort().join(" ");
   if (signature === state.graph.focusKey) return;
   state.graph.focus = keys;
@@ -444,15 +433,21 @@ function bindGraphControls() {
 
   $("#focus").addEventListener("click", () => {
     const on = !$("#focus").classList.contains("on");
+    if (on && !state.selected) {  // nothing selected: what holds the dataflow's output back (see defaultLocation)
+      const fallback = state.frame && defaultLocation(state.frame);
+      if (!fallback) return;
+      selectLocation(fallback.key);
+    }
     $("#focus").classList.toggle("on", on);
     $("#focus").textContent = on ? "Show the whole graph" : "Show only what holds it back";
     state.graph.focus = null;
     state.graph.focusKey = null;
-    if (on && state.frame) focusRefresh(state.frame.explained);
-    else renderGraph();
+    if (on && state.frame) focusRefresh(state.frame);
+    if (!state.graph.focus) renderGraph();
   });
 
-  $("#fit").addEventListener("click", () => state.cy && view(state.cy.elements()));
+  $("#fit").addEventListener("click", () => state.cy && view(state.graph.bounds));
+  $("#graph").addEventListener("mouseleave", hideTip);  // Cytoscape says nothing when the pointer leaves it
   $("#collapse").addEventListener("click", () => { state.graph.expanded.clear(); renderGraph(); });
   $("#expand").addEventListener("click", () => {
     for (const key of state.graph.scopes.keys()) if (key) state.graph.expanded.add(key);

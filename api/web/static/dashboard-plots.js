@@ -6,7 +6,7 @@
 // See docs/dashboard.md.
 "use strict";
 
-const PLOT = {SERIES: 10, POINTS: 4000, HEIGHT: 220};
+const PLOT = {SERIES: 10, POINTS: 4000, HEIGHT: 180};
 const COLORS = ["#4263eb", "#e8590c", "#2f9e44", "#ae3ec9", "#1098ad", "#f08c00", "#c2255c", "#5c940d",
   "#364fc7", "#862e9c"];
 
@@ -44,7 +44,8 @@ function makePlot(target, title, labels, colors, data) {
   };
   const series = [{label: "time"}, ...labels.map((label, i) => ({label, stroke: colors[i % colors.length], width: 2,
     spanGaps: false, paths: uPlot.paths.stepped({align: 1}), points: {show: true, size: 4}}))];
-  return new uPlot({width: plotWidth(), height: PLOT.HEIGHT, title, series, scales: {x: {time: true, range: shared}},
+  // No uPlot title: the figure's caption says what it is.
+  return new uPlot({width: plotWidth(), height: PLOT.HEIGHT, series, scales: {x: {time: true, range: shared}},
     axes: [{}, {label: title}], legend: {live: false}}, data, target);
 }
 

@@ -1,8 +1,10 @@
-// The built-in dashboard's core: the token, the dataflow list, the frames and the panels drawn
-// from them. Plain JavaScript, no build step; dashboard-graph.js draws the graph and
-// dashboard-plots.js the plots (both loaded before this file, which starts the page).
+// The built-in dashboard's core: the token, the dataflow list and the frames. Plain JavaScript,
+// no build step; dashboard-layout.js places the graph, dashboard-graph.js draws it,
+// dashboard-plots.js draws the plots and dashboard-panels.js the other panels of a frame (all
+// loaded before this file, which starts the page).
 // Every panel is drawn from one frame (GET /dashboard/api/dataflows/{id}/frame): the state of one
-// published version, which the page names. See docs/dashboard.md.
+// published version, which the page names. A dataflow the service refused at recovery (damaged)
+// shows its reason instead. See docs/dashboard.md.
 "use strict";
 
 const TOKEN_KEY = "tracker.token";
@@ -16,7 +18,8 @@ const $ = (sel) => document.querySelector(sel);
 
 const state = {
   token: localStorage.getItem(TOKEN_KEY),
-  dataflow: null,           // GET /v1/dataflows/{id}
+  dataflow: null,           // GET /v1/dataflows/{id} (or the list's entry of a damaged one)
+  listed: [],               // the list's entries (GET /v1/dataflows, deleted ones too)
   scopes: [],               // GET /v1/dataflows/{id}/scopes
   abort: null,              // AbortController of the current dataflow's requests and stream
   frame: null,              // the frame drawn on screen (one version)
@@ -162,11 +165,14 @@ function badge(stateName) {
 }
 
 async function loadList() {
-  // Every state, deleted ones too (they keep answering reads): the list says which is which.
+  // Every state, deleted ones too (they keep answering reads), and for the admin token the
+  // damaged ones (refused at recovery, with the reason): the list says which is which.
   const [flows, deleted] = await Promise.all([apiJson("/v1/dataflows"), apiJson("/v1/dataflows?state=deleted")]);
+  const seen = new Set();
+  state.listed = [...flows, ...deleted].filter((flow) => !seen.has(flow.id) && seen.add(flow.id));
   const list = $("#dataflows");
   list.replaceChildren();
-  for (const flow of [...flows, ...deleted]) {
+  for (const flow of state.listed) {
     const item = document.createElement("li");
     item.dataset.id = flow.id;
     item.className = state.dataflow && state.dataflow.id === flow.id ? "selected" : "";
@@ -175,6 +181,13 @@ async function loadList() {
     name.textContent = flow.name;
     const meta = document.createElement("small");
     item.append(name, badge(flow.state), meta);
+    if (flow.state === "damaged") {
+      const detail = document.createElement("span");
+      detail.className = "detail";
+      detail.textContent = flow.detail || "refused at recovery";
+      detail.title = detail.textContent;
+      item.append(detail);
+    }
     const frame = state.frame && state.dataflow && state.dataflow.id === flow.id ? state.frame : null;
     listMeta(item, frame ? frame.status.state : flow.state, frame ? frame.version : flow.version, flow);
     item.addEventListener("click", () => { location.hash = encodeURIComponent(flow.id); });
@@ -186,7 +199,8 @@ async function loadList() {
 function listMeta(item, stateName, version, flow) {
   // The selected dataflow's entry says what the frame on screen says (state and version).
   item.querySelector(".state").replaceWith(badge(stateName));
-  item.querySelector("small").textContent = `${flow.id.slice(0, 8)} · arity ${flow.timestamp_arity} · v${version}`;
+  item.querySelector("small").textContent = `${flow.id.slice(0, 8)} · arity ${flow.timestamp_arity} · ` +
+    (version === null || version === undefined ? "no version served" : `v${version}`);
   item.dataset.version = version;
 }
 
@@ -198,12 +212,25 @@ async function openDataflow(id) {
   state.rows = new Map();
   state.selected = null;
   for (const item of document.querySelectorAll("#dataflows li")) item.classList.toggle("selected", item.dataset.id === id);
-  const flow = await apiJson(`/v1/dataflows/${encodeURIComponent(id)}`, {signal: abort.signal});
+  const response = await api(`/v1/dataflows/${encodeURIComponent(id)}`, {signal: abort.signal});
+  if (response.status === 503) {
+    const body = await response.json().catch(() => ({}));
+    if (body.error === "dataflow_damaged") return showDamaged(id, body.detail);
+  }
+  if (!response.ok) throw new Error(`/v1/dataflows/${id}: HTTP ${response.status} ${await response.text()}`);
+  const flow = await response.json();
   state.dataflow = flow;
   state.scopes = flow.nodes.some((n) => n.scope)
     ? await apiJson(`/v1/dataflows/${encodeURIComponent(id)}/scopes`, {signal: abort.signal}) : [];
   $("#empty").hidden = true;
   $("#view").hidden = false;
+  $("#live").hidden = false;
+  $("#lifecycle").hidden = true;
+  $("#state").replaceChildren();
+  $("#status").textContent = "";
+  $("#focus").disabled = true;
+  $("#focus").classList.remove("on");  // a new dataflow starts with its whole graph
+  $("#focus").textContent = "Show only what holds it back";
   $("#title").textContent = `${flow.name} (${flow.id})`;
   $("#explain").textContent = "";
   for (const body of document.querySelectorAll("#view tbody")) body.replaceChildren();
@@ -211,6 +238,33 @@ async function openDataflow(id) {
   const version = await loadHistory(flow, abort.signal);
   streamFrontier(flow, abort.signal, version);  // from right after the history: no gap, no duplicate
   frameLoop(flow, abort.signal);
+}
+
+function showDamaged(id, detail) {
+  // Recovery refused this dataflow (its routes answer 503 dataflow_damaged): its reason, in
+  // plain sight, and nothing that would need its state.
+  const listed = state.listed.find((flow) => flow.id === id);
+  state.dataflow = {...(listed || {id, name: "dataflow", timestamp_arity: null}), state: "damaged", detail};
+  $("#empty").hidden = true;
+  $("#view").hidden = false;
+  $("#live").hidden = true;
+  $("#title").textContent = `${state.dataflow.name} (${id})`;
+  $("#state").replaceChildren(badge("damaged"));
+  $("#status").textContent = "not served: the service refused this dataflow when it recovered its log";
+  const box = $("#lifecycle");
+  box.hidden = false;
+  box.className = "lifecycle state-damaged";
+  $("#lifecycle-text").textContent = `Damaged: ${detail || "refused at recovery"}`;
+  let more = box.querySelector("p.more");
+  if (!more) {
+    more = document.createElement("p");
+    more.className = "more";
+    $("#lifecycle-text").after(more);
+  }
+  more.textContent = "Its log's records stay where they are (no segment is deleted while a dataflow is refused); " +
+    "its routes answer 503 until the log is repaired and the service restarted. Every other dataflow is served.";
+  $("#violations").hidden = true;
+  setConn("damaged: not streamed", "");
 }
 
 // ---------------------------------------------------------------- frames
@@ -227,8 +281,9 @@ async function frameLoop(flow, signal) {
         query.set("node", loc.node); query.set("port", loc.port); query.set("kind", loc.kind);
         query.set("scope", scopeOf(loc).join(","));
       }
-      const sent = Date.now() / 1000;
+      const sent = Date.now() / 1000, asked = state.selected;
       const frame = await apiJson(`/dashboard/api/dataflows/${encodeURIComponent(flow.id)}/frame?${query}`, {signal});
+      frame.asked = asked;  // the location this frame explains (the selection may have changed since)
       const received = Date.now() / 1000;
       state.clockOffset = frame.at - (sent + received) / 2;
       if (signal.aborted) return;
@@ -279,6 +334,7 @@ function renderFrame(frame) {
   const item = document.querySelector(`#dataflows li[data-id="${state.dataflow.id}"]`);
   if (item) listMeta(item, status.state, v, state.dataflow);
   renderLifecycle(status);
+  focusButton(frame);
   const worst = frame.lag.max_lag_seconds;
   $("#lag-summary").textContent = worst === null ? "every frontier is empty: nothing is awaited"
     : `longest wait: ${lagText(worst, frame.lag.max_lag_at_least)}` +
@@ -294,134 +350,12 @@ function renderFrame(frame) {
   setConn("live", "live");
 }
 
-function renderLifecycle(status) {
-  // States other than running say why; a violation names each location, time and count.
-  const box = $("#lifecycle");
-  const when = (iso) => (iso ? new Date(iso).toLocaleTimeString() : "—");
-  const lines = {
-    running: "",
-    complete: "Complete: every frontier is empty, nothing can happen any more.",
-    stalled: `Stalled: live pointstamps, but no frontier changed since ${when(status.last_frontier_change_at)} ` +
-      "(an input never closed, a worker gone, a notification never taken, or a slow source). " +
-      "\"Held back by\" says who holds them.",
-    violation: `Protocol violation: ${status.violation_count} occurrence count(s) stayed negative after the last ` +
-      `batch (${when(status.last_batch_at)}): a message consumed twice, or a capability dropped twice.`,
-    deleted: `Deleted at ${when(status.deleted_at)}: progress is refused; what it last showed stays readable.`,
-  };
-  box.hidden = status.state === "running";
-  box.className = `lifecycle state-${status.state}`;
-  $("#lifecycle-text").textContent = lines[status.state] || "";
-  const table = $("#violations");
-  table.hidden = !status.violations.length;
-  const body = table.tBodies[0];
-  body.replaceChildren();
-  for (const v of status.violations) {
-    const row = body.insertRow();
-    const key = locKey(v.location);
-    row.dataset.loc = key;
-    const where = state.rows.get(key);
-    cell(row, locText(v.location));
-    cell(row, where ? `${where.operator} ${where.port}` : "");
-    cell(row, timeText(v.time), "frontier");
-    cell(row, String(v.count), "count");
-  }
-}
-
-function renderHeld(frame) {
-  // The locations that have waited longest, each with the pointstamps holding it at its
-  // earliest frontier time: "count × where@time — operator port · worker · age".
-  const body = $("#held tbody");
-  body.replaceChildren();
-  for (const held of frame.held) {
-    const key = locKey(held.location);
-    const lag = state.rows.get(key);
-    const row = body.insertRow();
-    row.dataset.loc = key;
-    cell(row, `${locText(held.location)} ${held.operator} ${held.port}`);
-    cell(row, frontierText(held.frontier), "frontier");
-    paintLag(row.insertCell(), lag ? lag.lag_seconds : null, lag && lag.lag_at_least);
-    const blockers = held.blockers.map((b) => {
-      const crossing = b.summary === null ? ` via ${b.via.join(", ")}`
-        : b.summary.some((x) => x > 0) ? ` via +${timeText(b.summary)}` : "";
-      // The service knows the worker that last changed a count, not every holder of a count of 2.
-      const worker = b.worker ? (b.count > 1 ? `last reported by worker ${b.worker}` : `worker ${b.worker}`)
-        : b.age_at_least ? "worker unknown (before the restart)" : "worker —";
-      const age = b.age_seconds === null || b.age_seconds === undefined ? "" : ` · ${lagText(b.age_seconds, b.age_at_least)} old`;
-      return `${b.count} × ${locText(b.location)}@${timeText(b.time)}${crossing} — ${b.operator} ${b.port} · ${worker}${age}`;
-    });
-    const more = held.blocker_count - held.blockers.length;
-    cell(row, (blockers.join("; ") || "nothing") + (more > 0 ? `; and ${more} more` : ""));
-    row.classList.toggle("selected", key === state.selected);
-    row.addEventListener("click", () => selectLocation(key));
-  }
-}
-
-function matchesSearch(text) {
-  return !state.search || text.toLowerCase().includes(state.search.toLowerCase());
-}
-
-function renderFrontiers(frame) {
-  const body = $("#frontiers tbody");
-  body.replaceChildren();
-  const rows = frame.lag.locations.filter((r) => matchesSearch(`${r.operator} ${r.port} ${locText(r.location)}`));
-  for (const r of rows.slice(0, MAX_ROWS)) {
-    const key = locKey(r.location);
-    const row = body.insertRow();
-    row.dataset.loc = key;
-    cell(row, locText(r.location));
-    cell(row, `${r.operator} ${r.port}`);
-    cell(row, frontierText(r.frontier, 8), "frontier");
-    paintLag(row.insertCell(), r.lag_seconds, r.lag_at_least);
-    const oldest = r.oldest_pointstamp;
-    cell(row, oldest === null ? "" : `${timeText(oldest.time)} · ${oldest.worker ? "last reported by " + oldest.worker
-      : oldest.age_at_least ? "worker unknown (before the restart)" : "worker —"} · ${lagText(oldest.age_seconds, oldest.age_at_least)}`);
-    row.classList.toggle("selected", key === state.selected);
-    row.addEventListener("click", () => selectLocation(key));
-  }
-  $("#frontiers-note").textContent = rows.length > MAX_ROWS
-    ? `${MAX_ROWS} of ${rows.length} locations shown: the search box narrows them` : "";
-}
-
-function renderEstimates(frame) {
-  const estimate = frame.estimate;
-  const body = $("#estimates tbody");
-  body.replaceChildren();
-  const rows = estimate.operators.filter((o) => matchesSearch(`${o.operator} #${o.node}`));
-  for (const o of rows.slice(0, MAX_ROWS)) {
-    const row = body.insertRow();
-    row.dataset.op = (o.scope || []).concat([o.node]).join(",");
-    cell(row, (o.scope ? `[${o.scope.join(",")}] ` : "") + `${o.operator} #${o.node}`);
-    cell(row, o.epoch === null ? "done" : String(o.epoch), "frontier");
-    cell(row, o.epochs_per_second === null ? "unknown" : `${o.epochs_per_second.toFixed(2)} /s`, "rate");
-    cell(row, o.state === "done" ? "done" : o.eta_seconds === null ? "unknown" : `in ${seconds(o.eta_seconds)}`, "eta");
-    cell(row, o.reason || "", "hint");
-    row.className = `estimate-${o.state}`;
-  }
-  const last = estimate.last_epoch === null ? "no last epoch known (declare last_epoch at registration, or close the inputs)"
-    : `last epoch ${estimate.last_epoch} (${estimate.last_epoch_source})`;
-  $("#estimates-note").textContent = `rates over the last ${estimate.window_seconds.toFixed(1)} s · ${last}` +
-    (rows.length > MAX_ROWS ? ` · ${MAX_ROWS} of ${rows.length} operators shown` : "");
-}
-
-function renderExplanation(frame) {
-  // The selected location's explanation, from the frame (so of its version).
-  const answer = frame.explained;
-  if (!state.selected) { $("#explain").textContent = ""; return; }
-  const row = state.rows.get(state.selected);
-  if (!answer) {
-    $("#explain").textContent = `${locText(keyLocation(state.selected))}: empty frontier, nothing holds it back` +
-      (row ? "." : " (not a location of this dataflow).");
-  } else {
-    $("#explain").textContent = [answer.explanation, ...answer.blockers.map((b) => "• " + b.text)].join("\n");
-  }
-  focusRefresh(answer);
-}
-
 function selectLocation(key) {
   state.selected = key;
   for (const row of document.querySelectorAll("#held tr, #frontiers tr")) row.classList.toggle("selected", row.dataset.loc === key);
   $("#explain").textContent = `${locText(keyLocation(key))}: explained in the next frame…`;
   $("#focus").disabled = false;
+  $("#focus").title = `only the operators holding ${locText(keyLocation(key))} back`;
   if (state.wake) { state.changed = true; state.wake(); }
 }
 
