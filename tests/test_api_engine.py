@@ -129,7 +129,8 @@ def test_payloads_encoded_while_the_log_syncs_are_the_ones_encoded_on_publishing
         service = Service(Settings(warehouse=warehouse, delta=False, spark=False), "admin")
         service.recover()
         try:
-            tenant, _ = await service.register(RegisterRequest.model_validate(loop_graph(operators=6, name="ring")))
+            ring = RegisterRequest.model_validate(loop_graph(operators=6, name="ring"))
+            tenant = (await service.register(ring)).tenant
             subscriber = Subscriber(100)
             tenant.publication.subscribers.add(subscriber)
             for seq, updates in enumerate(batches()):

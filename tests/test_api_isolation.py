@@ -170,7 +170,7 @@ def test_the_sliced_rewind_equals_the_whole_undo_flat_and_nested(tmp_path: Path)
         checked = 0
         try:
             for body in (loop_graph(5), NESTED):
-                tenant, _ = await service.register(RegisterRequest.model_validate(body))
+                tenant = (await service.register(RegisterRequest.model_validate(body))).tenant
                 for seq in range(30):
                     await submit(tenant, _advance(seq).encode(), service.wal, service.metrics)
                 publication = tenant.publication

@@ -141,7 +141,7 @@ def test_without_delta_nothing_queues_for_delta(tmp_path: Path) -> None:
         body = {"name": "pair", "nodes": [{"id": 0, "inputs": 0, "outputs": 1}, {"id": 1, "inputs": 1, "outputs": 0}],
                 "edges": [{"source": {"node": 0, "port": 0}, "target": {"node": 1, "port": 0}}],
                 "initial": [{"location": {"node": 0, "port": 0, "kind": "source"}, "time": [0], "delta": 1}]}
-        tenant, _ = await service.register(RegisterRequest.model_validate(body))
+        tenant = (await service.register(RegisterRequest.model_validate(body))).tenant
         for seq in range(50):
             await submit(tenant, (b'{"worker":"w","seq":%d,"updates":[{"location":{"node":0,"port":0,"kind":"source"},'
                                   b'"time":[%d],"delta":-1},{"location":{"node":0,"port":0,"kind":"source"},'

@@ -23,7 +23,7 @@ b'{"t":"batch","df":"d1","v":3,"at":1.5}\\n{"worker":"w","seq":0,"updates":[]}'
 >>> decode(encode(Check(df="d1", result="agreed", detail=None)))
 Check(df='d1', result='agreed', detail=None)
 >>> decode(encode(Delete(df="d1", at=2.5)))
-Delete(df='d1', at=2.5)
+Delete(df='d1', at=2.5, withdrawn=False)
 """
 
 from __future__ import annotations
@@ -35,23 +35,25 @@ import msgspec
 from api.schema.registration import Spec, spec_fields
 
 
-class Register(Spec, frozen=True, tag="register", tag_field="t"):
+class Register(Spec, frozen=True, tag="register", tag_field="t", omit_defaults=True):
     """A registered dataflow: its :class:`~api.schema.registration.Spec`, id, token hash and creation
     time (ISO 8601)."""
 
     df: str
     token: str
     created_at: str
+    key: str | None = None
+    """Its idempotency key, if the request gave one (:mod:`api.host.keys`)."""
 
     @classmethod
-    def of(cls, spec: Spec, *, df: str, token: str, created_at: str) -> Register:
+    def of(cls, spec: Spec, *, df: str, token: str, created_at: str, key: str | None = None) -> Register:
         """The record of registration ``spec``: every one of its fields, and these.
 
         >>> spec = Spec(name="n", arity=1, nodes=[], edges=[], initial=None, last_epoch=3)
         >>> Register.of(spec, df="d", token="t", created_at="c").last_epoch
         3
         """
-        return cls(**spec_fields(spec), df=df, token=token, created_at=created_at)
+        return cls(**spec_fields(spec), df=df, token=token, created_at=created_at, key=key)
 
 
 class _BatchHead(msgspec.Struct, frozen=True, tag="batch", tag_field="t"):
@@ -87,11 +89,14 @@ class Checkpoint(msgspec.Struct, frozen=True, tag="checkpoint", tag_field="t"):
     workers: dict[str, tuple[int, int]]
 
 
-class Delete(msgspec.Struct, frozen=True, tag="delete", tag_field="t"):
-    """Dataflow ``df`` was deleted at ``at`` (POSIX seconds): it stays deleted after a restart."""
+class Delete(msgspec.Struct, frozen=True, tag="delete", tag_field="t", omit_defaults=True):
+    """Dataflow ``df`` was deleted at ``at`` (POSIX seconds): it stays deleted after a restart.
+    ``withdrawn``: its registration became durable only after its sender's deadline, so it was
+    never served, and a restart does not host it at all (:mod:`api.host.keys`)."""
 
     df: str
     at: float
+    withdrawn: bool = False
 
 
 Record = Register | Batch | Check | Checkpoint | Delete

@@ -23,7 +23,7 @@ its acknowledgement also means durable; a refused batch changes nothing and rais
 >>> async def main() -> tuple[Ack, int]:
 ...     service = Service(Settings(warehouse=Path(tempfile.mkdtemp()), delta=False, spark=False), "admin")
 ...     service.recover()  # nothing to recover; opens the log
-...     tenant, _token = await service.register(RegisterRequest.model_validate(graph))
+...     tenant, _token, _ = await service.register(RegisterRequest.model_validate(graph))
 ...     ack = await submit(tenant, body, service.wal, service.metrics)
 ...     service.wal.close()
 ...     return ack, sum(len(times) for times in tenant.publication.published.values())

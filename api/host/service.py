@@ -25,6 +25,7 @@ import time
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
+from typing import NamedTuple, NoReturn
 
 from api.background.spark import SparkLink
 from api.background.state import Hosted
@@ -39,13 +40,14 @@ from api.durability.recovery import Damaged, Evidence, gather, missing_detail, s
 from api.durability.wal import LogFailed, WriteAheadLog, framed
 from api.host.build import Builder
 from api.host.ingest import Refused
+from api.host.keys import Keys, dataflow_token, load_secret
 from api.host.tenant import Tenant
-from api.host.tokens import Principal, matches, new_token, token_hash
+from api.host.tokens import Principal, matches, token_hash
 from api.live.scopes import Hosting
 from api.live.state import Counts
 from api.metrics import Metrics
 from api.schema.models import RegisterRequest
-from api.schema.registration import RegistrationError, build_graph, is_nested, registration_record
+from api.schema.registration import RegistrationError, Spec, build_graph, is_nested, registration_record, spec_fields
 from api.shards.ids import new_id
 from api.shards.layout import adopt_legacy_log, wal_directory
 from tracker.graph import GraphError, Location, Update
@@ -54,6 +56,16 @@ from tracker.structure import release
 from tracker.timestamp import Timestamp
 
 log = logging.getLogger("tracker.service")
+
+
+class Registered(NamedTuple):
+    """What :meth:`Service.register` answers: the dataflow, its token, and whether this is the
+    answer given before to a registration with the same idempotency key."""
+
+    tenant: Tenant
+    token: str
+    replayed: bool
+
 FREEZE_LOCATIONS = 10_000
 """A registered graph with at least this many locations is moved out of the collector's reach."""
 
@@ -89,6 +101,10 @@ class Service:
         """Bytes of the registrations every new log segment starts with (those of the dataflows hosted)."""
         self._unstored: list[Tenant] = []  # recovered without their graph tables: write them
         self._unchecked: list[Tenant] = []  # recovered with no Spark check result: run it
+        self.keys = Keys()
+        self.secret = load_secret(settings.warehouse)
+        self.clock = time.time
+        """What registration deadlines are compared with (POSIX seconds)."""
         self.stopping = False
 
     def authenticate(self, token: str) -> Principal | None:
@@ -106,24 +122,51 @@ class Service:
 
     # -- registration ---------------------------------------------------------------------
 
-    async def register(self, req: RegisterRequest) -> tuple[Tenant, str]:
+    async def register(self, req: RegisterRequest, key: str | None = None, deadline: float | None = None
+                       ) -> Registered:
         """Validate (off the loop), log durably, and make the dataflow live. ``req``'s node and
-        edge lists are emptied once read.
+        edge lists are emptied once read. With an idempotency ``key`` a registration already
+        made with it is answered again (the same dataflow and token); with a ``deadline`` (POSIX
+        seconds) one that would be logged after it is refused, or withdrawn once durable
+        (:mod:`api.host.keys`).
 
         Returns:
-            The dataflow and its token (shown once; only its hash is kept).
+            The dataflow, its token (derived from the warehouse's secret; only its hash is
+            kept) and whether the answer is a replay of an earlier one.
 
         Raises:
             RegistrationError: the graph is refused (the 422 body).
+            Refused: the key registered another graph (409), or the deadline passed (503).
             LogFailed: the log could not make the registration durable (nothing is registered).
         """
         if self.wal.failed is not None:  # refuse before any work
             raise LogFailed() from self.wal.failed
         spec = await asyncio.to_thread(registration_record, req)  # ~26 us per node
         # The request's models are not needed past here (the spec holds the graph): released a
-        # model at a time off the loop, not at once when the route returns. Whether it has
-        # scopes is a look at every node: off the loop too.
+        # model at a time off the loop, not at once when the route returns.
         await asyncio.to_thread(release, req.nodes, req.edges)
+        if key is None:
+            return await self._register(spec, None, deadline)
+        async with self.keys.claim(key) as known:
+            if known is not None:
+                return self._again(known, key, spec)
+            return await self._register(spec, key, deadline)
+
+    def _again(self, dataflow_id: str, key: str, spec: Spec) -> Registered:
+        """The first answer to a registration with ``key``, for the same graph."""
+        tenant = self.dataflows.get(dataflow_id)
+        if tenant is None:
+            damaged = self.damaged.get(dataflow_id)
+            raise Refused(503, {"error": "dataflow_damaged", "detail": damaged.detail if damaged else
+                                f"dataflow {dataflow_id} is not hosted here"})
+        if spec_fields(tenant.registration) != spec_fields(spec):
+            raise Refused(409, {"error": "idempotency_key_reused", "detail": (
+                f"the Idempotency-Key {key!r} registered dataflow {dataflow_id} with another graph; "
+                "use a new key for a new registration")})
+        return Registered(tenant, dataflow_token(self.secret, dataflow_id), replayed=True)
+
+    async def _register(self, spec: Spec, key: str | None, deadline: float | None) -> Registered:
+        # Whether it has scopes is a look at every node: off the loop too.
         nested = await asyncio.to_thread(is_nested, spec)
         hosting = None
         if nested:
@@ -137,12 +180,16 @@ class Service:
             # The antichain cost limit follows the engine: ~25 ms per batch of whichever tracks the graph.
             graph, initial = await asyncio.to_thread(build_graph, spec, compiled=self.settings.engine == "native")
             tracker = await asyncio.to_thread(self.build.engine, graph, initial)
-        token = new_token()
-        record = Register.of(spec, df=new_id(self.settings.shard), token=token_hash(token),
-                             created_at=datetime.now(UTC).isoformat())
+        dataflow_id = new_id(self.settings.shard)
+        token = dataflow_token(self.secret, dataflow_id)
+        record = Register.of(spec, df=dataflow_id, token=token_hash(token), created_at=datetime.now(UTC).isoformat(),
+                             key=key)
         # Its frontier copy and Publication are O(graph): off the loop too (nothing there awaits).
         tenant = await asyncio.to_thread(self.build.tenant, record, graph, tracker, initial, hosting)
         as_framed = await asyncio.to_thread(framed, record)  # O(graph): ~35 ms for 50,000 nodes
+        if deadline is not None and self.clock() > deadline:  # its sender has moved on: nothing is logged
+            raise Refused(503, {"error": "deadline_passed", "detail": "the registration's deadline passed before it "
+                                                                      "was logged; nothing was registered"})
         self._make_room(len(as_framed))
         tenant.framed_registration = as_framed
         self.dataflows[tenant.id] = tenant  # in the registry (and log headers) before it is durable
@@ -152,18 +199,33 @@ class Service:
             del self.dataflows[tenant.id]
             self.header_bytes -= len(as_framed)
             raise
+        if deadline is not None and self.clock() > deadline:
+            await self._withdraw(tenant)
         tenant.ready = True
         self.token_index[tenant.token_hash] = tenant.id
+        if key is not None:
+            self.keys.add(key, tenant.id)
         self.metrics.dataflows.set(len(self.dataflows))
         if len(graph.locations()) >= FREEZE_LOCATIONS:
             # A big graph is ~10 objects per location that live as long as the service: frozen
             # (O(1)), the collector's full passes no longer walk them; walking those of a few
             # 50,000-node graphs took the loop 100+ ms per pass.
             gc.freeze()
-        log.info("registered dataflow", extra={"dataflow": tenant.id, "dataflow_name": req.name,
+        log.info("registered dataflow", extra={"dataflow": tenant.id, "dataflow_name": spec.name,
                                                "locations": len(graph.locations())})
         self._after_registration(tenant)
-        return tenant, token
+        return Registered(tenant, token, replayed=False)
+
+    async def _withdraw(self, tenant: Tenant) -> NoReturn:
+        """Undo a registration that became durable after its sender's deadline (the front may
+        have sent it to another shard): a logged withdrawal, so a restart does not host it."""
+        del self.dataflows[tenant.id]
+        self.header_bytes -= len(tenant.framed_registration or b"")
+        with contextlib.suppress(LogFailed):
+            await self.wal.enqueue(Delete(df=tenant.id, at=time.time(), withdrawn=True))
+        log.warning("registration withdrawn: durable after its deadline", extra={"dataflow": tenant.id})
+        raise Refused(503, {"error": "deadline_passed", "detail": "the registration became durable after its "
+                                                                  "deadline and was withdrawn; nothing is registered"})
 
     def _make_room(self, size: int) -> None:
         """Count a registration of ``size`` framed bytes into :attr:`header_bytes`, or refuse it
@@ -261,6 +323,9 @@ class Service:
             stored, snapshots, in_delta, compacted = survey.registered, survey.snapshots, survey.in_delta, \
                 survey.compacted
             for dataflow_id in ids:
+                if (deleted := self.deletions.get(dataflow_id)) is not None and deleted.withdrawn:
+                    del self.deletions[dataflow_id]  # never served: not hosted, not listed
+                    continue
                 refused = unregistered(dataflow_id, evidence[dataflow_id])
                 lost = evidence[dataflow_id].lost_deletion(dataflow_id in self.deletions)
                 if refused is None and lost is not None:  # serving it would undo an acknowledged deletion
@@ -278,6 +343,8 @@ class Service:
                     self._refuse(refused)
         for tenant in self.dataflows.values():  # a rotation's header repeats them as logged
             tenant.framed_registration = contents.registrations.get(tenant.id)
+            if tenant.registration.key is not None:
+                self.keys.add(tenant.registration.key, tenant.id)
         self.header_bytes = sum(len(d.framed_registration or b"") for d in self.dataflows.values())
         for dataflow_id, deletion in self.deletions.items():  # deleted stays deleted: 410, no stream
             if dataflow_id in self.dataflows:

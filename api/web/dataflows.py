@@ -38,6 +38,7 @@ from api.web.deps import (
     LimitsDep,
     PrincipalDep,
     ServiceDep,
+    registration_headers,
     registration_slot,
     require_json,
 )
@@ -74,7 +75,10 @@ async def register(request: Request, service: ServiceDep, caller: AdminDep, limi
     :func:`api.schema.bodies.parse_registration_sliced` (as :func:`api.schema.parsing.parse_registration`,
     in slices, off the loop), strictly, as the progress bodies are: JSON that is not one document
     is 400. Admission comes first (429 ``rate_limited`` or ``too_many_dataflows``), so that a
-    flood costs no parsing."""
+    flood costs no parsing. An ``Idempotency-Key`` header makes the registration idempotent: sent
+    again with the same key and graph, it is answered as the first time (201, the same id and
+    token, with ``Idempotent-Replayed: true``); with another graph, 409 ``idempotency_key_reused``."""
+    key, deadline = registration_headers(request)
     slot = registration_slot(limits, service, caller)
     try:
         require_json(request.headers.get("content-type"))
@@ -84,10 +88,11 @@ async def register(request: Request, service: ServiceDep, caller: AdminDep, limi
                 body = await asyncio.to_thread(parse_registration_sliced, await request.body())
             except (MalformedJSON, InvalidRequest) as error:
                 raise bad_body(error) from None
-            dataflow, token = await service.register(body)
+            registered = await service.register(body, key, deadline)
     finally:
         slot.release()
-    return JSONResponse({"id": dataflow.id, "token": token, "endpoint": service.settings.endpoint}, status_code=201)
+    return JSONResponse({"id": registered.tenant.id, "token": registered.token, "endpoint": service.settings.endpoint},
+                        status_code=201, headers={"Idempotent-Replayed": "true"} if registered.replayed else None)
 
 
 @router.get("/dataflows", response_model=list[ListedDataflow], responses=ERRORS, summary="List dataflows")
@@ -96,18 +101,21 @@ async def list_dataflows(
     state: Annotated[Literal["running", "complete", "stalled", "violation", "deleted", "damaged"] | None, Query(
         description="only dataflows in this state (default: every state but deleted)")] = None,
     name: Annotated[str | None, Query(max_length=200, description="only dataflows registered with this name")] = None,
+    idempotency_key: Annotated[str | None, Query(max_length=200, description=(
+        "only the dataflow registered with this Idempotency-Key"))] = None,
 ) -> list[dict[str, Any]]:
     """Every dataflow the token may see (the admin: all; a dataflow token: its own), oldest
     first, filtered by ``state`` and ``name``; deleted ones only with ``state=deleted``. A
     dataflow recovery refused is listed with state ``damaged`` and the reason (``detail``)."""
     found = []
     for dataflow in service.dataflows.values():
-        if not (dataflow.ready and caller.may_access(dataflow.id)) or (name is not None and dataflow.name != name):
+        if not (dataflow.ready and caller.may_access(dataflow.id)) or (name is not None and dataflow.name != name) or (
+                idempotency_key is not None and dataflow.registration.key != idempotency_key):
             continue
         now = dataflow.lifecycle()["state"]
         if now == state or (state is None and now != "deleted"):
             found.append(dataflow.summary(now))
-    if state in (None, "damaged"):
+    if state in (None, "damaged") and idempotency_key is None:
         found += [damaged.summary() for damaged in service.damaged.values()
                   if caller.may_access(damaged.id) and (name is None or damaged.name == name)]
     return sorted(found, key=lambda d: d["created_at"] or "")

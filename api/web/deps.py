@@ -15,6 +15,7 @@ from typing import Annotated, Literal
 
 from fastapi import Depends, Header, HTTPException, Path, Request
 
+from api.host.keys import DEADLINE_HEADER, KEY_HEADER, MAX_KEY
 from api.host.service import Service
 from api.host.tenant import Tenant
 from api.host.tokens import Principal
@@ -87,6 +88,22 @@ def registration_slot(limits: Limits, service: Service, caller: Principal) -> Sl
         return limits.registrations.admit("admin" if caller.admin else f"dataflow:{caller.dataflow_id}", live)
     except LimitExceeded as refused:
         raise too_many(refused) from None
+
+
+def registration_headers(request: Request) -> tuple[str | None, float | None]:
+    """A registration's ``Idempotency-Key`` and the front's ``X-Tracker-Deadline``
+    (:mod:`api.host.keys`); 400 ``invalid_request`` for a key that is empty, longer than 200
+    characters or not printable ASCII, or a deadline that is no number."""
+    key = request.headers.get(KEY_HEADER)
+    if key is not None and not (0 < len(key) <= MAX_KEY and key.isascii() and key.isprintable()):
+        raise HTTPException(400, {"error": "invalid_request", "detail": (
+            f"Idempotency-Key must be 1 to {MAX_KEY} printable ASCII characters")})
+    deadline = request.headers.get(DEADLINE_HEADER)
+    try:
+        return key, None if deadline is None else float(deadline)
+    except ValueError:
+        raise HTTPException(400, {"error": "invalid_request",
+                                  "detail": "X-Tracker-Deadline must be POSIX seconds"}) from None
 
 
 def subscriber_slot(limits: Limits, dataflow: Tenant) -> Slot:
