@@ -104,7 +104,6 @@ class Settings:
     ws_deflate: bool = False  # TRACKER_WS_DEFLATE=1 enables permessage-deflate on WebSockets
     metrics_per_dataflow: bool = False  # TRACKER_METRICS_PER_DATAFLOW=1: /metrics series labelled by dataflow id
     stall_seconds: float = 60.0  # TRACKER_STALL_SECONDS: live pointstamps, no frontier change this long: stalled
-    violation_seconds: float = 5.0  # TRACKER_VIOLATION_SECONDS: a negative count, no batch this long: violation
     lane_ms: float = 1.0  # TRACKER_LANE_MS: a batch propagating longer sends its dataflow's next ones to its own thread
     # Limits (docs/service.md, "Limits"); 0 means none.
     register_rate: float = 10.0  # TRACKER_REGISTER_RATE: registrations per second per token (refill)
@@ -158,7 +157,6 @@ class Settings:
             ws_deflate=env.get("TRACKER_WS_DEFLATE", "0").lower() in ("1", "true", "yes", "on"),
             metrics_per_dataflow=env.get("TRACKER_METRICS_PER_DATAFLOW", "0").lower() in ("1", "true", "yes", "on"),
             stall_seconds=_env_float("TRACKER_STALL_SECONDS", 60.0),
-            violation_seconds=_env_float("TRACKER_VIOLATION_SECONDS", 5.0),
             lane_ms=_env_float("TRACKER_LANE_MS", 1.0),
             register_rate=_env_float("TRACKER_REGISTER_RATE", 10.0),
             register_burst=_env_int("TRACKER_REGISTER_BURST", 100),

@@ -49,7 +49,8 @@ import httpx
 from api.run.process import ADMIN_TOKEN, ServiceProcess, descendants
 
 CRATE = Path(__file__).resolve().parent.parent / "connectors" / "timely"
-"""The connector crate; its target directory (``connectors/timely/target``) is ignored by git."""
+"""The connector crate; its target directory (``connectors/timely/target``, or ``CARGO_TARGET_DIR``) is
+ignored by git."""
 
 EXAMPLES = ("collatz", "bfs", "dd_bfs", "stuck")
 
@@ -66,7 +67,14 @@ def build(release: bool = False, features: tuple[str, ...] = ()) -> Path:
     if release:
         command.append("--release")
     subprocess.run(command, check=True, timeout=1800)
-    return CRATE / "target" / ("release" if release else "debug")
+    return target_dir() / ("release" if release else "debug")
+
+
+def target_dir() -> Path:
+    """Where cargo puts the crate's builds: ``CARGO_TARGET_DIR`` if set (cargo honours it too),
+    else the crate's own ``target``."""
+    configured = os.environ.get("CARGO_TARGET_DIR")
+    return Path(configured) if configured else CRATE / "target"
 
 
 @dataclass

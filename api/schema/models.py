@@ -190,7 +190,8 @@ State = Literal["running", "complete", "stalled", "violation", "deleted"]
 
 
 class Violation(BaseModel):
-    """A location whose occurrence count stayed negative after the last batch."""
+    """A negative occurrence count that no live pointstamp explains: its time is not at or above
+    its location's frontier (a message consumed twice, a capability dropped twice)."""
 
     location: dict[str, Any] = Field(description="a location (with its `scope` in a nested dataflow)")
     time: list[int]
@@ -211,8 +212,8 @@ class DataflowStatus(BaseModel):
 
     state: State = Field(description="running; complete once every frontier is empty; stalled when live "
                          "pointstamps saw no frontier change for TRACKER_STALL_SECONDS; violation when an update moved "
-                         "a frontier backwards, or a count stayed negative with no batch for "
-                         "TRACKER_VIOLATION_SECONDS; deleted")
+                         "a frontier backwards, or a count is negative and no live pointstamp explains it (its time is "
+                         "not at or above its location's frontier); deleted")
     deleted_at: str | None = None
     last_frontier_change_at: str | None = None
     last_batch_at: str | None = None
