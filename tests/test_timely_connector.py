@@ -345,7 +345,8 @@ class HeldRun:
         assert explained["safe_to_notify"] is False, explained
         sources = [b for b in explained["blockers"] if b["location"]["kind"] == "source"]
         assert {(b["worker"], tuple(b["time"])) for b in sources} == expected, explained["blockers"]
-        assert all(b["location"] == where and b["operator"] == "Hold" and b["count"] == 1 for b in sources), sources
+        assert all(b["location"] == where and b["operator"] == "Hold" and b["count"] == 1
+                   and b["stall_kind"] == "held_capability" for b in sources), sources
         rows = [row for row in self.lag["locations"] if row["location"] == where]
         assert rows and rows[0]["frontier"] == [[3, 0]], rows
         oldest = rows[0]["oldest_pointstamp"]

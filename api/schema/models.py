@@ -270,6 +270,13 @@ class PathStep(BaseModel):
                                   "egress drops the last one)")
 
 
+StallKind = Literal["held_capability", "unconsumed_messages", "undrained_count"]
+STALL_KIND_DOC = ("what the pointstamp is: held_capability (at an operator output: a capability kept), "
+                  "unconsumed_messages (at an input: messages sent and not yet consumed), undrained_count (at an "
+                  "input, and every worker has reported since it appeared: a count that does not drain, messages "
+                  "kept unread or miscounted)")
+
+
 class Blocker(BaseModel):
     """An active pointstamp that holds a (location, time) back, and why."""
 
@@ -288,6 +295,7 @@ class Blocker(BaseModel):
     age_seconds: float | None = Field(description="wall-clock seconds since its count left zero")
     age_at_least: bool = Field(default=False, description="the age counts from a restart from a compacted "
                                "snapshot (it was live before it): it is at least that")
+    stall_kind: StallKind = Field(description=STALL_KIND_DOC)
 
 
 class ExplainResponse(BaseModel):
@@ -313,6 +321,7 @@ class OldestPointstamp(BaseModel):
     age_seconds: float = Field(description="wall-clock seconds since its count left zero")
     age_at_least: bool = Field(default=False, description="the age counts from a restart from a compacted "
                                "snapshot (it was live before it): it is at least that")
+    stall_kind: StallKind = Field(description=STALL_KIND_DOC)
 
 
 class LagRow(BaseModel):
