@@ -356,13 +356,15 @@ class OperatorEstimate(BaseModel):
     scope: list[int] | None = Field(default=None, description="its scope path (absent at the root)")
     node: int
     operator: str
-    epoch: int | None = Field(description="the earliest epoch still open at its inputs (null: done)")
+    epoch: int | None = Field(description="the earliest epoch still open at its inputs, else (every input frontier "
+                              "empty) the earliest it still holds at its outputs (null: done)")
     state: Literal["done", "estimated", "unknown"] = Field(
-        description="done: every input frontier is empty; estimated: the rate is known and not 0; unknown: see reason")
+        description="done: every input and output frontier is empty (nothing can reach it, it holds nothing); "
+                    "estimated: the rate is known and not 0; unknown: see reason")
     epochs_per_second: float | None = Field(description="epochs cleared per second over the window (null: unknown, "
                                                         "0: not advancing)")
-    eta_seconds: float | None = Field(description="expected seconds until every input frontier is empty (needs "
-                                                  "the last epoch and a known rate)")
+    eta_seconds: float | None = Field(description="expected seconds until it is done (needs the last epoch and "
+                                                  "a known rate)")
     reason: str | None = Field(description="why the rate or the expected time is unknown")
 
 
