@@ -81,6 +81,7 @@ class Settings:
     engine: str = "native"  # TRACKER_ENGINE: native (compiled) | reference (Python) | spark
     master: str | None = None  # SPARK_MASTER
     admin_token: str | None = None  # TRACKER_ADMIN_TOKEN
+    program_token: str | None = None  # TRACKER_PROGRAM_TOKEN (else <warehouse>/program-token, generated)
     spark: bool = True  # TRACKER_SPARK=0 disables Spark (registration check, audits)
     spark_check: bool = True  # TRACKER_SPARK_CHECK=0 skips the Spark registration check
     spark_timeout: float = 300.0  # TRACKER_SPARK_TIMEOUT: seconds one Spark check or audit may run (0: no limit)
@@ -135,6 +136,7 @@ class Settings:
             engine=env.get("TRACKER_ENGINE", "native"),
             master=env.get("SPARK_MASTER"),
             admin_token=env.get("TRACKER_ADMIN_TOKEN") or None,
+            program_token=env.get("TRACKER_PROGRAM_TOKEN") or None,
             spark=env.get("TRACKER_SPARK", "1").lower() not in ("0", "false", "no", "off"),
             spark_check=env.get("TRACKER_SPARK_CHECK", "1").lower() not in ("0", "false", "no", "off"),
             spark_timeout=_env_float("TRACKER_SPARK_TIMEOUT", 300.0),

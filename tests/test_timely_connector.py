@@ -38,7 +38,7 @@ import httpx
 import pytest
 
 from bench.timely import build, check, fetch_history, registered_id, run_example, start_example
-from tests.helpers import ServiceProcess, ServiceStarter, wait_for
+from tests.helpers import ServiceProcess, ServiceStarter, program_token, wait_for
 
 pytestmark = pytest.mark.service(TRACKER_SUBSCRIBER_QUEUE="1000000", TRACKER_SUBSCRIBER_BYTES=str(1 << 30),
                                  TRACKER_STALL_SECONDS="2")
@@ -59,7 +59,8 @@ def run_and_check(service: ServiceProcess, binaries: Path, workdir: Path, exampl
     name = f"{example}-{uuid.uuid4().hex[:8]}"
     # A short linger makes many small batches: more versions, more intermediate states checked.
     run = run_example(binaries, example, ["-w", str(workers), "--name", name, "--journal", str(journal),
-                                          "--linger-ms", "1", *args], url=service.url)
+                                          "--linger-ms", "1", *args], url=service.url,
+                      token=program_token(service))
     assert run.returncode == 0, run.stderr[-3000:]
     assert "does not answer" not in run.stderr, run.stderr[-3000:]
     dataflow_id = registered_id(journal)
@@ -185,7 +186,8 @@ def _node(dataflow: dict[str, Any], name: str) -> int:
 def test_a_held_capability_is_blamed_on_its_operator_and_worker(service: ServiceProcess, binaries: Path) -> None:
     name = f"stuck-{uuid.uuid4().hex[:8]}"
     program = start_example(binaries, "stuck", ["-w", "4", "--name", name, "--hold-at", "3", "--holder", "2",
-                                                "--hold-seconds", "12"], url=service.url)
+                                                "--hold-seconds", "12"], url=service.url,
+                            token=program_token(service))
     try:
         with service.client() as client:
             listed = wait_for("the dataflow registered", lambda: client.get("/v1/dataflows", params={"name": name})
@@ -230,7 +232,7 @@ def test_the_program_outlives_an_outage_and_catches_up(lone_service: ServiceProc
     name = f"outage-{uuid.uuid4().hex[:8]}"
     started = time.monotonic()
     program = start_example(binaries, "stuck", ["-w", "4", "--name", name, "--hold-at", "3", "--hold-seconds", "10"],
-                            url=lone_service.url)
+                            url=lone_service.url, token=program_token(lone_service))
     try:
         with lone_service.client() as client:
             listed = wait_for("the dataflow registered", lambda: client.get("/v1/dataflows", params={"name": name})
@@ -308,7 +310,7 @@ class HeldRun:
                 "--records", "5", "--round-ms", "300"]
         if journal is not None:
             args += ["--journal", str(journal)]
-        self.program = start_example(binaries, "stuck", args, url=service.url)
+        self.program = start_example(binaries, "stuck", args, url=service.url, token=program_token(service))
         self.id: str | None = None
         self.states: set[str] = set()
         self.negative_polls = 0

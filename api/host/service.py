@@ -39,7 +39,7 @@ from api.durability.wal import LogFailed, WriteAheadLog, framed
 from api.host.build import Builder
 from api.host.ingest import Refused
 from api.host.tenant import Tenant
-from api.host.tokens import Principal, matches, new_token, token_hash
+from api.host.tokens import Principal, matches, new_token, program_dataflow_token, token_hash
 from api.live.scopes import Hosting
 from api.live.state import Counts
 from api.metrics import Metrics
@@ -60,10 +60,13 @@ FREEZE_LOCATIONS = 10_000
 class Service:
     """All dataflows of one service process, and the machinery around them."""
 
-    def __init__(self, settings: Settings, admin_token: str, store: Store | None = None) -> None:
+    def __init__(self, settings: Settings, admin_token: str, store: Store | None = None,
+                 program_token: str | None = None) -> None:
         self.settings = settings
         self.metrics = Metrics(ENGINE_NAMES[settings.engine], per_dataflow=settings.metrics_per_dataflow)
         self.admin_hash = token_hash(admin_token)
+        self.program_token = program_token
+        self.program_hash = None if program_token is None else token_hash(program_token)
         self.dataflows: dict[str, Tenant] = {}
         self.token_index: dict[str, str] = {}
         self.wal = WriteAheadLog(wal_directory(settings.warehouse, settings.shard), on_sync=self.metrics.on_sync,
@@ -95,6 +98,8 @@ class Service:
         presented = token_hash(token)
         if matches(presented, self.admin_hash):
             return Principal(admin=True)
+        if self.program_hash is not None and matches(presented, self.program_hash):
+            return Principal(admin=False, program=self.program_token)
         dataflow_id = self.token_index.get(presented)
         if dataflow_id is None:
             return None
@@ -105,9 +110,10 @@ class Service:
 
     # -- registration ---------------------------------------------------------------------
 
-    async def register(self, req: RegisterRequest) -> tuple[Tenant, str]:
+    async def register(self, req: RegisterRequest, caller: Principal | None = None) -> tuple[Tenant, str]:
         """Validate (off the loop), log durably, and make the dataflow live. ``req``'s node and
-        edge lists are emptied once read.
+        edge lists are emptied once read. Registered by the program token (``caller``), its token
+        is derived from the program token (:func:`~api.host.tokens.program_dataflow_token`).
 
         Returns:
             The dataflow and its token (shown once; only its hash is kept).
@@ -136,9 +142,11 @@ class Service:
             # The antichain cost limit follows the engine: ~25 ms per batch of whichever tracks the graph.
             graph, initial = await asyncio.to_thread(build_graph, spec, compiled=self.settings.engine == "native")
             tracker = await asyncio.to_thread(self.build.engine, graph, initial)
-        token = new_token()
+        df = new_id(self.settings.shard)
+        program = None if caller is None else caller.program
+        token = new_token() if program is None else program_dataflow_token(program, df)
         record = Register(name=spec.name, arity=spec.arity, nodes=spec.nodes, edges=spec.edges,
-                          initial=spec.initial, last_epoch=spec.last_epoch, df=new_id(self.settings.shard),
+                          initial=spec.initial, last_epoch=spec.last_epoch, df=df,
                           token=token_hash(token), created_at=datetime.now(UTC).isoformat())
         # Its frontier copy and Publication are O(graph): off the loop too (nothing there awaits).
         tenant = await asyncio.to_thread(self.build.tenant, record, graph, tracker, initial, hosting)

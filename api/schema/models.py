@@ -4,6 +4,9 @@ OpenAPI document (the hot path parses progress bodies with :mod:`api.schema.pars
 Integers are strict (``true``, ``1.5`` and ``"3"`` are refused, not coerced) because a silently
 coerced time or delta would corrupt occurrence counts; the shapes that depend on the dataflow
 (arity, known locations) are checked afterwards against the graph.
+
+Long because: one model per v1 body, all of them the OpenAPI document's schemas, which refer to
+each other (locations, blockers, statuses); split, a body's schema would be read in pieces.
 """
 
 from __future__ import annotations

@@ -36,6 +36,7 @@ from api.web.deps import (
     DataflowDep,
     LimitsDep,
     PrincipalDep,
+    RegistrarDep,
     ServiceDep,
     registration_slot,
     require_json,
@@ -64,10 +65,10 @@ PSI_LOCATIONS = 2_000  # the whole of Psi is quadratic (streamed): beyond this, 
              openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
                  "schema": {"$ref": "#/components/schemas/RegisterRequest"}}}}},
              summary="Register a dataflow graph")
-async def register(request: Request, service: ServiceDep, caller: AdminDep, limits: LimitsDep) -> JSONResponse:
+async def register(request: Request, service: ServiceDep, caller: RegistrarDep, limits: LimitsDep) -> JSONResponse:
     """Validate the graph (422 naming the problem or the offending cycle), store it durably and
-    return its id and token. The Spark cycle check and summaries run in the background; see
-    ``status.spark_check``.
+    return its id and token (admin or program token; 403 for a dataflow's). The Spark cycle check
+    and summaries run in the background; see ``status.spark_check``.
 
     The body (schema ``RegisterRequest``) is parsed by
     :func:`api.schema.bodies.parse_registration_sliced` (as :func:`api.schema.parsing.parse_registration`,
@@ -83,7 +84,7 @@ async def register(request: Request, service: ServiceDep, caller: AdminDep, limi
                 body = await asyncio.to_thread(parse_registration_sliced, await request.body())
             except (MalformedJSON, InvalidRequest) as error:
                 raise bad_body(error) from None
-            dataflow, token = await service.register(body)
+            dataflow, token = await service.register(body, caller)
     finally:
         slot.release()
     return JSONResponse({"id": dataflow.id, "token": token, "endpoint": service.settings.endpoint}, status_code=201)
@@ -96,11 +97,14 @@ async def list_dataflows(
         description="only dataflows in this state (default: every state but deleted)")] = None,
     name: Annotated[str | None, Query(max_length=200, description="only dataflows registered with this name")] = None,
 ) -> list[dict[str, Any]]:
-    """Every dataflow the token may see (the admin: all; a dataflow token: its own), oldest
-    first, filtered by ``state`` and ``name``; deleted ones only with ``state=deleted``."""
+    """Every dataflow the token may see (the admin: all; the program token: those it registered;
+    a dataflow token: its own), oldest first, filtered by ``state`` and ``name``; deleted ones only
+    with ``state=deleted``."""
     found = []
     for dataflow in service.dataflows.values():
-        if not (dataflow.ready and caller.may_access(dataflow.id)) or (name is not None and dataflow.name != name):
+        if name is not None and dataflow.name != name:
+            continue
+        if not (dataflow.ready and caller.may_access(dataflow.id, dataflow.token_hash)):
             continue
         now = dataflow.lifecycle()["state"]
         if now == state or (state is None and now != "deleted"):
