@@ -28,6 +28,7 @@ reveals a token.
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import hmac
 import os
@@ -89,9 +90,15 @@ class Principal:
         if self.admin:
             return True
         if self.program is not None:
-            return stored_hash is not None and matches(
-                token_hash(program_dataflow_token(self.program, dataflow_id)), stored_hash)
+            return stored_hash is not None and matches(_derived_hash(self.program, dataflow_id), stored_hash)
         return self.dataflow_id == dataflow_id
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _derived_hash(program_token: str, dataflow_id: str) -> str:
+    """The stored form of a program's dataflow token, remembered: the program token's listing
+    checks every dataflow (an HMAC and a hash each, ~4 us: 4 ms per listing of 1,000 without it)."""
+    return token_hash(program_dataflow_token(program_token, dataflow_id))
 
 
 def load_program_token(warehouse: Path, configured: str | None) -> str:
