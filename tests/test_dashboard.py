@@ -25,7 +25,16 @@ import httpx
 import pytest
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
-from tests.helpers import ADMIN_TOKEN, ROOT, ServiceProcess, loop_graph, nested_pipeline, register, update
+from tests.helpers import (
+    ADMIN_TOKEN,
+    ROOT,
+    ServiceProcess,
+    loop_graph,
+    nested_pipeline,
+    program_token,
+    register,
+    update,
+)
 
 # The service with fast Delta compaction (the history route has rows to show) and quick states.
 pytestmark = pytest.mark.service(TRACKER_FLUSH_SECONDS="0.2", TRACKER_COMPACT_SECONDS="0.3",
@@ -280,7 +289,7 @@ def test_a_running_worker_example_is_drawn_and_moves_on_screen(service: ServiceP
 
     with service.client() as client:
         before = {d["id"] for d in client.get("/v1/dataflows").json()}
-    env = {**os.environ, "TRACKER_ADMIN_TOKEN": ADMIN_TOKEN}
+    env = {**os.environ, "TRACKER_PROGRAM_TOKEN": program_token(service)}
     example = subprocess.Popen(
         [sys.executable, "-m", "tracker.cli", "example", "components", "--url", service.url, "--workers", "2",
          "--epochs", "5000", "--delay", "0.02", "--timeout", "120"],
@@ -624,7 +633,7 @@ def test_live_plots_have_no_gap_three_seconds_after_a_run_starts(service: Servic
     service's own history within 0.6 s at every moment since the registration (no flat stretch
     then jump), the throughput plot must count the service's batches second by second, and the
     estimates must say when each stage should be done."""
-    env = {**os.environ, "TRACKER_ADMIN_TOKEN": ADMIN_TOKEN}
+    env = {**os.environ, "TRACKER_PROGRAM_TOKEN": program_token(service)}
     run = subprocess.Popen([sys.executable, "-m", "tracker.cli", "run", "tests.paced", "--workers", "2",
                             "--url", service.url], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
                            stderr=subprocess.DEVNULL, start_new_session=True)
