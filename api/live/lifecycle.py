@@ -18,7 +18,7 @@ arrived) into the ``status`` fields ``state``, ``violations``,
   would cancel it would itself move a frontier backwards): a message consumed twice, a
   capability dropped twice. So it is a violation as soon as it is seen, and it also catches
   every negative count that outlives the program's last batch from every worker (nothing is
-  live then). ``docs/core.md`` ("Negative counts") gives the argument. The status names each
+  live then). ``docs/core.md`` ("Negative counts and violations") gives the argument. The status names each
   such location, time and count;
 * ``complete``: every frontier is empty, i.e. no pointstamp is live: nothing can happen any
   more (every capability dropped, every message received);
