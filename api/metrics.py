@@ -6,12 +6,22 @@ series names a dataflow (nor, so, reveals its id): per-dataflow gauges are aggre
 (``tracker_frontier_lag_max_seconds``, one ``tracker_audit_ok``); with ``per_dataflow``
 (``--metrics-per-dataflow``) the labelled series are exported too.
 
+An audit's verdict is never guessed: ``tracker_audit_mismatched_dataflows`` counts the dataflows
+whose last audit disagreed (0 before any audit, and with Spark off), ``tracker_audited_dataflows``
+those with a concluded audit, ``tracker_spark_state`` says whether Spark is off, and
+``tracker_audit_ok`` appears only once some audit concluded.
+
 >>> metrics = Metrics(per_dataflow=False)
+>>> fresh = metrics.render().decode()
+>>> "tracker_audit_ok" in fresh, "tracker_audit_mismatched_dataflows 0.0" in fresh
+(False, True)
 >>> lags = lambda: [("d1", "op #1", "in 0", 3.5), ("d2", "op #1", "in 0", 7.0)]
 >>> metrics.audit_result("d1", True); metrics.audit_result("d2", False)
->>> text = metrics.render(Scrape(lags, states={"violation": 1})).decode()
+>>> text = metrics.render(Scrape(lags, states={"violation": 1}, spark="disabled")).decode()
 >>> "tracker_frontier_lag_max_seconds 7.0" in text, "tracker_audit_ok 0.0" in text, "d1" in text
 (True, True, False)
+>>> "tracker_audit_mismatched_dataflows 1.0" in text, 'tracker_spark_state{state="disabled"} 1.0' in text
+(True, True)
 >>> 'tracker_dataflows_in_state{state="violation"} 1.0' in text
 True
 >>> metrics = Metrics(per_dataflow=True)
@@ -39,6 +49,8 @@ EstimateRow = tuple[str, str, float | None, float | None]
 whose rate is known (:mod:`api.ops.estimate`)."""
 STATES = ("running", "complete", "stalled", "violation", "deleted")
 """The lifecycle states ``tracker_dataflows_in_state`` counts (:mod:`api.live.lifecycle`)."""
+SPARK_STATES = ("disabled", "starting", "ready", "unresponsive", "down")
+"""The states ``tracker_spark_state`` reports."""
 
 
 @dataclass(frozen=True)
@@ -50,6 +62,8 @@ class Scrape:
     states: Mapping[str, int] = field(default_factory=dict)
     """How many dataflows are in each lifecycle state."""
     estimates: Callable[[], Iterable[EstimateRow]] = lambda: ()
+    spark: str = "disabled"
+    """The Spark process's state (:meth:`api.background.spark.SparkLink.health`)."""
 
 _LATENCY_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 
@@ -94,9 +108,6 @@ class Metrics:
         if per_dataflow:
             self.audit_ok = Gauge("tracker_audit_ok", "1 if Spark's from-scratch frontier equalled the live one at "
                                   "the dataflow's last audit, 0 if not", ["dataflow"], registry=r)
-        else:
-            self.audit_ok = Gauge("tracker_audit_ok", "1 if, for every audited dataflow, Spark's from-scratch "
-                                  "frontier equalled the live one at its last audit, 0 if not", registry=r)
         r.register(_ScrapeCollector(self))
         self.audits = Counter("tracker_audits", "Spark audits by result", ["result"], registry=r)
         self.spark_checks = Counter("tracker_spark_registration_checks", "Spark registration checks by result",
@@ -106,9 +117,7 @@ class Metrics:
         """A dataflow's audit concluded (labelled by dataflow only with ``per_dataflow``)."""
         if self.per_dataflow:
             self.audit_ok.labels(dataflow_id).set(1 if ok else 0)
-            return
         self._audits[dataflow_id] = ok
-        self.audit_ok.set(1 if all(self._audits.values()) else 0)
 
     def on_sync(self, records: int, seconds: float) -> None:
         """Called by the write-ahead log after each group commit."""
@@ -154,6 +163,21 @@ class _ScrapeCollector(Collector):
         for state in STATES:
             states.add_metric([state], scrape.states.get(state, 0))
         yield states
+        audits = dict(metrics._audits)
+        yield GaugeMetricFamily("tracker_audited_dataflows", "Dataflows with a concluded Spark audit (0: none yet, "
+                                "or Spark off)", value=len(audits))
+        yield GaugeMetricFamily("tracker_audit_mismatched_dataflows", "Dataflows whose last Spark audit found the "
+                                "live frontier different from the from-scratch one", value=sum(not ok for ok in
+                                                                                               audits.values()))
+        if audits and not metrics.per_dataflow:
+            yield GaugeMetricFamily("tracker_audit_ok", "1 if, for every audited dataflow, Spark's from-scratch "
+                                    "frontier equalled the live one at its last audit, 0 if not (absent before the "
+                                    "first audit concludes)", value=1 if all(audits.values()) else 0)
+        spark = GaugeMetricFamily("tracker_spark_state", "1 for the Spark process's state (disabled: Spark is off; "
+                                  "starting, ready, unresponsive, down), 0 for the others", labels=["state"])
+        for state in SPARK_STATES:
+            spark.add_metric([state], 1 if scrape.spark == state else 0)
+        yield spark
         estimates = list(scrape.estimates())
         yield GaugeMetricFamily("tracker_progress_eta_max_seconds",
                                 "The longest expected time until an operator is done, over every operator whose "

@@ -36,7 +36,7 @@ def tool(name: str) -> str:
 def test_the_rules_check_and_every_alert_fires_and_resolves_in_their_unit_tests() -> None:
     checked = subprocess.run([tool("promtool"), "check", "rules", "alerts.yml"], cwd=RULES, capture_output=True,
                              text=True, timeout=60)
-    assert checked.returncode == 0 and "SUCCESS: 10 rules found" in checked.stdout, checked.stdout + checked.stderr
+    assert checked.returncode == 0 and "SUCCESS: 11 rules found" in checked.stdout, checked.stdout + checked.stderr
     tested = subprocess.run([tool("promtool"), "test", "rules", "alerts_test.yml"], cwd=RULES, capture_output=True,
                             text=True, timeout=60)
     assert tested.returncode == 0 and "SUCCESS" in tested.stdout, tested.stdout + tested.stderr
@@ -73,17 +73,17 @@ def test_the_rules_use_only_series_the_service_exports(start_service: ServiceSta
 @pytest.fixture
 def prometheus(tmp_path: Path) -> Iterator[Any]:
     """A function starting Debian's Prometheus on loopback with the shipped rules, scraping the
-    given service every second; stopped at the test's end."""
+    given services every second; stopped at the test's end."""
     started: list[subprocess.Popen[bytes]] = []
 
-    def start(service_url: str) -> str:
+    def start(*service_urls: str) -> str:
         port = free_port()
         config = tmp_path / "prometheus.yml"
         config.write_text(yaml.safe_dump({
             "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
             "rule_files": [str(RULES / "alerts.yml")],
             "scrape_configs": [{"job_name": "tracker", "static_configs": [
-                {"targets": [service_url.removeprefix("http://")]}]}]}))
+                {"targets": [u.removeprefix("http://") for u in service_urls]}]}]}))
         log = open(tmp_path / "prometheus.log", "wb")  # noqa: SIM115 - the child writes to it
         started.append(subprocess.Popen([tool("prometheus"), f"--config.file={config}",
                                          f"--storage.tsdb.path={tmp_path / 'data'}",
@@ -144,4 +144,27 @@ def test_a_real_prometheus_scrapes_the_service_and_fires_the_violation_alert(
     assert "1 dataflow(s)" in firing[0]["annotations"]["summary"]
     # The rules' evaluation is healthy: every rule of the group evaluated without error.
     groups = httpx.get(url + "/api/v1/rules", timeout=5).json()["data"]["groups"]
-    assert [r["health"] for g in groups for r in g["rules"]] == ["ok"] * 10
+    assert [r["health"] for g in groups for r in g["rules"]] == ["ok"] * 11
+
+
+def test_a_real_prometheus_scraping_fresh_idle_services_fires_nothing(start_service: ServiceStarter,
+                                                                     prometheus: Any) -> None:
+    """A fresh service, with Spark starting and then ready, and one with Spark off: no audit has
+    concluded on either, and no alert fires or is even pending."""
+    services = [start_service(spark=True), start_service(TRACKER_SPARK="0")]
+    url = prometheus(*(s.url for s in services))
+
+    def query(expr: str) -> list[dict[str, Any]]:
+        answer = httpx.get(url + "/api/v1/query", params={"query": expr}, timeout=5).json()
+        assert answer["status"] == "success", answer
+        return list(answer["data"]["result"])
+
+    _until("Prometheus scrapes both services", lambda: len(query('up{job="tracker"} == 1')) == 2)
+    states = _until("both services' Spark states", lambda: {
+        r["metric"]["state"] for r in query("tracker_spark_state == 1")} >= {"disabled"} and query(
+        "tracker_spark_state == 1"))
+    assert len(states) == 2, states
+    assert [r["value"][1] for r in query("tracker_audit_mismatched_dataflows")] == ["0", "0"]
+    time.sleep(10)  # ten rule evaluations over the fresh services
+    alerts = httpx.get(url + "/api/v1/alerts", timeout=5).json()["data"]["alerts"]
+    assert alerts == [], alerts

@@ -216,12 +216,13 @@ def test_healthz_names_the_graph_engine(service: ServiceProcess) -> None:
 
 def test_a_missing_graphx_helper_is_a_one_line_setup_error(start_service: ServiceStarter, tmp_path: Path) -> None:
     """No helper built (an empty cache): the Spark process does not start a session, says why in
-    one line, and ``/healthz`` shows it; the service serves without Spark (nothing falls back
-    to the DataFrame path silently)."""
+    one line, and ``/healthz`` shows it, with when it is tried again (a set-up error: after a
+    minute); the service serves without Spark (nothing falls back to the DataFrame path silently)."""
     service = start_service(spark=True, XDG_CACHE_HOME=str(tmp_path / "empty-cache"))
     health = wait_for("the Spark process's verdict", lambda: (h := httpx.get(service.url + "/healthz").json())[
-        "spark"] not in ("starting", "unavailable") and h, 300)
-    assert health["spark"].startswith("set-up error: the GraphX helper is not built"), health
-    assert "\n" not in health["spark"] and health["graph_engine"] is None and health["status"] == "ok", health
+        "spark"] == "down" and "spark_retry_in_seconds" in h and h, 300)
+    assert health["spark_reason"].startswith("set-up error: the GraphX helper is not built"), health
+    assert 30 < health["spark_retry_in_seconds"] <= 60, health
+    assert "\n" not in health["spark_reason"] and health["graph_engine"] is None and health["status"] == "ok", health
     logged = [line for line in service.log_path.read_text().splitlines() if "spark session not started" in line]
     assert len(logged) == 1 and "Traceback" not in service.log_path.read_text(), logged

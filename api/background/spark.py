@@ -3,10 +3,15 @@ micro-batches asked for over the channel, and their answers landing in each data
 :class:`~api.background.state.SparkState`.
 
 Guarantees: no method waits for the Spark process. Work is kept here until answered: checks not
-concluded, the micro-batch in flight of each dataflow (one at a time, so its batches stay in
-version order); on every (re)connect the link replays first the graphs the work needs, then the
-work (:meth:`SparkLink._replay`). An audit in flight when the link drops is forgotten (the next
-period runs one again). After the Spark process restarts, a ``--engine spark`` dataflow's next
+concluded, audits in flight, the micro-batch in flight of each dataflow (one at a time, so its
+batches stay in version order); on every (re)connect the link replays first the graphs the work
+needs, then the work (:meth:`SparkLink._replay`; an audit in flight is asked again as of the
+version published then). The Spark process's state is told the truth within seconds
+(:meth:`SparkLink.health`): it says its status every second, so silence for
+:data:`SILENT_SECONDS` reads ``unresponsive``; while it is not connected, the supervisor's record
+says why and when it starts again (``down``). A micro-batch that failed is sent again with a
+backoff of its own dataflow's (:data:`RETRY_SECONDS` doubling to :data:`RETRY_MAX`). After the
+Spark process restarts, a ``--engine spark`` dataflow's next
 micro-batch is a reset (its whole counts as of its durable version) and only the difference
 between the recomputed frontier and the published one is published (:func:`difference`), so
 its streams stay exact and never go back.
@@ -48,16 +53,22 @@ from api.channel.messages import (
     change_row,
     from_change_row,
 )
+from api.channel.supervised import read_state, spark_state_file
 from api.config import Settings
 from api.metrics import Metrics
-from api.schema.registration import Spec
+from api.schema.registration import Spec, spec_fields
 from tracker.graph import Location, Update
 from tracker.reachability import FrontierChange
 from tracker.timestamp import Timestamp
 
 log = logging.getLogger("tracker.background")
 RETRY_SECONDS = 1.0
-"""A failed micro-batch is sent again (as a reset) after this long."""
+"""A failed micro-batch is sent again (as a reset) after this long, doubling for each failure
+in a row up to :data:`RETRY_MAX`."""
+RETRY_MAX = 60.0
+SILENT_SECONDS = 3.0
+"""The Spark process tells its status every second: this long without a word, it is taken as
+stopped or stuck (``unresponsive``)."""
 
 
 class Unavailable(Exception):
@@ -129,6 +140,9 @@ class SparkLink:
         self._batches: dict[str, tuple[int, int]] = {}  # micro-batch in flight: (version, queue entries)
         self._resets: set[str] = set()  # --engine spark dataflows whose next micro-batch is a reset
         self._retry_at: dict[str, float] = {}
+        self._failures: dict[str, int] = {}  # micro-batches failed in a row, per dataflow
+        self.heard_at = 0.0
+        """When the Spark process last said anything (``time.monotonic()``)."""
         self._tasks: list[asyncio.Task[None]] = []
         self.stopping = False
 
@@ -154,18 +168,47 @@ class SparkLink:
 
     @property
     def ready(self) -> bool:
-        """Connected to a Spark process whose session is up."""
-        return self.client is not None and self.client.connected and self.status is not None \
-            and self.status.state == "ready"
+        """Connected to a Spark process whose session is up, and heard from lately."""
+        return self.health() == "ready"
 
     def health(self) -> str:
-        """``disabled``, ``unavailable`` (no Spark process connected), or the Spark process's
-        state: ``starting``, ``ready`` or why its session failed."""
+        """The Spark process's state in one word: ``disabled`` (Spark is off), ``ready``,
+        ``starting``, ``unresponsive`` (connected, but silent for :data:`SILENT_SECONDS`) or
+        ``down`` (not connected, or its session failed); :meth:`why` says why and until when."""
         if not self.enabled:
             return "disabled"
         if self.client is None or not self.client.connected or self.status is None:
-            return "unavailable"
-        return self.status.state
+            state = self._supervised_state()
+            return "starting" if state is not None and state.get("state") == "starting" else "down"
+        if time.monotonic() - self.heard_at > SILENT_SECONDS:
+            return "unresponsive"
+        return self.status.state if self.status.state in ("ready", "starting") else "down"
+
+    def why(self) -> dict[str, Any]:
+        """What ``/healthz`` adds to :meth:`health` when the Spark process is not ``ready``:
+        ``spark_reason`` (a sentence) and, while it is down, ``spark_retry_in_seconds`` (when the
+        supervisor starts it again) and ``spark_restarts``."""
+        state = self.health()
+        if state in ("disabled", "ready"):
+            return {}
+        if state == "unresponsive":
+            silent = time.monotonic() - self.heard_at
+            return {"spark_reason": f"the Spark process has said nothing for {silent:.0f} s (stopped or stuck); "
+                                    "its supervisor restarts it after 30 s of silence"}
+        if self.client is not None and self.client.connected and self.status is not None:
+            return {"spark_reason": "its session is starting" if state == "starting" else self.status.state}
+        supervised = self._supervised_state() or {}
+        found: dict[str, Any] = {"spark_reason": supervised.get("reason") or (
+            "the Spark process is starting" if state == "starting" else "the Spark process is not connected")}
+        if supervised.get("state") == "down" and isinstance(supervised.get("retry_at"), int | float):
+            found["spark_retry_in_seconds"] = round(max(0.0, supervised["retry_at"] - time.time()), 1)
+        if isinstance(supervised.get("restarts"), int):
+            found["spark_restarts"] = supervised["restarts"]
+        return found
+
+    def _supervised_state(self) -> dict[str, Any] | None:
+        address = self.settings.spark_address
+        return read_state(spark_state_file(address)) if address else None
 
     def pending(self) -> dict[str, int]:
         """Work waiting for the Spark process or in its hands (for ``/healthz``)."""
@@ -174,7 +217,7 @@ class SparkLink:
 
     def process(self) -> dict[str, Any] | None:
         """The Spark process as it last described itself, or ``None`` if none is connected."""
-        if self.health() in ("disabled", "unavailable") or self.status is None:
+        if self.client is None or not self.client.connected or self.status is None:
             return None
         s = self.status
         return {"role": "spark", "pid": s.pid, "state": s.state, "pyspark": s.pyspark, "jvm": s.jvm,
@@ -193,9 +236,7 @@ class SparkLink:
 
     def _know(self, dataflow: Hosted) -> Know:
         self._told.add(dataflow.id)
-        r = dataflow.registration
-        return Know(df=dataflow.id, spec=Spec(name=r.name, arity=r.arity, nodes=r.nodes, edges=r.edges,
-                                              initial=r.initial, initial_scopes=r.initial_scopes))
+        return Know(df=dataflow.id, spec=Spec(**spec_fields(dataflow.registration)))
 
     def _offer(self, dataflow: Hosted, message: ToSpark) -> bool:
         """Offer ``message`` (after its dataflow's graph if the Spark process lacks it)."""
@@ -207,29 +248,41 @@ class SparkLink:
         return self.client.offer(message)
 
     def _replay(self) -> list[ToSpark]:
-        """What goes first on a new connection: who we are, then each pending check with its graph."""
+        """What goes first on a new connection: who we are, then each pending check and each
+        audit that was in flight, with their graphs."""
         self._told.clear()
-        self._audits.clear()
         self._batches.clear()
         self._resets = {d.id for d in self.dataflows.values() if d.engine_mode == "spark"}
+        self.heard_at = time.monotonic()
         messages: list[ToSpark] = [Hello(pid=os.getpid())]
         for dataflow in self._checks.values():
             dataflow.spark.check = "pending"
             messages += [self._know(dataflow), Check(df=dataflow.id)]
-        log.info("spark process connected", extra={"checks": len(self._checks), "resets": len(self._resets)})
+        for df in list(self._audits):  # asked again, as of what is published now
+            audited = self.dataflows.get(df)
+            version = -1 if audited is None else audited.publication.frontier_version
+            if audited is None or audited.deleted_at is not None or version < 0:
+                del self._audits[df]
+                continue
+            if audited.id not in self._told:
+                messages.append(self._know(audited))
+            messages.append(audit_message(audited, version))
+            self._audits[df] = version
+        log.info("spark process connected", extra={"checks": len(self._checks), "audits": len(self._audits),
+                                                   "resets": len(self._resets)})
         return messages
 
     def _lost(self) -> None:
         self.status = None
         for dataflow in self._checks.values():
             dataflow.spark.check = "pending"
-        self._audits.clear()
         self._batches.clear()
         self._told.clear()
         if not self.stopping:
             log.warning("the Spark process is unavailable; its work waits", extra=self.pending())
 
     def _land(self, message: ToHot) -> None:
+        self.heard_at = time.monotonic()
         try:
             if isinstance(message, Status):
                 self.status = message
@@ -370,10 +423,14 @@ class SparkLink:
         version, taken = sent
         if message.error is not None:  # retried (as a reset: all or nothing) a little later
             self.metrics.delta_errors.inc()
-            log.error("spark micro-batch failed; will retry", extra={"dataflow": dataflow.id, "error": message.error})
+            failures = self._failures[dataflow.id] = self._failures.get(dataflow.id, 0) + 1
+            wait = min(RETRY_MAX, RETRY_SECONDS * 2 ** (failures - 1))
+            log.error("spark micro-batch failed; will retry", extra={
+                "dataflow": dataflow.id, "error": message.error, "in_seconds": wait})
             self._resets.add(dataflow.id)
-            self._retry_at[dataflow.id] = time.monotonic() + RETRY_SECONDS
+            self._retry_at[dataflow.id] = time.monotonic() + wait
             return
+        self._failures.pop(dataflow.id, None)
         del dataflow.spark.queue[:taken]
         changes = [FrontierChange(*from_change_row(row)) for row in message.changes]
         publication = dataflow.publication

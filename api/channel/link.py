@@ -36,6 +36,7 @@ import asyncio
 import contextlib
 import logging
 import struct
+import time
 from collections.abc import AsyncIterator, Callable
 from typing import TypeVar
 
@@ -44,6 +45,8 @@ import msgspec
 from api.channel.messages import ToHot, ToSpark, decode_to_hot, encode
 
 log = logging.getLogger("tracker.channel")
+STEADY_SECONDS = 5.0
+"""How long a connection must last for the reconnect backoff to start over."""
 HEADER = struct.Struct(">I")
 MAX_FRAME = 1 << 30
 """A frame longer than this is refused (the connection closes): a corrupt length, not a message."""
@@ -135,7 +138,10 @@ class Client:
         return True
 
     async def run(self) -> None:
-        """Connect, serve the connection, reconnect; forever (cancel to stop)."""
+        """Connect, serve the connection, reconnect; forever (cancel to stop). The wait between
+        attempts doubles from 0.05 s to 1 s, and starts over only after a connection that
+        lasted :data:`STEADY_SECONDS`: a peer that drops every connection at once is not
+        flooded with replays."""
         backoff = 0.05
         while True:
             try:
@@ -144,7 +150,7 @@ class Client:
                 await asyncio.sleep(backoff)
                 backoff = min(1.0, backoff * 2)
                 continue
-            backoff = 0.05
+            began = time.monotonic()
             try:
                 await self._serve(reader, writer)
             except (OSError, ValueError) as error:
@@ -156,6 +162,7 @@ class Client:
                     writer.close()
                 if was:
                     self.on_disconnect()
+            backoff = 0.05 if time.monotonic() - began >= STEADY_SECONDS else min(1.0, backoff * 2)
             await asyncio.sleep(backoff)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

@@ -32,7 +32,7 @@ import struct
 
 import msgspec
 
-from api.schema.registration import Spec
+from api.schema.registration import Spec, spec_fields
 
 
 class Register(Spec, frozen=True, tag="register", tag_field="t"):
@@ -42,6 +42,16 @@ class Register(Spec, frozen=True, tag="register", tag_field="t"):
     df: str
     token: str
     created_at: str
+
+    @classmethod
+    def of(cls, spec: Spec, *, df: str, token: str, created_at: str) -> Register:
+        """The record of registration ``spec``: every one of its fields, and these.
+
+        >>> spec = Spec(name="n", arity=1, nodes=[], edges=[], initial=None, last_epoch=3)
+        >>> Register.of(spec, df="d", token="t", created_at="c").last_epoch
+        3
+        """
+        return cls(**spec_fields(spec), df=df, token=token, created_at=created_at)
 
 
 class _BatchHead(msgspec.Struct, frozen=True, tag="batch", tag_field="t"):

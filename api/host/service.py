@@ -145,9 +145,7 @@ class Service:
         df = new_id(self.settings.shard)
         program = None if caller is None else caller.program
         token = new_token() if program is None else program_dataflow_token(program, df)
-        record = Register(name=spec.name, arity=spec.arity, nodes=spec.nodes, edges=spec.edges,
-                          initial=spec.initial, last_epoch=spec.last_epoch, df=df,
-                          token=token_hash(token), created_at=datetime.now(UTC).isoformat())
+        record = Register.of(spec, df=df, token=token_hash(token), created_at=datetime.now(UTC).isoformat())
         # Its frontier copy and Publication are O(graph): off the loop too (nothing there awaits).
         tenant = await asyncio.to_thread(self.build.tenant, record, graph, tracker, initial, hosting)
         as_framed = await asyncio.to_thread(framed, record)  # O(graph): ~35 ms for 50,000 nodes

@@ -19,8 +19,9 @@ from api.ops.estimate import operator_rates
 from api.ops.lag import service_lag_rows, service_oldest_age
 
 
-def service_scrape(dataflows: Iterable[Tenant]) -> Scrape:
-    """The :class:`~api.metrics.Scrape` of these dataflows (the ready ones), read now."""
+def service_scrape(dataflows: Iterable[Tenant], spark: str = "disabled") -> Scrape:
+    """The :class:`~api.metrics.Scrape` of these dataflows (the ready ones), read now, with the
+    Spark process's state ``spark``."""
     ready = [tenant for tenant in list(dataflows) if tenant.ready]
     now = time.time()
     states = {tenant.id: tenant.lifecycle()["state"] for tenant in ready}
@@ -30,4 +31,4 @@ def service_scrape(dataflows: Iterable[Tenant]) -> Scrape:
     def estimates() -> list[EstimateRow]:
         return [(dataflow_id, *row) for dataflow_id, rows in rates for row in rows()]
 
-    return Scrape(service_lag_rows(ready), service_oldest_age(ready), Counter(states.values()), estimates)
+    return Scrape(service_lag_rows(ready), service_oldest_age(ready), Counter(states.values()), estimates, spark)

@@ -53,7 +53,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from api.channel.supervised import _PR_SET_PDEATHSIG, CANNOT_BOOT, FD_ENV, PID_ENV
+from api.channel.supervised import _PR_SET_PDEATHSIG, CANNOT_BOOT, FD_ENV, PID_ENV, spark_state_file, write_state
 from api.config import ENGINE_NAMES, Settings
 from api.run.hot import SETTINGS_ENV
 from api.run.server import StartupError
@@ -64,6 +64,10 @@ HEARTBEAT_TIMEOUT = 30.0
 """Seconds a ready child may stay silent before it is killed and restarted."""
 BOOT_ATTEMPTS = 5
 """Deaths in a row before being ready after which a child is taken as unable to boot."""
+OPTIONAL_BACKOFF = 15.0
+"""The longest wait before an optional child (the Spark process) is started again after
+deaths in a row; one that cannot boot (a set-up error) is tried again after :data:`SETUP_RETRY`."""
+SETUP_RETRY = 60.0
 STOP_SECONDS = 1.8
 """Seconds the children get to stop after SIGTERM before SIGKILL."""
 SPARK_ADDRESS_ENV = "TRACKER_SPARK_ADDRESS"
@@ -89,6 +93,7 @@ class Child:
         self.failures = 0  # deaths in a row before being ready (or soon after)
         self.next_start = 0.0
         self.restarts = 0
+        self.reason: str | None = None  # why the child says it is about to exit (``down <reason>``)
         self._buffer = b""
 
     def start(self) -> None:
@@ -106,8 +111,9 @@ class Child:
                 self.process = subprocess.Popen(spec.argv, env=env, pass_fds=(write, *spec.pass_fds))
             finally:
                 os.close(write)
-            self.pipe, self.ready, self.fatal, self._buffer = read, False, None, b""
+            self.pipe, self.ready, self.fatal, self.reason, self._buffer = read, False, None, None, b""
         self.started = self.beat = time.monotonic()
+        write_state(spec.state_file, "starting", pid=self.process.pid, restarts=self.restarts)
         log.info("started", extra={"role": self.role, "pid": self.process.pid, "restarts": self.restarts,
                                    **({"shard": spec.shard} if spec.shard is not None else {})})
 
@@ -130,6 +136,8 @@ class Child:
                 self.ready = True
             elif line.startswith(b"fatal "):
                 self.fatal = line[6:].decode(errors="replace")
+            elif line.startswith(b"down "):
+                self.reason = line[5:].decode(errors="replace")
 
     def alive(self) -> bool:
         """Whether its process runs."""
@@ -179,7 +187,8 @@ class Supervisor:
                     self.stop()
                     print(f"{self.command}: error: {reason}", file=sys.stderr, flush=True)
                     return 2
-                if self.on_ready is not None and all(c.ready and c.alive() for c in self.children):
+                if self.on_ready is not None and all(c.ready and c.alive() for c in self.children
+                                                     if not c.spec.optional):
                     self.on_ready()
                     self.on_ready = None
         finally:
@@ -199,15 +208,23 @@ class Supervisor:
                     child.pipe = None
                 child.process = None
                 code = process.returncode
-                if not child.ready or (not child.spec.supervised and now - child.started < 1):
+                cannot_boot = child.fatal is not None or code == CANNOT_BOOT
+                if child.spec.optional:
+                    child.failures = 0 if child.ready and now - child.started > 60 else child.failures + 1
+                    wait = SETUP_RETRY if cannot_boot else min(OPTIONAL_BACKOFF, 0.1 * 2 ** (child.failures - 1))
+                    write_state(child.spec.state_file, "down", reason=_why(child, code), pid=process.pid,
+                                restarts=child.restarts + 1, retry_at=time.time() + wait)
+                elif not child.ready or (not child.spec.supervised and now - child.started < 1):
                     child.failures += 1
-                    if child.fatal is not None or code == CANNOT_BOOT or child.failures >= BOOT_ATTEMPTS:
+                    if cannot_boot or child.failures >= BOOT_ATTEMPTS:
                         return child.fatal or f"the {child.role} process cannot start (exit code {code}; see its log)"
                 elif now - child.started > 60:
                     child.failures = 0
                 else:
                     child.failures += 1
-                child.next_start = now + min(5.0, 0.1 * 2 ** max(0, child.failures - 1))
+                if not child.spec.optional:
+                    wait = min(5.0, 0.1 * 2 ** max(0, child.failures - 1))
+                child.next_start = now + wait
                 child.restarts += 1
                 log.warning("a process died; restarting it", extra={
                     "role": child.role, "pid": process.pid, "exit_code": code,
@@ -217,6 +234,7 @@ class Supervisor:
                   and now - child.beat > HEARTBEAT_TIMEOUT):
                 log.error("a process stopped heartbeating; killing it", extra={
                     "role": child.role, "pid": process.pid, "silent_seconds": round(now - child.beat, 1)})
+                child.reason = child.reason or f"it stopped answering for {now - child.beat:.0f} s and was killed"
                 process.kill()
             elif process is None and now >= child.next_start:
                 child.start()
@@ -224,6 +242,9 @@ class Supervisor:
 
     def stop(self) -> None:
         """SIGTERM to every child, then SIGKILL to those still there after :data:`STOP_SECONDS`."""
+        for child in self.children:
+            if child.spec.state_file is not None:
+                child.spec.state_file.unlink(missing_ok=True)
         running = [c.process for c in self.children if c.process is not None and c.alive()]
         for process in running:
             with contextlib.suppress(ProcessLookupError):
@@ -236,6 +257,17 @@ class Supervisor:
                 log.warning("a process did not stop in time; killing it", extra={"pid": process.pid})
                 process.kill()
                 process.wait()
+
+
+def _why(child: Child, code: int | None) -> str:
+    """Why ``child`` is gone, in a line: what it said, else how it ended."""
+    said = child.fatal or child.reason
+    if said:
+        return said
+    if code is not None and code < 0:
+        with contextlib.suppress(ValueError):
+            return f"it was killed by {signal.Signals(-code).name}"
+    return f"it exited with code {code}"
 
 
 def supervise(args: argparse.Namespace) -> int:
@@ -274,7 +306,8 @@ def _supervise(args: argparse.Namespace, shard: int | None) -> int:
         children = [Child(p) for p in topology.processes]
         if settings.spark:
             children.append(Child(Process("spark", [sys.executable, "-m", "api.spark.process"], {
-                SETTINGS_ENV: settings.to_json(), SPARK_ADDRESS_ENV: settings.spark_address or ""})))
+                SETTINGS_ENV: settings.to_json(), SPARK_ADDRESS_ENV: settings.spark_address or ""},
+                optional=True, state_file=spark_state_file(settings.spark_address or ""))))
         url_file = settings.warehouse / "service-url"
         try:
             return Supervisor(children, lambda: _announce(topology, url_file), command).run()

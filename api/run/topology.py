@@ -50,6 +50,12 @@ class Process:
     pass_fds: tuple[int, ...] = ()
     supervised: bool = True
     shard: int | None = None
+    optional: bool = False
+    """The service serves without it (the Spark process): it is restarted however often it dies
+    or fails to start, with a capped backoff, and never stops the service nor delays its
+    ``ready`` line; its state goes to :attr:`state_file`."""
+    state_file: Path | None = None
+    """Where the supervisor writes an optional child's state (:func:`api.run.supervisor.write_state`)."""
 
 
 @dataclass

@@ -254,6 +254,9 @@ class DataflowDetail(DataflowSummary):
 
     nodes: list[NodeModel]
     edges: list[EdgeModel]
+    initial: list[UpdateModel] | None = Field(default=None, description=(
+        "the initial pointstamps as registered (`null`: none were named, so each output of each root input "
+        "holds one capability at time zero)"))
     last_epoch: int | None = Field(default=None, description="the inputs' last epoch, as registered")
     endpoint: str = Field(description="the base URL of the dataflow's shard (see the registration's answer)")
     status: DataflowStatus

@@ -89,6 +89,20 @@ class Spec(msgspec.Struct, frozen=True, kw_only=True):
     """The inputs' last epoch, if the registration declared it (progress estimates)."""
 
 
+def spec_fields(spec: Spec) -> dict[str, Any]:
+    """Every field of :class:`Spec`, read from ``spec`` or from a record extending it (the
+    logged :class:`api.durability.records.Register`): whatever copies a registration copies
+    them all, so that no field can be dropped between the request, the log and the Spark
+    process (a field added to :class:`Spec` travels everywhere at once).
+
+    >>> spec = Spec(name="n", arity=2, nodes=[], edges=[], initial=[(1, 0, "source", (0, 0), 1)],
+    ...             initial_scopes=[[1]], last_epoch=7)
+    >>> Spec(**spec_fields(spec)) == spec
+    True
+    """
+    return {name: getattr(spec, name) for name in Spec.__struct_fields__}
+
+
 def registration_record(req: RegisterRequest) -> Spec:
     """The normalised form of a validated request body."""
     return Spec(
@@ -103,6 +117,22 @@ def registration_record(req: RegisterRequest) -> Spec:
         if req.initial and any(u.location.scope for u in req.initial) else None,
         last_epoch=req.last_epoch,
     )
+
+
+def initial_json(spec: Spec) -> list[dict[str, Any]] | None:
+    """The initial pointstamps of ``spec`` in the request's JSON shape (``GET /v1/dataflows/{id}``):
+    what the registration named, scopes included.
+
+    >>> initial_json(Spec(name="n", arity=1, nodes=[], edges=[], initial=[(1, 0, "source", (0, 0), 1)],
+    ...                   initial_scopes=[[1]]))
+    [{'location': {'scope': [1], 'node': 1, 'port': 0, 'kind': 'source'}, 'time': [0, 0], 'delta': 1}]
+    """
+    if spec.initial is None:
+        return None
+    scopes = spec.initial_scopes or [[] for _ in spec.initial]
+    return [{"location": {**({"scope": list(scope)} if scope else {}), "node": node, "port": port, "kind": kind},
+             "time": list(time), "delta": delta}
+            for scope, (node, port, kind, time, delta) in zip(scopes, spec.initial, strict=True)]
 
 
 BATCH_SECONDS = 0.001
@@ -312,6 +342,36 @@ def is_nested(record: Spec) -> bool:
     return any("scope" in node for node in record.nodes)
 
 
+def _lost_scopes(nested: NestedGraph, initial: list[InitialRow]) -> list[list[int]]:
+    """The scope of each initial pointstamp of a registration logged without them: releases
+    before this one dropped ``initial_scopes`` from the log, so that a dataflow with initial
+    pointstamps inside a nested scope could not be recovered. A pointstamp the root can hold
+    stays at the root (as those releases served it); any other goes to the one scope that can
+    hold it. None or several: the root, and :meth:`~tracker.scope.NestedGraph.check_updates`
+    then names the problem.
+
+    >>> body = {"nodes": [{"id": 0, "inputs": 0, "outputs": 1}, {"id": 1, "inputs": 1, "outputs": 1, "scope": {
+    ...     "kind": "iterative", "nodes": [{"id": 1, "inputs": 1, "outputs": 1}],
+    ...     "edges": [{"source": {"node": 0, "port": 0}, "target": {"node": 1, "port": 0}},
+    ...               {"source": {"node": 1, "port": 0}, "target": {"node": 0, "port": 0}}]}}], "edges": []}
+    >>> _lost_scopes(NestedGraph.from_json(1, body), [(0, 0, "source", (0,), 1), (1, 0, "source", (0, 0), 1)])
+    [[], [1]]
+    """
+    def holds(path: tuple[int, ...], row: InitialRow) -> bool:
+        node, port, kind, time, delta = row
+        try:
+            nested.check_updates([(ScopedLocation(path, node, port, kind), time, delta)])
+        except GraphError:
+            return False
+        return True
+
+    scopes: list[list[int]] = []
+    for row in initial:
+        inner = [] if holds((), row) else [path for path in nested.scopes if path and holds(path, row)]
+        scopes.append(list(inner[0]) if len(inner) == 1 else [])
+    return scopes
+
+
 def build_nested(record: Spec, *, new: bool = True) -> tuple[NestedGraph, list[ScopedUpdate]]:
     """:func:`build_graph` for a dataflow with nested scopes: every scope validated bottom-up
     (:meth:`tracker.scope.NestedGraph.build`), cycles checked per scope, summary antichains per
@@ -351,7 +411,8 @@ def build_nested(record: Spec, *, new: bool = True) -> tuple[NestedGraph, list[S
         if new:
             _positive_initial(record.initial)
         try:
-            scopes = record.initial_scopes or [[] for _ in record.initial]
+            scopes = record.initial_scopes or (
+                [[] for _ in record.initial] if new else _lost_scopes(nested, record.initial))
             initial = nested.check_updates([(ScopedLocation(tuple(scope), n, p, k), t, d)
                                             for scope, (n, p, k, t, d) in zip(scopes, record.initial, strict=True)])
         except GraphError as error:

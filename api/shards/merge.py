@@ -83,5 +83,6 @@ def merge_health(answers: dict[int, tuple[int, dict[str, Any]] | None], endpoint
     return {"status": "ok" if all(s["status"] == "ok" for s in shards) else "degraded",
             "dataflows": sum(int(s.get("dataflows", 0)) for s in shards),
             "live_dataflows": sum(int(s.get("live_dataflows", 0)) for s in shards),
-            "engine": first.get("engine"), "spark": first.get("spark"), "delta": first.get("delta"),
+            "engine": first.get("engine"), "spark": first.get("spark"),
+            **{k: v for k, v in first.items() if k.startswith("spark_")}, "delta": first.get("delta"),
             "shards": shards}

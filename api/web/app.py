@@ -227,7 +227,7 @@ def create_app(settings: Settings, admin_token: str,
             log.exception("Delta storage unavailable; running on the write-ahead log alone")
     service = Service(settings, admin_token, store,
                       program_token=load_program_token(settings.warehouse, settings.program_token))
-    service.metrics.scrape_source = lambda: service_scrape(service.dataflows.values())
+    service.metrics.scrape_source = lambda: service_scrape(service.dataflows.values(), service.background.health())
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -331,6 +331,7 @@ def create_app(settings: Settings, admin_token: str,
         return {"status": "degraded" if problems else "ok", **problems, "dataflows": len(service.dataflows),
                 "live_dataflows": sum(d.deleted_at is None for d in service.dataflows.values()),
                 "engine": ENGINE_NAMES[settings.engine], "spark": service.background.health(),
+                **service.background.why(),
                 **({"graph_engine": service.background.graph_engine(),
                     "spark_pending": service.background.pending()} if settings.spark else {}),
                 "delta": service.store is not None, "uptime_seconds": round(time.time() - service.started, 1)}
@@ -356,7 +357,8 @@ def create_app(settings: Settings, admin_token: str,
     async def metrics() -> Response:
         """Prometheus text exposition (open, like ``/healthz``)."""
         # The dataflows' state is read here, on the loop (copies); the rows and text are made off it.
-        body = await asyncio.to_thread(service.metrics.render, service_scrape(service.dataflows.values()))
+        scrape = service_scrape(service.dataflows.values(), service.background.health())
+        body = await asyncio.to_thread(service.metrics.render, scrape)
         return Response(body, media_type="text/plain; version=0.0.4; charset=utf-8")
 
     @app.get("/docs", include_in_schema=False)

@@ -31,6 +31,7 @@ from api.schema.models import (
     location_json,
 )
 from api.schema.parsing import InvalidRequest, MalformedJSON
+from api.schema.registration import initial_json
 from api.web.deps import (
     AdminDep,
     DataflowDep,
@@ -155,8 +156,8 @@ async def get_dataflow(dataflow: DataflowDep, service: ServiceDep) -> Response:
     Delta lag, workers)."""
     registration = dataflow.registration
     detail = {**dataflow.summary(), "nodes": registration.nodes, "edges": registration.edges,
-              "last_epoch": registration.last_epoch, "endpoint": service.settings.endpoint,
-              "status": dataflow.status()}
+              "initial": initial_json(registration), "last_epoch": registration.last_epoch,
+              "endpoint": service.settings.endpoint, "status": dataflow.status()}
     return chunked(await asyncio.to_thread(detail_json, detail))
 
 
