@@ -81,6 +81,7 @@ class Settings:
     engine: str = "native"  # TRACKER_ENGINE: native (compiled) | reference (Python) | spark
     master: str | None = None  # SPARK_MASTER
     admin_token: str | None = None  # TRACKER_ADMIN_TOKEN
+    program_token: str | None = None  # TRACKER_PROGRAM_TOKEN (else <warehouse>/program-token, generated)
     spark: bool = True  # TRACKER_SPARK=0 disables Spark (registration check, audits)
     spark_check: bool = True  # TRACKER_SPARK_CHECK=0 skips the Spark registration check
     spark_timeout: float = 300.0  # TRACKER_SPARK_TIMEOUT: seconds one Spark check or audit may run (0: no limit)
@@ -105,7 +106,6 @@ class Settings:
     ws_deflate: bool = False  # TRACKER_WS_DEFLATE=1 enables permessage-deflate on WebSockets
     metrics_per_dataflow: bool = False  # TRACKER_METRICS_PER_DATAFLOW=1: /metrics series labelled by dataflow id
     stall_seconds: float = 60.0  # TRACKER_STALL_SECONDS: live pointstamps, no frontier change this long: stalled
-    violation_seconds: float = 5.0  # TRACKER_VIOLATION_SECONDS: a negative count, no batch this long: violation
     lane_ms: float = 1.0  # TRACKER_LANE_MS: a batch propagating longer sends its dataflow's next ones to its own thread
     # Limits (docs/service.md, "Limits"); 0 means none.
     register_rate: float = 10.0  # TRACKER_REGISTER_RATE: registrations per second per token (refill)
@@ -137,6 +137,7 @@ class Settings:
             engine=env.get("TRACKER_ENGINE", "native"),
             master=env.get("SPARK_MASTER"),
             admin_token=env.get("TRACKER_ADMIN_TOKEN") or None,
+            program_token=env.get("TRACKER_PROGRAM_TOKEN") or None,
             spark=env.get("TRACKER_SPARK", "1").lower() not in ("0", "false", "no", "off"),
             spark_check=env.get("TRACKER_SPARK_CHECK", "1").lower() not in ("0", "false", "no", "off"),
             spark_timeout=_env_float("TRACKER_SPARK_TIMEOUT", 300.0),
@@ -160,7 +161,6 @@ class Settings:
             ws_deflate=env.get("TRACKER_WS_DEFLATE", "0").lower() in ("1", "true", "yes", "on"),
             metrics_per_dataflow=env.get("TRACKER_METRICS_PER_DATAFLOW", "0").lower() in ("1", "true", "yes", "on"),
             stall_seconds=_env_float("TRACKER_STALL_SECONDS", 60.0),
-            violation_seconds=_env_float("TRACKER_VIOLATION_SECONDS", 5.0),
             lane_ms=_env_float("TRACKER_LANE_MS", 1.0),
             register_rate=_env_float("TRACKER_REGISTER_RATE", 10.0),
             register_burst=_env_int("TRACKER_REGISTER_BURST", 100),

@@ -46,10 +46,12 @@ from typing import Any
 
 import httpx
 
-from api.run.process import ADMIN_TOKEN, ServiceProcess, descendants
+from api.run.process import ServiceProcess, descendants
+from bench.workloads import program_token
 
 CRATE = Path(__file__).resolve().parent.parent / "connectors" / "timely"
-"""The connector crate; its target directory (``connectors/timely/target``) is ignored by git."""
+"""The connector crate; its target directory (``connectors/timely/target``, or ``CARGO_TARGET_DIR``) is
+ignored by git."""
 
 EXAMPLES = ("collatz", "bfs", "dd_bfs", "stuck")
 
@@ -66,7 +68,14 @@ def build(release: bool = False, features: tuple[str, ...] = ()) -> Path:
     if release:
         command.append("--release")
     subprocess.run(command, check=True, timeout=1800)
-    return CRATE / "target" / ("release" if release else "debug")
+    return target_dir() / ("release" if release else "debug")
+
+
+def target_dir() -> Path:
+    """Where cargo puts the crate's builds: ``CARGO_TARGET_DIR`` if set (cargo honours it too),
+    else the crate's own ``target``."""
+    configured = os.environ.get("CARGO_TARGET_DIR")
+    return Path(configured) if configured else CRATE / "target"
 
 
 @dataclass
@@ -83,11 +92,12 @@ class Run:
     """User and system time of the program's process (the service's is not in it)."""
 
 
-def run_example(binaries: Path, example: str, args: list[str], *, url: str = "", token: str = ADMIN_TOKEN,
+def run_example(binaries: Path, example: str, args: list[str], *, url: str = "", token: str = "",
                 timeout: float = 600) -> Run:
     """Run ``example`` with ``args`` (timely's, e.g. ``-w 4``, and the example's) against the
-    service at ``url``; waits for it to exit."""
-    env = {**os.environ, "TRACKER_URL": url, "TRACKER_ADMIN_TOKEN": token}
+    service at ``url`` with the program ``token`` (``TRACKER_PROGRAM_TOKEN``; the admin token is
+    kept out of the program's environment); waits for it to exit."""
+    env = _program_env(url, token)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     result = subprocess.run([str(binaries / "examples" / example), *args], capture_output=True, text=True,
@@ -99,12 +109,17 @@ def run_example(binaries: Path, example: str, args: list[str], *, url: str = "",
     return Run(result.returncode, result.stdout, result.stderr, wall, float(match.group(1)) if match else None, cpu)
 
 
-def start_example(binaries: Path, example: str, args: list[str], *, url: str,
-                  token: str = ADMIN_TOKEN) -> subprocess.Popen[str]:
-    """Start ``example`` in the background (the caller waits for it or kills it)."""
-    env = {**os.environ, "TRACKER_URL": url, "TRACKER_ADMIN_TOKEN": token}
+def start_example(binaries: Path, example: str, args: list[str], *, url: str, token: str) -> subprocess.Popen[str]:
+    """Start ``example`` in the background with the program ``token`` (the caller waits for it or
+    kills it)."""
+    env = _program_env(url, token)
     return subprocess.Popen([str(binaries / "examples" / example), *args], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=env)
+
+
+def _program_env(url: str, token: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "TRACKER_ADMIN_TOKEN"}
+    return {**env, "TRACKER_URL": url, "TRACKER_PROGRAM_TOKEN": token}
 
 
 def parse_reports(stderr: str) -> list[dict[str, int]]:
@@ -221,7 +236,8 @@ def _one_run(binaries: Path, service: ServiceProcess, example: str, variant: str
     idle cost in the detached runs) and, attached, what the connector carried."""
     name = f"bench-{example}-{uuid.uuid4().hex[:8]}"
     before = _service_cpu(service)
-    run = run_example(binaries, example, ["-w", "4", "--name", name, *VARIANTS[variant], *args], url=service.url)
+    run = run_example(binaries, example, ["-w", "4", "--name", name, *VARIANTS[variant], *args], url=service.url,
+                      token=program_token(service))
     service_seconds = _service_cpu(service) - before
     if run.returncode != 0:
         raise RuntimeError(f"{example} ({variant}) failed: {run.stderr[-2000:]}")

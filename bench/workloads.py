@@ -218,6 +218,12 @@ def register(service: ServiceProcess, body: dict[str, Any]) -> tuple[str, str]:
     return data["id"], data["token"]
 
 
+def program_token(service: ServiceProcess) -> str:
+    """The program token the service generated into its warehouse (``<warehouse>/program-token``:
+    the service process writes it when it starts; no ``TRACKER_PROGRAM_TOKEN`` is set for it)."""
+    return (service.warehouse / "program-token").read_text().strip()
+
+
 def update(node: int, port: int, kind: str, time_: list[int], delta: int) -> dict[str, Any]:
     """One update's JSON."""
     return {"location": {"node": node, "port": port, "kind": kind}, "time": time_, "delta": delta}

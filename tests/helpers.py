@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 
 from api.run.process import ADMIN_TOKEN, ServiceProcess, free_port
-from bench.workloads import core_graph, loop_graph, register, update
+from bench.workloads import core_graph, loop_graph, program_token, register, update
 from tracker.graph import Connection, Edge, Graph, Location, Node, Update
 from tracker.timestamp import PathSummary, less_equal
 
@@ -41,6 +41,7 @@ __all__ = [
     "loop_graph",
     "loop_then_stage",
     "nested_pipeline",
+    "program_token",
     "register",
     "stop_writers",
     "update",

@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.helpers import ServiceProcess, register, update
+from tests.helpers import ServiceProcess, loop_then_stage, register, update
 
 pytestmark = pytest.mark.service(TRACKER_DELTA="0", TRACKER_METRICS_PER_DATAFLOW="1")
 
@@ -114,7 +114,8 @@ def test_closing_the_inputs_makes_the_last_epoch_known(service: ServiceProcess) 
     sink = operator(closed, "sink")
     assert sink["epoch"] == 15 and sink["state"] == "estimated"
     assert sink["eta_seconds"] == pytest.approx(2 / sink["epochs_per_second"], rel=0.01)  # epochs 15 and 16 to go
-    assert operator(closed, "map")["state"] == "done"  # its input frontier is empty
+    # Its input frontier is empty, but it holds work at 15: not done (it was called done before).
+    assert operator(closed, "map")["epoch"] == 15 and operator(closed, "map")["state"] != "done"
     feed.client.close()
 
 
@@ -142,3 +143,22 @@ def test_a_bad_last_epoch_is_refused(service: ServiceProcess) -> None:
             assert answer.status_code == 422 and answer.json()["detail"][0]["loc"] == "body.last_epoch", answer.text
         listed = client.get("/v1/dataflows", params={"name": "bad"}).json()
     assert listed == []  # nothing registered
+
+
+def test_a_stuck_iterative_scope_is_never_done(service: ServiceProcess) -> None:
+    """The input closes while ``step``, inside the iterative scope ``loop``, keeps a capability at
+    ``(2, 0)``: no record enters the scope any more (its input frontier is empty), but it holds
+    epoch 2, and so does everything after it. No operator is ``done``: ``loop`` and ``step`` are
+    at epoch 2, not advancing. Once ``step`` lets go, all are done."""
+    dataflow, token = register(service, loop_then_stage("stuck-loop"))
+    inside = {"scope": [1], "node": 1, "port": 0, "kind": "source"}
+    held = Input(service, dataflow, token)
+    held.post([update(0, 0, "source", [0], -1), {"location": inside, "time": [2, 0], "delta": 1}])
+    report = held.estimate()
+    states = {o["operator"]: (o["epoch"], o["state"]) for o in report["operators"]}
+    assert all(state != "done" for _, state in states.values()), states
+    assert states["loop"][0] == 2 and states["step"][0] == 2 and states["after"][0] == 2, states
+    held.post([{"location": inside, "time": [2, 0], "delta": -1}])
+    finished = held.estimate()
+    assert {o["operator"]: (o["epoch"], o["state"]) for o in finished["operators"]} == {
+        name: (None, "done") for name in states}, finished

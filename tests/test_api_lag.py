@@ -76,6 +76,42 @@ def test_lag_grows_while_stalled_and_blame_names_operator_worker_and_age(service
     assert _row(after, 0, 0, "source")["oldest_pointstamp"]["age_seconds"] < 1.0  # (2) is a new pointstamp
 
 
+def test_each_blocker_says_which_of_the_three_stalls_it_is(service: ServiceProcess) -> None:
+    """Three stalls that look alike from outside, told apart: the input holds its capability
+    (``held_capability``); a message at op2's input that every worker has reported since, and
+    that stays (``undrained_count``: kept unread, or counted once too many); a message at op1's
+    input sent after worker ``b`` last reported (``unconsumed_messages``: ``b`` may not have
+    had it yet). Said by ``explain``'s blockers, the lag report's oldest pointstamps and the
+    dashboard's frame."""
+    dataflow, token = register(service, loop_graph(3, name="three-stalls"))
+    with service.client(token) as client:
+        for worker, seq, updates in [("a", 0, [update(2, 0, "target", [2], 1)]), ("b", 0, []), ("a", 1, []),
+                                     ("a", 2, [update(1, 0, "target", [1], 1)])]:
+            time.sleep(0.02)  # each batch arrives strictly after the one before
+            answer = client.post(f"/v1/dataflows/{dataflow}/progress", json={"worker": worker, "seq": seq,
+                                                                               "updates": updates})
+            assert answer.status_code == 200, answer.text
+        explained = client.get(f"/v1/dataflows/{dataflow}/frontier/explain",
+                               params={"node": 3, "port": 0, "kind": "target", "time": "5"}).json()
+        lag = client.get(f"/v1/dataflows/{dataflow}/lag").json()
+        frame = client.get(f"/dashboard/api/dataflows/{dataflow}/frame").json()
+    kinds = {(b["location"]["node"], b["location"]["kind"], tuple(b["time"])): b["stall_kind"]
+             for b in explained["blockers"]}
+    assert kinds == {(0, "source", (0,)): "held_capability", (2, "target", (2,)): "undrained_count",
+                     (1, "target", (1,)): "unconsumed_messages"}, explained["blockers"]
+    texts = {b["stall_kind"]: b["text"] for b in explained["blockers"]}
+    assert "input out 0: a capability held" in texts["held_capability"]
+    assert "op2 in 0: a count that does not drain" in texts["undrained_count"]
+    assert "op1 in 0: messages not yet consumed" in texts["unconsumed_messages"]
+    assert _row(lag, 0, 0, "source")["oldest_pointstamp"]["stall_kind"] == "held_capability"
+    assert _row(lag, 2, 0, "target")["oldest_pointstamp"]["stall_kind"] == "undrained_count"
+    assert _row(lag, 1, 0, "target")["oldest_pointstamp"]["stall_kind"] == "unconsumed_messages"
+    # The frame's held rows explain each location at its earliest frontier time (0: the input's).
+    framed = {(b["location"]["node"], b["location"]["kind"], tuple(b["time"])): b["stall_kind"]
+              for row in frame["held"] for b in row["blockers"]}
+    assert framed and framed.items() <= kinds.items() and (0, "source", (0,)) in framed, frame["held"]
+
+
 def test_lag_route_uses_the_same_auth(service: ServiceProcess) -> None:
     dataflow, _ = register(service, loop_graph(2, name="mine"))
     _, other = register(service, loop_graph(2, name="other"))

@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 
 from spark_jobs.storage import Warehouse
-from tests.helpers import ADMIN_TOKEN, ROOT, ServiceProcess, chain, free_port, register
+from tests.helpers import ADMIN_TOKEN, ROOT, ServiceProcess, chain, free_port, program_token, register
 from tracker.cli import main
+from tracker.worker.client import Admin
 
 pytestmark = pytest.mark.service(TRACKER_DELTA="0")
 PAIR = {"nodes": [{"id": 0, "inputs": 0, "outputs": 1}, {"id": 1, "inputs": 1, "outputs": 0}],
@@ -37,17 +38,33 @@ def run(capsys: pytest.CaptureFixture[str], argv: list[str]) -> tuple[int, str, 
 def test_down_or_refused_is_one_line_and_exit_2(service: ServiceProcess, capsys: pytest.CaptureFixture[str],
                                                 monkeypatch: pytest.MonkeyPatch, command: list[str]) -> None:
     monkeypatch.delenv("TRACKER_ADMIN_TOKEN", raising=False)
+    monkeypatch.delenv("TRACKER_PROGRAM_TOKEN", raising=False)
     monkeypatch.delenv("TRACKER_URL", raising=False)
+    role = "program" if command[0] in ("run", "example") else "admin"  # programs never need the admin token
     down = f"http://127.0.0.1:{free_port()}"
     code, out, err = run(capsys, [*command, "--url", down, "--token", ADMIN_TOKEN])
     assert (code, out) == (2, "") and err.count("\n") == 1, err
     assert err.startswith(f"tracker {command[0]}: error: cannot reach the service at {down}")
     code, out, err = run(capsys, [*command, "--url", service.url, "--token", "wrong"])
     assert (code, out) == (2, "") and err.count("\n") == 1, err
-    assert "refused the admin token (401)" in err
+    assert f"refused the {role} token (401)" in err and f"TRACKER_{role.upper()}_TOKEN" in err
     monkeypatch.setenv("TRACKER_URL", service.url)  # no token anywhere: said before any request
+    if role == "program":
+        monkeypatch.setenv("TRACKER_ADMIN_TOKEN", ADMIN_TOKEN)  # not a fallback for a program
     code, out, err = run(capsys, [*command, "--warehouse", "/nonexistent"])
-    assert code == 2 and err.count("\n") == 1 and "/nonexistent/admin-token does not exist" in err
+    assert code == 2 and err.count("\n") == 1 and f"/nonexistent/{role}-token does not exist" in err, err
+
+
+def test_the_program_token_may_not_delete(service: ServiceProcess, capsys: pytest.CaptureFixture[str],
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its own dataflow, registered with it: deleting takes the admin token (a 403 in one line)."""
+    monkeypatch.setenv("TRACKER_URL", service.url)
+    program = program_token(service)
+    dataflow_id, _ = Admin(service.url, program, role="program").register({"name": "undeletable", **PAIR})
+    code, out, err = run(capsys, ["delete", dataflow_id, "--token", program])
+    assert (code, out) == (2, "") and err.count("\n") == 1, err
+    assert "refused the token (403): only the admin token may do this, not the program token" in err
+    assert run(capsys, ["dataflows", "--token", program])[1].split()[4:6] == ["undeletable", dataflow_id]
 
 
 def test_token_from_the_warehouse_file_list_and_delete_by_name(service: ServiceProcess, tmp_path: Path,
@@ -101,9 +118,11 @@ async def drive(worker):
 
 
 def test_a_worker_that_never_closes_its_input_says_so(service: ServiceProcess, tmp_path: Path) -> None:
+    """With the program token only (no admin token anywhere): registered, run, and the final
+    state read with it."""
     (tmp_path / "forgetful.py").write_text(FORGETFUL)
-    env = {**os.environ, "TRACKER_URL": service.url, "TRACKER_ADMIN_TOKEN": ADMIN_TOKEN,
-           "PYTHONPATH": str(ROOT)}
+    env = {**{k: v for k, v in os.environ.items() if k != "TRACKER_ADMIN_TOKEN"}, "TRACKER_URL": service.url,
+           "TRACKER_PROGRAM_TOKEN": program_token(service), "PYTHONPATH": str(ROOT)}
     ran = subprocess.run([sys.executable, "-m", "tracker.cli", "run", "forgetful", "--workers", "1", "--timeout",
                           "2"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=90)
     assert ran.returncode == 1, ran.stderr

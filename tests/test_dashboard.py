@@ -25,11 +25,20 @@ import httpx
 import pytest
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
-from tests.helpers import ADMIN_TOKEN, ROOT, ServiceProcess, loop_graph, nested_pipeline, register, update
+from tests.helpers import (
+    ADMIN_TOKEN,
+    ROOT,
+    ServiceProcess,
+    loop_graph,
+    nested_pipeline,
+    program_token,
+    register,
+    update,
+)
 
 # The service with fast Delta compaction (the history route has rows to show) and quick states.
 pytestmark = pytest.mark.service(TRACKER_FLUSH_SECONDS="0.2", TRACKER_COMPACT_SECONDS="0.3",
-                                 TRACKER_STALL_SECONDS="2", TRACKER_VIOLATION_SECONDS="1")
+                                 TRACKER_STALL_SECONDS="2")
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -280,7 +289,7 @@ def test_a_running_worker_example_is_drawn_and_moves_on_screen(service: ServiceP
 
     with service.client() as client:
         before = {d["id"] for d in client.get("/v1/dataflows").json()}
-    env = {**os.environ, "TRACKER_ADMIN_TOKEN": ADMIN_TOKEN}
+    env = {**os.environ, "TRACKER_PROGRAM_TOKEN": program_token(service)}
     example = subprocess.Popen(
         [sys.executable, "-m", "tracker.cli", "example", "components", "--url", service.url, "--workers", "2",
          "--epochs", "5000", "--delay", "0.02", "--timeout", "120"],
@@ -539,14 +548,14 @@ def test_every_panel_of_a_frame_shows_one_version(service: ServiceProcess, brows
 
 
 def test_a_violation_shows_its_state_locations_times_and_counts(service: ServiceProcess, browser: Browser) -> None:
-    """A worker retires a message at op2 that nobody sent (count -1) and every worker goes quiet:
-    after TRACKER_VIOLATION_SECONDS (1 s here) the dataflow is in violation, and the page says
-    so in the header and the list, and lists the location, its operator, the time and the count."""
+    """A worker retires a message at op2 at time 0 that nobody sent (count -1) after the input
+    moved on to 1: nothing live can explain it, so the dataflow is in violation, and the page
+    says so in the header and the list, and lists the location, its operator, the time and the count."""
     example = Example(service)
     example.advance()
     with service.client(example.token) as client:
         assert client.post(f"/v1/dataflows/{example.id}/progress", json={"worker": "w-9", "seq": 0, "updates": [
-            update(2, 0, "target", [5], -1)]}).status_code == 200
+            update(2, 0, "target", [0], -1)]}).status_code == 200
     page, problems = open_dashboard(service, browser, height=900)
     page.locator(f'#dataflows li[data-id="{example.id}"]').click(timeout=WAIT_MS)
     expect(page.locator("#state .state")).to_have_text("violation", timeout=WAIT_MS)
@@ -554,11 +563,11 @@ def test_a_violation_shows_its_state_locations_times_and_counts(service: Service
     expect(page.locator("#lifecycle")).to_contain_text("Protocol violation: 1 occurrence count(s) stayed negative")
     rows = page.locator("#violations tbody tr")
     expect(rows).to_have_count(1)
-    assert [c.inner_text() for c in rows.first.locator("td").all()] == ["(2,0,target)", "op2 in 0", "(5)", "-1"]
+    assert [c.inner_text() for c in rows.first.locator("td").all()] == ["(2,0,target)", "op2 in 0", "(0)", "-1"]
     assert page.evaluate("window.dashboard.cy.getElementById('t-2-0').hasClass('violation')")
     status = httpx.get(f"{service.url}/v1/dataflows/{example.id}", headers=service.admin_headers).json()["status"]
     assert status["state"] == "violation" and status["violations"] == [
-        {"location": {"node": 2, "port": 0, "kind": "target"}, "time": [5], "count": -1}]
+        {"location": {"node": 2, "port": 0, "kind": "target"}, "time": [0], "count": -1}]
     OUTPUT.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(OUTPUT / "dashboard-violation.png"))
     assert problems == [], problems
@@ -625,7 +634,7 @@ def test_live_plots_have_no_gap_three_seconds_after_a_run_starts(service: Servic
     service's own history within 0.6 s at every moment since the registration (no flat stretch
     then jump), the throughput plot must count the service's batches second by second, and the
     estimates must say when each stage should be done."""
-    env = {**os.environ, "TRACKER_ADMIN_TOKEN": ADMIN_TOKEN}
+    env = {**os.environ, "TRACKER_PROGRAM_TOKEN": program_token(service)}
     run = subprocess.Popen([sys.executable, "-m", "tracker.cli", "run", "tests.paced", "--workers", "2",
                             "--url", service.url], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
                            stderr=subprocess.DEVNULL, start_new_session=True)

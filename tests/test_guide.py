@@ -1,7 +1,7 @@
 """``docs/guide.md`` runs as written: every ``bash`` block, in order, in one shell from the
 repository root, against the real service, with the ``tracker`` and ``python`` of the project's
 virtual environment first on ``PATH`` (as ``source .venv/bin/activate`` would put them) and the
-service's address and admin token in ``TRACKER_URL`` and ``TRACKER_ADMIN_TOKEN`` (as the guide
+service's address and tokens in ``TRACKER_URL``, ``TRACKER_ADMIN_TOKEN`` and ``TRACKER_PROGRAM_TOKEN`` (as the guide
 says to set them). ``PYTHONPATH`` names this source tree, so that the installed ``tracker``
 script runs the code under test even when the environment was installed from another checkout.
 """
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from examples.mine import expected
-from tests.helpers import ADMIN_TOKEN, ROOT, ServiceProcess
+from tests.helpers import ADMIN_TOKEN, ROOT, ServiceProcess, program_token
 
 pytestmark = pytest.mark.service(TRACKER_DELTA="0")
 GUIDE = ROOT / "docs" / "guide.md"
@@ -33,7 +33,8 @@ def test_the_guide_runs_as_written(service: ServiceProcess) -> None:
     assert "tracker run examples.mine --workers 2" in script and "DELETE" in script
     venv_bin = str(Path(sys.executable).parent)
     env = {"PATH": os.pathsep.join([venv_bin, "/usr/local/bin", "/usr/bin", "/bin"]), "HOME": os.environ["HOME"],
-           "PYTHONPATH": str(ROOT), "TRACKER_URL": service.url, "TRACKER_ADMIN_TOKEN": ADMIN_TOKEN}
+           "PYTHONPATH": str(ROOT), "TRACKER_URL": service.url, "TRACKER_ADMIN_TOKEN": ADMIN_TOKEN,
+           "TRACKER_PROGRAM_TOKEN": program_token(service)}
     ran = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=ROOT, env=env, capture_output=True,
                          text=True, timeout=240)
     assert ran.returncode == 0, ran.stdout + ran.stderr

@@ -80,7 +80,8 @@ def test_a_registration_durable_after_its_deadline_is_withdrawn_for_good() -> No
         service.recover()
         service.clock = clock.__next__  # checked twice: before logging (1000.0), once durable (1000.5)
         with pytest.raises(Refused) as refused:
-            await service.register(RegisterRequest.model_validate(loop_graph(3, name="withdrawn")), "k", 1000.2)
+            await service.register(RegisterRequest.model_validate(loop_graph(3, name="withdrawn")), key="k",
+                                   deadline=1000.2)
         assert refused.value.status == 503 and "withdrawn" in refused.value.body["detail"]
         assert service.dataflows == {}
         await asyncio.sleep(0.2)

@@ -38,6 +38,7 @@ from tests.helpers import (
     counts_map,
     frontier_map,
     loop_graph,
+    program_token,
     stop_writers,
     update,
     wait_for,
@@ -149,6 +150,38 @@ def test_a_token_reaches_no_other_shards_dataflow(sharded: ServiceProcess) -> No
         assert _progress(base, mine["token"], other["id"], 0).status_code == 401
     assert httpx.delete(f"{service.url}/v1/dataflows/{other['id']}", headers=auth).status_code == 401
     assert httpx.get(f"{service.url}/v1/dataflows/{other['id']}", headers=service.admin_headers).json()["version"] == 0
+
+
+def test_the_program_token_registers_and_reports_through_the_front_and_nothing_else(sharded: ServiceProcess
+                                                                                      ) -> None:
+    """Every shard takes the one program token (generated once into the shared warehouse): it
+    registers through the front on whichever shard is least loaded, reports progress through the
+    proxy and at the dataflow's endpoint, lists only its own dataflows across the shards, and
+    gets 403 for another dataflow, a deletion and the admin routes, through the front too."""
+    service = sharded
+    token = program_token(service)
+    auth = {"Authorization": f"Bearer {token}"}
+    admins = _register(service, "admins-own")
+    made = []
+    for i in range(4):
+        answer = httpx.post(f"{service.url}/v1/dataflows", headers=auth, json=loop_graph(operators=3,
+                                                                                         name=f"program-{i}"))
+        assert answer.status_code == 201, answer.text
+        made.append(answer.json())
+    assert {m["id"].startswith("s1-") for m in made} == {True, False}, made  # both shards took the token
+    for m in made:
+        assert _progress(service.url, token, m["id"], 0).json()["version"] == 1
+        assert _progress(m["endpoint"], token, m["id"], 1).json()["version"] == 2
+        assert _progress(service.url, m["token"], m["id"], 2).json()["version"] == 3
+    listed = httpx.get(f"{service.url}/v1/dataflows", headers=auth).json()
+    assert sorted(d["id"] for d in listed) == sorted(m["id"] for m in made)
+    for base in (service.url, admins["endpoint"]):
+        assert httpx.get(f"{base}/v1/dataflows/{admins['id']}", headers=auth).status_code == 403
+        assert _progress(base, token, admins["id"], 0).status_code == 403
+    assert httpx.delete(f"{service.url}/v1/dataflows/{made[0]['id']}", headers=auth).status_code == 403
+    assert httpx.post(f"{service.url}/v1/dataflows/{made[0]['id']}/audit", headers=auth).status_code == 403
+    assert httpx.get(f"{service.url}/v1/processes", headers=auth).status_code == 403
+    assert httpx.get(f"{service.url}/v1/dataflows/{made[0]['id']}", headers=service.admin_headers).status_code == 200
 
 
 def test_a_dataflow_of_an_unreachable_shard_answers_503_naming_it(sharded: ServiceProcess) -> None:

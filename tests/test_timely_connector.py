@@ -14,11 +14,20 @@ The check is shown to fail on a history or a journal that differs by one update.
 Also: a program holding a capability on purpose is blamed on the right operator and worker
 (``explain``, ``lag``), and a program whose service goes away and comes back keeps running,
 says so once, and ends ``complete``.
+
+Held programs under both of timely's progress modes: ``Hold`` in an iterative scope keeps a
+capability, on one worker and on two, while records go round the loop between workers behind
+it. Under ``Demand`` (timely's default) the workers defer the ``+1`` s those records make while
+they cannot change any frontier, so the service sees the receivers' ``-1`` s first: negative
+counts for as long as the capability is held. Neither mode is a violation; both are ``stalled``
+with the held capabilities blamed. The journal of such a run, posted again batch by batch, is
+never a violation at any version; the same journal with one message consumed twice is one.
 """
 
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 import uuid
 from collections.abc import Iterator
@@ -29,10 +38,12 @@ import httpx
 import pytest
 
 from bench.timely import build, check, fetch_history, registered_id, run_example, start_example
-from tests.helpers import ServiceProcess, ServiceStarter, wait_for
+from tests.helpers import ServiceProcess, ServiceStarter, program_token, wait_for
 
 pytestmark = pytest.mark.service(TRACKER_SUBSCRIBER_QUEUE="1000000", TRACKER_SUBSCRIBER_BYTES=str(1 << 30),
-                                 TRACKER_STALL_SECONDS="600")
+                                 TRACKER_STALL_SECONDS="2")
+HOLD_SECONDS = 8
+"""How long the held programs hold their capabilities (long enough to be seen stalled)."""
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +59,8 @@ def run_and_check(service: ServiceProcess, binaries: Path, workdir: Path, exampl
     name = f"{example}-{uuid.uuid4().hex[:8]}"
     # A short linger makes many small batches: more versions, more intermediate states checked.
     run = run_example(binaries, example, ["-w", str(workers), "--name", name, "--journal", str(journal),
-                                          "--linger-ms", "1", *args], url=service.url)
+                                          "--linger-ms", "1", *args], url=service.url,
+                      token=program_token(service))
     assert run.returncode == 0, run.stderr[-3000:]
     assert "does not answer" not in run.stderr, run.stderr[-3000:]
     dataflow_id = registered_id(journal)
@@ -174,7 +186,8 @@ def _node(dataflow: dict[str, Any], name: str) -> int:
 def test_a_held_capability_is_blamed_on_its_operator_and_worker(service: ServiceProcess, binaries: Path) -> None:
     name = f"stuck-{uuid.uuid4().hex[:8]}"
     program = start_example(binaries, "stuck", ["-w", "4", "--name", name, "--hold-at", "3", "--holder", "2",
-                                                "--hold-seconds", "12"], url=service.url)
+                                                "--hold-seconds", "12"], url=service.url,
+                            token=program_token(service))
     try:
         with service.client() as client:
             listed = wait_for("the dataflow registered", lambda: client.get("/v1/dataflows", params={"name": name})
@@ -219,7 +232,7 @@ def test_the_program_outlives_an_outage_and_catches_up(lone_service: ServiceProc
     name = f"outage-{uuid.uuid4().hex[:8]}"
     started = time.monotonic()
     program = start_example(binaries, "stuck", ["-w", "4", "--name", name, "--hold-at", "3", "--hold-seconds", "10"],
-                            url=lone_service.url)
+                            url=lone_service.url, token=program_token(lone_service))
     try:
         with lone_service.client() as client:
             listed = wait_for("the dataflow registered", lambda: client.get("/v1/dataflows", params={"name": name})
@@ -267,3 +280,181 @@ def test_a_dataflow_the_service_refuses_does_not_stop_the_program(service: Servi
                for line in lines), run.stderr
     with httpx.Client(base_url=service.url, headers=service.admin_headers) as client:
         assert all(not d["name"].startswith("refused-") for d in client.get("/v1/dataflows").json())
+
+
+def _scoped_node(dataflow: dict[str, Any], name: str) -> tuple[list[int], int]:
+    """``(scope path, node id)`` of the operator named ``name``, in whichever scope."""
+    def search(nodes: list[dict[str, Any]], path: list[int]) -> tuple[list[int], int] | None:
+        for node in nodes:
+            if node.get("name") == name:
+                return path, int(node["id"])
+            if "scope" in node:
+                found = search(node["scope"]["nodes"], [*path, int(node["id"])])
+                if found is not None:
+                    return found
+        return None
+
+    found = search(dataflow["nodes"], [])
+    assert found is not None, f"no operator {name}"
+    return found
+
+
+class HeldRun:
+    """A nested ``stuck`` program holding capabilities on ``holders`` workers, watched while it runs."""
+
+    def __init__(self, service: ServiceProcess, binaries: Path, mode: str, holders: int, journal: Path | None) -> None:
+        self.service, self.holders, self.journal = service, holders, journal
+        self.name = f"held-{mode}-{holders}-{uuid.uuid4().hex[:6]}"
+        args = ["-w", "4", "--name", self.name, "--progress-mode", mode, "--nested", "1", "--holder", "3",
+                "--holders", str(holders), "--hold-at", "3", "--hold-seconds", str(HOLD_SECONDS), "--rounds", "6",
+                "--records", "5", "--round-ms", "300"]
+        if journal is not None:
+            args += ["--journal", str(journal)]
+        self.program = start_example(binaries, "stuck", args, url=service.url, token=program_token(service))
+        self.id: str | None = None
+        self.states: set[str] = set()
+        self.negative_polls = 0
+        self.stalled: dict[str, Any] | None = None
+        self.explained: dict[str, Any] | None = None
+        self.lag: dict[str, Any] | None = None
+
+    def poll(self, client: httpx.Client) -> None:
+        if self.id is None:
+            listed = client.get("/v1/dataflows", params={"name": self.name}).json()
+            self.id = listed[0]["id"] if listed else None
+            return
+        status = client.get(f"/v1/dataflows/{self.id}").json()["status"]
+        self.states.add(status["state"])
+        assert status["violations"] == [] and status["regression_count"] == 0, status
+        counts = client.get(f"/v1/dataflows/{self.id}/pointstamps").json()
+        self.negative_polls += any(row["count"] < 0 for row in counts)
+        if status["state"] == "stalled" and self.stalled is None and self.program.poll() is None:
+            dataflow = client.get(f"/v1/dataflows/{self.id}").json()
+            probe = _node(dataflow, "Probe")
+            self.stalled = dataflow
+            self.explained = client.get(f"/v1/dataflows/{self.id}/frontier/explain",
+                                        params={"node": probe, "port": 0, "kind": "target", "time": "9"}).json()
+            self.lag = client.get(f"/v1/dataflows/{self.id}/lag").json()
+
+    def check_blame(self) -> None:
+        """The capabilities blamed are exactly the held ones: ``Hold``'s output in its scope, at
+        ``(3 + j, 0)`` on worker ``w(3 - j)``."""
+        assert self.stalled is not None and self.explained is not None and self.lag is not None, self.states
+        path, hold = _scoped_node(self.stalled, "Hold")
+        where = {"scope": path, "node": hold, "port": 0, "kind": "source"}
+        expected = {(f"w{3 - j}", (3 + j, 0)) for j in range(self.holders)}
+        explained = self.explained
+        assert explained["safe_to_notify"] is False, explained
+        sources = [b for b in explained["blockers"] if b["location"]["kind"] == "source"]
+        assert {(b["worker"], tuple(b["time"])) for b in sources} == expected, explained["blockers"]
+        assert all(b["location"] == where and b["operator"] == "Hold" and b["count"] == 1
+                   and b["stall_kind"] == "held_capability" for b in sources), sources
+        rows = [row for row in self.lag["locations"] if row["location"] == where]
+        assert rows and rows[0]["frontier"] == [[3, 0]], rows
+        oldest = rows[0]["oldest_pointstamp"]
+        assert (oldest["worker"], tuple(oldest["time"])) in expected, rows
+
+    def finish(self, client: httpx.Client) -> dict[str, Any]:
+        _, err = self.program.communicate(timeout=120)
+        assert self.program.returncode == 0, err[-3000:]
+        assert self.id is not None
+        status = client.get(f"/v1/dataflows/{self.id}").json()["status"]
+        assert status["state"] == "complete" and status["violations"] == [], status
+        return status
+
+
+def _watch_held(service: ServiceProcess, binaries: Path, mode: str, journal: Path | None = None) -> list[HeldRun]:
+    """One program holding on one worker and one holding on two, at once; polled until both end."""
+    runs = [HeldRun(service, binaries, mode, 1, journal), HeldRun(service, binaries, mode, 2, None)]
+    try:
+        with service.client() as client:
+            deadline = time.monotonic() + 120
+            while any(run.program.poll() is None for run in runs) and time.monotonic() < deadline:
+                for run in runs:
+                    run.poll(client)
+                time.sleep(0.2)
+            for run in runs:
+                run.finish(client)
+    finally:
+        for run in runs:
+            if run.program.poll() is None:
+                run.program.kill()
+                run.program.wait()
+    for run in runs:
+        assert "violation" not in run.states and "stalled" in run.states, (run.name, run.states)
+        run.check_blame()
+    return runs
+
+
+def test_held_capabilities_under_demand_are_stalled_not_violations(service: ServiceProcess, binaries: Path,
+                                                                   tmp_path: Path) -> None:
+    journal = tmp_path / "journal"
+    runs = _watch_held(service, binaries, "demand", journal)
+    # The case in point: negative counts (the receivers' -1 before the senders' deferred +1)
+    # were there while the capability was held.
+    assert runs[0].negative_polls + runs[1].negative_polls >= 3, [(r.name, r.negative_polls) for r in runs]
+    assert runs[0].id is not None
+    _replay_journal(service, binaries, journal, runs[0].id, tmp_path)
+
+
+def test_held_capabilities_under_eager_are_stalled_not_violations(service: ServiceProcess, binaries: Path) -> None:
+    _watch_held(service, binaries, "eager")
+
+
+def _bodies(binaries: Path, journal: Path, dataflow_id: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    result = subprocess.run([str(binaries / "timely-progress-replay"), "--journal", str(journal), "--dataflow",
+                             dataflow_id], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    lines = [json.loads(line) for line in result.stdout.splitlines()]
+    return lines[0]["registration"], lines[1:]
+
+
+def _post_all(service: ServiceProcess, registration: dict[str, Any], batches: list[dict[str, Any]], name: str
+              ) -> tuple[list[tuple[str, int]], dict[str, Any]]:
+    """Register ``registration`` anew and post ``batches`` in order; after each, the state and how
+    many negative counts there are; and the final status."""
+    seen = []
+    with service.client() as client:
+        answer = client.post("/v1/dataflows", json={**registration, "name": name})
+        assert answer.status_code == 201, answer.text
+        dataflow_id = answer.json()["id"]
+        for batch in batches:
+            posted = client.post(f"/v1/dataflows/{dataflow_id}/progress", json=batch["body"])
+            assert posted.status_code == 200 and posted.json()["applied"], posted.text
+            state = client.get(f"/v1/dataflows/{dataflow_id}").json()["status"]["state"]
+            counts = client.get(f"/v1/dataflows/{dataflow_id}/pointstamps").json()
+            seen.append((state, sum(row["count"] < 0 for row in counts)))
+        return seen, client.get(f"/v1/dataflows/{dataflow_id}").json()["status"]
+
+
+def _replay_journal(service: ServiceProcess, binaries: Path, journal: Path, dataflow_id: str, workdir: Path) -> None:
+    """The run's journal posted again, batch by batch: never a violation, though counts go
+    negative; then with one message consumed twice: a violation naming it by the end, not before."""
+    registration, batches = _bodies(binaries, journal, dataflow_id)
+    seen, final = _post_all(service, registration, batches, f"replayed-{uuid.uuid4().hex[:6]}")
+    assert [state for state, _ in seen if state == "violation"] == [], seen
+    assert sum(negative > 0 for _, negative in seen) >= 1, seen
+    assert final["state"] == "complete", final
+
+    # A message retired twice: one consumption at Hold's input repeated in the same batch.
+    doctored = {"done": False, "what": None}
+
+    def consume_twice(worker: str, record: dict[str, Any]) -> dict[str, Any]:
+        batch = record.get("batch")
+        if batch and batch["id"] == dataflow_id and not doctored["done"] and batch["seq"] is not None:
+            for update in batch["raw"]:  # [identifier, node, port, is_source, time, delta]
+                if not update[3] and update[1] != 0 and update[5] < 0 and len(update[4]) == 2:
+                    update[5] -= 1
+                    doctored.update(done=True, what=(worker, batch["version"], update[4]))
+                    break
+        return record
+
+    _rewrite_journal(journal, workdir / "doctored", consume_twice)
+    assert doctored["done"], "no consumption in the journal"
+    registration, batches = _bodies(binaries, workdir / "doctored", dataflow_id)
+    seen, final = _post_all(service, registration, batches, f"doctored-{uuid.uuid4().hex[:6]}")
+    _, version, when = doctored["what"]  # type: ignore[misc]
+    at = next(i for i, batch in enumerate(batches) if batch["version"] == version)
+    assert all(state != "violation" for state, _ in seen[:at]), seen[:at]
+    assert seen[-1][0] == "violation" and final["state"] == "violation", (seen, final)
+    assert [(v["time"], v["count"]) for v in final["violations"]] == [(when, -1)], final

@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import ADMIN_TOKEN, ROOT, ServiceProcess, free_port, violations
+from tests.helpers import ADMIN_TOKEN, ROOT, ServiceProcess, free_port, program_token, violations
 from tracker.graph import Location
 from tracker.worker.client import register
 from tracker.worker.cluster import launch, load_example
@@ -147,7 +147,7 @@ def test_cutting_a_workers_connection_mid_run_changes_no_result(service: Service
     proxy = Proxy(service.port)
     try:
         thread, outcome = launch_in_thread(
-            name="components", config=config, url=service.url, admin_token=ADMIN_TOKEN, workers=3, delay=0.01,
+            name="components", config=config, url=service.url, token=ADMIN_TOKEN, workers=3, delay=0.01,
             seed=7, timeout=60, service_url=[service.url, proxy.url, service.url])
         deadline = time.monotonic() + 30
         while proxy.forwarded < 2000 and time.monotonic() < deadline and thread.is_alive():
@@ -171,7 +171,7 @@ def test_service_restart_mid_run_loses_and_duplicates_nothing(service: ServicePr
     config = {**example.DEFAULTS, "seed": 11, "epochs": 8, "pace": 0.25}  # >= 2 s of input
     with service.client() as client:
         before = {d["id"] for d in client.get("/v1/dataflows").json()}
-    thread, outcome = launch_in_thread(name="wordcount", config=config, url=service.url, admin_token=ADMIN_TOKEN,
+    thread, outcome = launch_in_thread(name="wordcount", config=config, url=service.url, token=ADMIN_TOKEN,
                                        workers=2, delay=0.01, progress_delay=0.01, seed=3, timeout=60, link=link)
     deadline = time.monotonic() + 30
     version = 0
@@ -198,7 +198,7 @@ def test_example_command_prints_the_reference_rows(service: ServiceProcess) -> N
     command = [sys.executable, "-m", "tracker.cli", "example", "components", "--url", service.url, "--workers", "2",
                "--epochs", "3", "--check"]
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120,
-                          env={"TRACKER_ADMIN_TOKEN": ADMIN_TOKEN, "PATH": "/usr/bin:/bin"})
+                          env={"TRACKER_PROGRAM_TOKEN": program_token(service), "PATH": "/usr/bin:/bin"})
     assert done.returncode == 0, done.stderr
     example = load_example("components")
     expected = example.render(example.reference({**example.DEFAULTS, "epochs": 3}))

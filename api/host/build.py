@@ -64,7 +64,7 @@ class Builder:
                                                 copy_at=None if live.native is None else live.frontier_copy_at,
                                                 moved=ages.frontier_moved),
                         lag=lag, engine_mode=mode, hosting=hosting, ages=ages,
-                        rules=Rules(self.settings.stall_seconds, self.settings.violation_seconds))
+                        rules=Rules(self.settings.stall_seconds))
         ages.counts = tenant.counts
         if live.native is not None:
             tenant.publication.row_indices()  # O(graph), once: here, off the loop

@@ -29,10 +29,11 @@ import base64
 import contextlib
 import hashlib
 import hmac
-import os
 import secrets
 from collections.abc import AsyncIterator
 from pathlib import Path
+
+from api.host.tokens import shared_secret
 
 KEY_HEADER = "idempotency-key"
 """The request header naming a registration's idempotency key (at most :data:`MAX_KEY` characters)."""
@@ -43,16 +44,8 @@ MAX_KEY = 200
 
 def load_secret(warehouse: Path) -> bytes:
     """The warehouse's token secret (``<warehouse>/token-secret``, 0600), made on first use;
-    shards sharing the warehouse share it."""
-    path = warehouse / "token-secret"
-    with contextlib.suppress(FileExistsError):
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as handle:
-            handle.write(secrets.token_hex(32) + "\n")
-    text = path.read_text().strip()
-    if len(text) < 32:  # another process is writing it: read again
-        text = path.read_text().strip()
-    return bytes.fromhex(text)
+    shards sharing the warehouse share it (:func:`api.host.tokens.shared_secret`)."""
+    return bytes.fromhex(shared_secret(warehouse / "token-secret", lambda: secrets.token_hex(32))[0])
 
 
 def dataflow_token(secret: bytes, dataflow_id: str) -> str:

@@ -42,7 +42,7 @@ from api.host.build import Builder
 from api.host.ingest import Refused
 from api.host.keys import Keys, dataflow_token, load_secret
 from api.host.tenant import Tenant
-from api.host.tokens import Principal, matches, token_hash
+from api.host.tokens import Principal, matches, program_dataflow_token, token_hash
 from api.live.scopes import Hosting
 from api.live.state import Counts
 from api.metrics import Metrics
@@ -73,10 +73,13 @@ FREEZE_LOCATIONS = 10_000
 class Service:
     """All dataflows of one service process, and the machinery around them."""
 
-    def __init__(self, settings: Settings, admin_token: str, store: Store | None = None) -> None:
+    def __init__(self, settings: Settings, admin_token: str, store: Store | None = None,
+                 program_token: str | None = None) -> None:
         self.settings = settings
         self.metrics = Metrics(ENGINE_NAMES[settings.engine], per_dataflow=settings.metrics_per_dataflow)
         self.admin_hash = token_hash(admin_token)
+        self.program_token = program_token
+        self.program_hash = None if program_token is None else token_hash(program_token)
         self.dataflows: dict[str, Tenant] = {}
         self.token_index: dict[str, str] = {}
         self.wal = WriteAheadLog(wal_directory(settings.warehouse, settings.shard), on_sync=self.metrics.on_sync,
@@ -112,6 +115,8 @@ class Service:
         presented = token_hash(token)
         if matches(presented, self.admin_hash):
             return Principal(admin=True)
+        if self.program_hash is not None and matches(presented, self.program_hash):
+            return Principal(admin=False, program=self.program_token)
         dataflow_id = self.token_index.get(presented)
         if dataflow_id is None:
             return None
@@ -122,13 +127,15 @@ class Service:
 
     # -- registration ---------------------------------------------------------------------
 
-    async def register(self, req: RegisterRequest, key: str | None = None, deadline: float | None = None
-                       ) -> Registered:
+    async def register(self, req: RegisterRequest, caller: Principal | None = None, key: str | None = None,
+                       deadline: float | None = None) -> Registered:
         """Validate (off the loop), log durably, and make the dataflow live. ``req``'s node and
-        edge lists are emptied once read. With an idempotency ``key`` a registration already
-        made with it is answered again (the same dataflow and token); with a ``deadline`` (POSIX
-        seconds) one that would be logged after it is refused, or withdrawn once durable
-        (:mod:`api.host.keys`).
+        edge lists are emptied once read. Registered by the program token (``caller``), its token
+        is derived from the program token (:func:`~api.host.tokens.program_dataflow_token`), else
+        from the warehouse's secret (:func:`~api.host.keys.dataflow_token`). With an idempotency
+        ``key`` a registration already made with it is answered again (the same dataflow and
+        token); with a ``deadline`` (POSIX seconds) one that would be logged after it is refused,
+        or withdrawn once durable (:mod:`api.host.keys`).
 
         Returns:
             The dataflow, its token (derived from the warehouse's secret; only its hash is
@@ -146,26 +153,35 @@ class Service:
         # model at a time off the loop, not at once when the route returns.
         await asyncio.to_thread(release, req.nodes, req.edges)
         if key is None:
-            return await self._register(spec, None, deadline)
+            return await self._register(spec, caller, None, deadline)
         async with self.keys.claim(key) as known:
             if known is not None:
-                return self._again(known, key, spec)
-            return await self._register(spec, key, deadline)
+                return self._again(known, key, spec, caller)
+            return await self._register(spec, caller, key, deadline)
 
-    def _again(self, dataflow_id: str, key: str, spec: Spec) -> Registered:
-        """The first answer to a registration with ``key``, for the same graph."""
+    def _again(self, dataflow_id: str, key: str, spec: Spec, caller: Principal | None) -> Registered:
+        """The first answer to a registration with ``key``, for the same graph and a caller who
+        may have it (the program token: only a dataflow it registered)."""
         tenant = self.dataflows.get(dataflow_id)
         if tenant is None:
             damaged = self.damaged.get(dataflow_id)
             raise Refused(503, {"error": "dataflow_damaged", "detail": damaged.detail if damaged else
                                 f"dataflow {dataflow_id} is not hosted here"})
-        if spec_fields(tenant.registration) != spec_fields(spec):
+        if spec_fields(tenant.registration) != spec_fields(spec) or not (
+                caller is None or caller.may_access(dataflow_id, tenant.token_hash)):
             raise Refused(409, {"error": "idempotency_key_reused", "detail": (
-                f"the Idempotency-Key {key!r} registered dataflow {dataflow_id} with another graph; "
-                "use a new key for a new registration")})
-        return Registered(tenant, dataflow_token(self.secret, dataflow_id), replayed=True)
+                f"the Idempotency-Key {key!r} registered another dataflow; use a new key for a new registration")})
+        tokens = [dataflow_token(self.secret, dataflow_id)]
+        if self.program_token is not None:
+            tokens.append(program_dataflow_token(self.program_token, dataflow_id))
+        token = next((t for t in tokens if matches(token_hash(t), tenant.token_hash or "")), None)
+        if token is None:  # registered before tokens were derived: not to be given again
+            raise Refused(409, {"error": "idempotency_key_reused", "detail": (
+                f"the dataflow the Idempotency-Key {key!r} registered has a token that cannot be given again")})
+        return Registered(tenant, token, replayed=True)
 
-    async def _register(self, spec: Spec, key: str | None, deadline: float | None) -> Registered:
+    async def _register(self, spec: Spec, caller: Principal | None, key: str | None, deadline: float | None
+                        ) -> Registered:
         # Whether it has scopes is a look at every node: off the loop too.
         nested = await asyncio.to_thread(is_nested, spec)
         hosting = None
@@ -181,7 +197,9 @@ class Service:
             graph, initial = await asyncio.to_thread(build_graph, spec, compiled=self.settings.engine == "native")
             tracker = await asyncio.to_thread(self.build.engine, graph, initial)
         dataflow_id = new_id(self.settings.shard)
-        token = dataflow_token(self.secret, dataflow_id)
+        program = None if caller is None else caller.program
+        token = dataflow_token(self.secret, dataflow_id) if program is None else program_dataflow_token(program,
+                                                                                                       dataflow_id)
         record = Register.of(spec, df=dataflow_id, token=token_hash(token), created_at=datetime.now(UTC).isoformat(),
                              key=key)
         # Its frontier copy and Publication are O(graph): off the loop too (nothing there awaits).

@@ -21,7 +21,7 @@ from api.background.state import SparkState
 from api.delta.sync import DeltaLag
 from api.durability.records import Register
 from api.live.ages import Ages
-from api.live.lifecycle import Rules, assess
+from api.live.lifecycle import Rules, assess, frontier_explains
 from api.live.rate import Throughput
 from api.live.scopes import Hosting
 from api.live.state import Counts, LiveState
@@ -103,13 +103,17 @@ class Tenant:
             return
         self.publication.reset(live.tracker.frontiers, live.version)
 
-    def lifecycle(self, counts: Counts | None = None) -> dict[str, Any]:
-        """The lifecycle fields of the status (``state`` first; :func:`api.live.lifecycle.assess`)."""
-        return assess(self.rules, self.counts() if counts is None else counts,
-                      last_change=self.publication.last_change_at, last_batch=self.live.last_batch_at,
+    def lifecycle(self) -> dict[str, Any]:
+        """The lifecycle fields of the status (``state`` first; :func:`api.live.lifecycle.assess`):
+        the counts and the frontier that explains their negative ones are both as of the
+        published version."""
+        publication = self.publication
+        return assess(self.rules, self.counts(),
+                      last_change=publication.last_change_at, last_batch=self.live.last_batch_at,
                       now=time.time(), deleted_at=self.deleted_at,
                       location_json=location_json if self.hosting is None else self.hosting.location_json,
-                      regressions=self.live.regressions, regression_count=self.live.regression_count)
+                      regressions=self.live.regressions, regression_count=self.live.regression_count,
+                      explained=frontier_explains(lambda location: publication.frontier_of(location)[1]))
 
     def status(self) -> dict[str, Any]:
         """The ``status`` object of ``GET /v1/dataflows/{id}``."""

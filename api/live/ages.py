@@ -1,5 +1,6 @@
-"""Wall-clock bookkeeping of one dataflow: when each location's frontier last moved, and when
-each live pointstamp appeared and which worker last reported it.
+"""Wall-clock bookkeeping of one dataflow: when each location's frontier last moved, when each
+live pointstamp appeared and which worker last reported it, and when each worker's last durable
+batch arrived.
 
 Guarantees: the hot path only appends (a published version's change batch, a durable batch's
 updates, as they are). The queues are folded in when someone reads (lag, blame, ``/metrics``),
@@ -35,6 +36,8 @@ seconds.
 >>> ages.frontier_moved([(into, (1,), 1)], 125.0)
 >>> ages.moved_at(into), ages.moved_at(out)
 (125.0, 100.0)
+>>> ages.all_reported_after(115.0), ages.all_reported_after(125.0)
+(True, False)
 """
 
 from __future__ import annotations
@@ -125,8 +128,8 @@ fold of that many holds the event loop about a millisecond at most)."""
 class Ages:
     """When things happened to one dataflow's locations and pointstamps (see the module doc)."""
 
-    __slots__ = ("_births", "_born", "_moved", "_moves", "_moves_changes", "_queue", "_queued", "_stamps", "counts",
-                 "created", "unknown_before")
+    __slots__ = ("_births", "_born", "_last_batch", "_moved", "_moves", "_moves_changes", "_queue", "_queued",
+                 "_stamps", "counts", "created", "unknown_before")
 
     def __init__(self, created: float, counts: Callable[[], Mapping[Key, int]] = dict) -> None:
         self.created = created
@@ -148,6 +151,8 @@ class Ages:
         self.unknown_before: float | None = None
         """Set by :meth:`seed` (a restart from a compacted snapshot): what happened before it is
         not known, so a birth or a last move dated at or before it is a lower bound of the age."""
+        self._last_batch: dict[str, float] = {}
+        """worker -> when its last durable batch arrived (of those this process saw or replayed)."""
 
     def at_least(self, at: float) -> bool:
         """Whether an age counted from ``at`` (a birth, a frontier's last move) is only a lower
@@ -193,6 +198,8 @@ class Ages:
     def batch_durable(self, at: float, worker: str | None, updates: Sequence[Update] | Indexed) -> None:
         """A batch of ``worker`` received at ``at`` is durable (folded in when next read, or at
         once by the engine's ``Births``)."""
+        if worker is not None:
+            self._last_batch[worker] = at
         if self._births is not None:
             self._births.add(at, worker, updates)
             return
@@ -250,6 +257,17 @@ class Ages:
         return AgesCopy(lambda location, time_: kept.get((location, time_)), moved)
 
     # -- readers -----------------------------------------------------------------------------
+
+    def all_reported_after(self, at: float) -> bool:
+        """Whether every worker known to have sent a batch sent one after ``at`` (and one did):
+        a pointstamp born at ``at`` and live still has outlived every worker's last batch."""
+        floor = self.reported_floor()
+        return floor is not None and floor > at
+
+    def reported_floor(self) -> float | None:
+        """The earliest of the workers' last batches (``None`` before any worker's first): a
+        pointstamp born before it has seen every worker report since."""
+        return min(self._last_batch.values(), default=None)
 
     def _fold(self) -> None:
         queue = self._queue

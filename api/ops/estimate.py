@@ -1,8 +1,10 @@
 """Progress estimates: how fast each operator's frontier advances, and when it should be done.
 
 An operator's *epoch* is the earliest first coordinate (the root's time, in every scope) of the
-frontier at any of its inputs: the oldest epoch it may still receive; ``None`` once every input
-frontier is empty (the operator is done). Its *rate* is the epochs that epoch advanced per second
+frontier at any of its inputs: the oldest epoch it may still receive. Once every input frontier
+is empty, it is that of its outputs' frontiers instead: what it still holds (a capability kept,
+or for a scope node, whatever is live inside the scope); ``None`` once those are empty too (the
+operator is done: nothing can reach it and it holds nothing). Its *rate* is the epochs that epoch advanced per second
 over the last :data:`WINDOW_SECONDS` (or since the dataflow is observed, if less), from the
 epoch's first change in that window on: the time before an operator first moves (its program
 starting, the pipeline filling) is not its pace. Where the
@@ -128,20 +130,39 @@ class Steps:
         return Rate(advanced / span, None)
 
 
-def _inputs(tenant: Tenant) -> list[tuple[Location, list[Location]]]:
-    """Every operator with inputs (scope nodes included, boundaries not): a location standing
-    for it (its input 0) and its input locations, root first."""
+Operator = tuple[Location, list[Location], list[Location]]
+"""An operator: a location standing for it (its input 0), its input locations, its output locations."""
+
+
+def _inputs(tenant: Tenant) -> list[Operator]:
+    """Every operator with inputs (scope nodes included, boundaries not), root first."""
     hosting = tenant.hosting
     if hosting is None:
-        return [(Location.target(n.id, 0), [Location.target(n.id, p) for p in range(n.inputs)])
-                for n in tenant.graph.nodes if n.inputs > 0]
+        return [(Location.target(n.id, 0), [Location.target(n.id, p) for p in range(n.inputs)],
+                 [Location.source(n.id, p) for p in range(n.outputs)]) for n in tenant.graph.nodes if n.inputs > 0]
     found = []
     for path, scope in sorted(hosting.nested.scopes.items(), key=lambda item: (len(item[0]), item[0])):
         for node in scope.graph.nodes:
             if node.inputs > 0 and not (path and node.id == 0):
                 ports = [hosting.flat(ScopedLocation(path, node.id, p, "target")) for p in range(node.inputs)]
-                found.append((ports[0], ports))
+                outputs = [hosting.flat(ScopedLocation(path, node.id, p, "source")) for p in range(node.outputs)]
+                found.append((ports[0], ports, outputs))
     return found
+
+
+def operator_epoch(inputs: Iterable[Iterable[int]], outputs: Iterable[Iterable[int]]) -> int | None:
+    """An operator's epoch from its input frontiers' epochs (their times' first coordinates),
+    else (all empty) its output frontiers' (see the module docstring); ``None``: done.
+
+    >>> operator_epoch([[5], []], [[2]]), operator_epoch([[], []], [[2], [3]])
+    (5, 2)
+    >>> operator_epoch([[]], [[]]) is None
+    True
+    """
+    received = min((epoch for frontier in inputs for epoch in frontier), default=None)
+    if received is not None:
+        return received
+    return min((epoch for frontier in outputs for epoch in frontier), default=None)
 
 
 def _graphs(tenant: Tenant) -> list[Graph]:
@@ -166,9 +187,9 @@ class Estimator:
     def __init__(self, tenant: Tenant) -> None:
         self.tenant = tenant
         self.operators = _inputs(tenant)
-        self.of_input = {loc: i for i, (_, ports) in enumerate(self.operators) for loc in ports}
+        self.of_port = {loc: i for i, (_, ins, outs) in enumerate(self.operators) for loc in (*ins, *outs)}
         self.epochs: dict[Location, Counter[int]] = {}
-        """Each operator input's frontier as the multiset of its times' first coordinates."""
+        """Each operator port's frontier as the multiset of its times' first coordinates."""
         self.steps: list[Steps] = []
         self.version = -1
         self.observed_from = 0.0
@@ -176,26 +197,23 @@ class Estimator:
         self.lock = threading.Lock()
 
     def _epoch(self, index: int) -> int | None:
-        values = [min(c) for c in (self.epochs[loc] for loc in self.operators[index][1]) if c]
-        return min(values) if values else None
+        _, inputs, outputs = self.operators[index]
+        return operator_epoch((self.epochs[loc] for loc in inputs), (self.epochs[loc] for loc in outputs))
 
     def _fold(self, entry: Entry, sign: int, at: float | None) -> None:
-        """Apply (``sign`` 1) or undo (-1) one version at the operators' inputs; with ``at``,
+        """Apply (``sign`` 1) or undo (-1) one version at the operators' ports; with ``at``,
         record the operators whose epoch changed."""
         location_of = self.tenant.publication.location
         touched = set()
         for change in json.loads(entry[2]):
-            where = change["location"]
-            if where["kind"] != "target":
-                continue
-            location = location_of(where)
-            if location not in self.of_input:
+            location = location_of(change["location"])
+            if location not in self.of_port:
                 continue
             counter = self.epochs[location]
             counter[change["time"][0]] += sign * change["diff"]
             if counter[change["time"][0]] <= 0:
                 del counter[change["time"][0]]
-            touched.add(self.of_input[location])
+            touched.add(self.of_port[location])
         if at is not None:
             for index in touched:
                 self.steps[index].moved(at, self._epoch(index))
@@ -203,7 +221,7 @@ class Estimator:
     def start(self, frontier: Callable[[Location], list[Timestamp]], window: list[Entry], observed_from: float,
               version: int) -> None:
         """Begin from the frontier at ``version`` and the versions of the last window before it."""
-        self.epochs = {loc: Counter(t[0] for t in frontier(loc)) for loc in self.of_input}
+        self.epochs = {loc: Counter(t[0] for t in frontier(loc)) for loc in self.of_port}
         for entry in reversed(window):
             self._fold(entry, -1, None)
         self.steps = [Steps(self._epoch(i)) for i in range(len(self.operators))]
@@ -226,9 +244,10 @@ class Estimator:
         since = max(self.observed_from, now - WINDOW_SECONDS)
         names = names_of(self.tenant)
         rows = []
-        for (where, ports), steps in zip(self.operators, self.steps, strict=True):
+        for (where, inputs, outputs), steps in zip(self.operators, self.steps, strict=True):
             steps.forget_before(since)
-            epoch = min((t[0] for loc in ports for t in frontier(loc)), default=None)
+            epoch = operator_epoch(([t[0] for t in frontier(loc)] for loc in inputs),
+                                   ([t[0] for t in frontier(loc)] for loc in outputs))
             rate = Rate(None, "done") if epoch is None else steps.rate(since, now)
             eta = None
             reason = rate.reason
@@ -327,7 +346,7 @@ def operator_rates(tenant: Tenant, now: float) -> Callable[[], list[tuple[str, f
         names = names_of(tenant)
         report = build()
         return [(names.qualified(where), row["epochs_per_second"], row["eta_seconds"])
-                for (where, _), row in zip(estimator.operators, report["operators"], strict=True)
+                for (where, _, _), row in zip(estimator.operators, report["operators"], strict=True)
                 if row["state"] == "estimated"]
 
     return rows

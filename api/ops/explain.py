@@ -81,16 +81,23 @@ def _describe(path: list[Transition], times: list[Timestamp], start: Location, t
 
 
 Blame = Callable[[Any, Timestamp], dict[str, Any]]
-"""``(location of a blocking pointstamp, its time) -> {"operator", "port", "worker", "age_seconds"}``
-(:func:`api.ops.lag.blamer`), merged into each blocker."""
+"""``(location of a blocking pointstamp, its time) -> {"operator", "port", "worker", "age_seconds",
+"age_at_least", "stall_kind"}`` (:func:`api.ops.lag.blamer`), merged into each blocker."""
+
+
+STALL_WORDS = {"held_capability": "a capability held", "unconsumed_messages": "messages not yet consumed",
+               "undrained_count": "a count that does not drain"}
+"""How a blocker's ``stall_kind`` (:func:`api.ops.lag.stall_kind`) is said in its ``text``."""
 
 
 def _blamed(blocker: dict[str, Any], blame: Blame | None, origin: Any, when: Timestamp) -> dict[str, Any]:
-    """``blocker`` with its operator, worker and age, also said in its ``text``."""
+    """``blocker`` with its operator, worker, age and stall kind, also said in its ``text``."""
     if blame is None:
         return blocker
     extra = blame(origin, when)
     said = f"{extra['operator']} {extra['port']}"
+    if extra.get("stall_kind") in STALL_WORDS:
+        said += f": {STALL_WORDS[extra['stall_kind']]}"
     if extra.get("worker") is not None:
         said += f", last reported by worker {extra['worker']}"
     if extra.get("age_seconds") is not None:

@@ -3,10 +3,10 @@
 
 Per location: its operator's name and the port, its frontier, the wall-clock seconds since
 that frontier last changed (``lag_seconds``, ``null`` once the frontier is empty: nothing is
-awaited there) and its oldest live pointstamp with the worker that last reported it and its
-age. Read from the dataflow's :class:`~api.live.ages.Ages` and published frontier, on the event
-loop (each call is a consistent view of one version); the lag report's rows are built from
-copies, off the loop.
+awaited there) and its oldest live pointstamp with the worker that last reported it, its age
+and the kind of stall it makes (:func:`stall_kind`). Read from the dataflow's
+:class:`~api.live.ages.Ages` and published frontier, on the event loop (each call is a
+consistent view of one version); the lag report's rows are built from copies, off the loop.
 """
 
 from __future__ import annotations
@@ -22,6 +22,34 @@ from api.metrics import LagRow
 from tracker.graph import Graph, Location
 from tracker.scope import ScopedLocation
 from tracker.timestamp import Timestamp
+
+STALL_KINDS = ("held_capability", "unconsumed_messages", "undrained_count")
+"""What a live pointstamp holding a frontier back is (:func:`stall_kind`)."""
+
+
+def stall_kind(location: Location, born: float | None, reported_floor: float | None) -> str:
+    """What kind of stall a live pointstamp at ``location``, born at ``born``, makes, given the
+    earliest of every worker's last batch (``reported_floor``, :meth:`Ages.reported_floor`):
+
+    * ``held_capability``: at an operator output (a source): an operator keeps a capability;
+    * ``undrained_count``: at an input (a target), and every worker has sent a batch since it
+      appeared: whoever had the messages reported since and the count did not drain (messages
+      kept unread, or miscounted: a ``+1`` too many, a ``-1`` lost);
+    * ``unconsumed_messages``: at an input, not (yet) that: messages sent and not yet consumed.
+
+    A judgement from what the service sees (a worker that has not reported since leaves it
+    ``unconsumed_messages``), not a proof.
+
+    >>> stall_kind(Location.source(3, 0), 10.0, 20.0)
+    'held_capability'
+    >>> stall_kind(Location.target(4, 0), 10.0, 20.0), stall_kind(Location.target(4, 0), 10.0, 5.0)
+    ('undrained_count', 'unconsumed_messages')
+    """
+    if location.kind == "source":
+        return "held_capability"
+    if born is not None and reported_floor is not None and reported_floor > born:
+        return "undrained_count"
+    return "unconsumed_messages"
 
 
 def port_label(location: ScopedLocation | Location, boundary: bool = False) -> str:
@@ -101,10 +129,12 @@ def index_of(tenant: Tenant) -> Callable[[Location], int] | None:
 
 
 def blamer(tenant: Tenant, now: float) -> Callable[[Location, Timestamp], dict[str, Any]]:
-    """``(location, time) -> {"operator", "port", "worker", "age_seconds"}`` for the blockers of
-    ``explain``, over a copy of the births taken now (``explain`` runs off the event loop)."""
+    """``(location, time) -> {"operator", "port", "worker", "age_seconds", "age_at_least",
+    "stall_kind"}`` for the blockers of ``explain``, over a copy of the births taken now
+    (``explain`` runs off the event loop)."""
     ages = tenant.ages
     births = {key: ages.blame(*key) for key in tenant.counts()}
+    floor = ages.reported_floor()
 
     def blame(location: Location, time: Timestamp) -> dict[str, Any]:
         names = names_of(tenant)  # the first time off the loop (explain calls this in a thread)
@@ -112,7 +142,8 @@ def blamer(tenant: Tenant, now: float) -> Callable[[Location, Timestamp], dict[s
         return {"operator": names.operator(location), "port": names.port(location),
                 "worker": None if born is None else born[1],
                 "age_seconds": None if born is None else round(max(now - born[0], 0.0), 3),
-                "age_at_least": born is not None and ages.at_least(born[0])}
+                "age_at_least": born is not None and ages.at_least(born[0]),
+                "stall_kind": stall_kind(location, None if born is None else born[0], floor)}
 
     return blame
 
@@ -126,6 +157,7 @@ def lag_report(tenant: Tenant, now: float) -> Callable[[], list[bytes]]:
     ages = tenant.ages
     moved = ages.moved_all(index_of(tenant))
     oldest = ages.oldest_by_location()
+    floor = ages.reported_floor()
 
     def build() -> list[bytes]:
         names = names_of(tenant)
@@ -151,7 +183,8 @@ def lag_report(tenant: Tenant, now: float) -> Callable[[], list[bytes]]:
                     "changed_at": round(at, 3), "lag_at_least": lag is not None and at_least,
                     "oldest_pointstamp": None if first is None else {
                         "time": list(first[0]), "worker": first[2],
-                        "age_seconds": round(max(now - first[1], 0.0), 3), "age_at_least": ages.at_least(first[1])},
+                        "age_seconds": round(max(now - first[1], 0.0), 3), "age_at_least": ages.at_least(first[1]),
+                        "stall_kind": stall_kind(location, first[1], floor)},
                 })
             parts.append((b"," if parts else b"") + _dumps(rows)[1:-1].encode())
         head = _dumps({"version": version, "at": round(now, 3), "max_lag_seconds": worst,

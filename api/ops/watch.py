@@ -3,7 +3,7 @@
 Every ``--interval`` seconds it reads ``GET /v1/dataflows/{id}/lag`` (each location's
 frontier, how long it has waited, its oldest pointstamp) and, for each operator input still
 waiting, ``GET .../frontier/explain`` at its earliest frontier time (the pointstamps holding it
-back, with the worker that last reported each and its age), and redraws one screen; ``--once``
+back, with the worker that last reported each, its age and what it is), and redraws one screen; ``--once``
 prints one frame and exits. Only httpx is needed: it runs wherever the worker SDK does.
 
 Guarantee: an unreachable service, a refused token or an unknown dataflow is one line on
@@ -13,9 +13,13 @@ stderr and exit code 2, before anything is drawn.
 ...     "max_lag_seconds": 4.0, "locations": [{"location": {"node": 1, "port": 0, "kind": "target"},
 ...     "operator": "sum", "port": "in 0", "frontier": [[2]], "lag_seconds": 4.0, "oldest_pointstamp": None}]},
 ...     {"1:0:target": [{"count": 1, "operator": "input", "port": "out 0", "location": {"node": 0, "port": 0,
-...     "kind": "source"}, "time": [2], "worker": "w0", "age_seconds": 4.0}]}, colour=False)
->>> print(frame.splitlines()[2])
-sum #1                in 0      {(2)}          4.0 s    1 × input out 0 (0,0,source)@(2) · worker w0 · 4.0 s
+...     "kind": "source"}, "time": [2], "worker": "w0", "age_seconds": 4.0, "stall_kind": "held_capability"}]},
+...     colour=False)
+>>> line = frame.splitlines()[2]
+>>> print(line[:56].rstrip())
+sum #1                in 0      {(2)}          4.0 s
+>>> print(line[56:])
+1 × input out 0 (0,0,source)@(2) · worker w0 · 4.0 s · capability held
 """
 
 from __future__ import annotations
@@ -99,6 +103,16 @@ def _worker(name: str | None, at_least: bool) -> str:
     return name or ("unknown (before the restart)" if at_least else "-")
 
 
+_KINDS = {"held_capability": "capability held", "unconsumed_messages": "not yet consumed",
+          "undrained_count": "does not drain"}
+
+
+def _kind(pointstamp: dict[str, Any]) -> str:
+    """`` · <what it is>`` of a blocker or oldest pointstamp (:func:`api.ops.lag.stall_kind`)."""
+    said = _KINDS.get(pointstamp.get("stall_kind") or "")
+    return f" · {said}" if said else ""
+
+
 def _paint(text: str, lag: float | None, colour: bool) -> str:
     if not colour or lag is None:
         return text
@@ -141,12 +155,12 @@ def render(flow: dict[str, Any], report: dict[str, Any], held: dict[str, list[di
             blame = "" if first is None else (
                 f"holds ({', '.join(map(str, first['time']))}) · worker "
                 f"{_worker(first['worker'], first.get('age_at_least', False))}"
-                f" · {_seconds(first['age_seconds'], first.get('age_at_least', False))}")
+                f" · {_seconds(first['age_seconds'], first.get('age_at_least', False))}{_kind(first)}")
         else:
             blame = "; ".join(
                 f"{b['count']} × {b['operator']} {b['port']} {_where(b['location'])}@({', '.join(map(str, b['time']))})"
                 f" · worker {_worker(b['worker'], b.get('age_at_least', False))} · "
-                f"{_seconds(b['age_seconds'], b.get('age_at_least', False))}"
+                f"{_seconds(b['age_seconds'], b.get('age_at_least', False))}{_kind(b)}"
                 for b in blockers[:3]) or "nothing"
             if len(blockers) > 3:
                 blame += f"; +{len(blockers) - 3} more"

@@ -4,6 +4,9 @@ OpenAPI document (the hot path parses progress bodies with :mod:`api.schema.pars
 Integers are strict (``true``, ``1.5`` and ``"3"`` are refused, not coerced) because a silently
 coerced time or delta would corrupt occurrence counts; the shapes that depend on the dataflow
 (arity, known locations) are checked afterwards against the graph.
+
+Long because: one model per v1 body, all of them the OpenAPI document's schemas, which refer to
+each other (locations, blockers, statuses); split, a body's schema would be read in pieces.
 """
 
 from __future__ import annotations
@@ -190,7 +193,8 @@ State = Literal["running", "complete", "stalled", "violation", "deleted"]
 
 
 class Violation(BaseModel):
-    """A location whose occurrence count stayed negative after the last batch."""
+    """A negative occurrence count that no live pointstamp explains: its time is not at or above
+    its location's frontier (a message consumed twice, a capability dropped twice)."""
 
     location: dict[str, Any] = Field(description="a location (with its `scope` in a nested dataflow)")
     time: list[int]
@@ -211,8 +215,8 @@ class DataflowStatus(BaseModel):
 
     state: State = Field(description="running; complete once every frontier is empty; stalled when live "
                          "pointstamps saw no frontier change for TRACKER_STALL_SECONDS; violation when an update moved "
-                         "a frontier backwards, or a count stayed negative with no batch for "
-                         "TRACKER_VIOLATION_SECONDS; deleted")
+                         "a frontier backwards, or a count is negative and no live pointstamp explains it (its time is "
+                         "not at or above its location's frontier); deleted")
     deleted_at: str | None = None
     last_frontier_change_at: str | None = None
     last_batch_at: str | None = None
@@ -286,6 +290,13 @@ class PathStep(BaseModel):
                                   "egress drops the last one)")
 
 
+StallKind = Literal["held_capability", "unconsumed_messages", "undrained_count"]
+STALL_KIND_DOC = ("what the pointstamp is: held_capability (at an operator output: a capability kept), "
+                  "unconsumed_messages (at an input: messages sent and not yet consumed), undrained_count (at an "
+                  "input, and every worker has reported since it appeared: a count that does not drain, messages "
+                  "kept unread or miscounted)")
+
+
 class Blocker(BaseModel):
     """An active pointstamp that holds a (location, time) back, and why."""
 
@@ -304,6 +315,7 @@ class Blocker(BaseModel):
     age_seconds: float | None = Field(description="wall-clock seconds since its count left zero")
     age_at_least: bool = Field(default=False, description="the age counts from a restart from a compacted "
                                "snapshot (it was live before it): it is at least that")
+    stall_kind: StallKind = Field(description=STALL_KIND_DOC)
 
 
 class ExplainResponse(BaseModel):
@@ -329,6 +341,7 @@ class OldestPointstamp(BaseModel):
     age_seconds: float = Field(description="wall-clock seconds since its count left zero")
     age_at_least: bool = Field(default=False, description="the age counts from a restart from a compacted "
                                "snapshot (it was live before it): it is at least that")
+    stall_kind: StallKind = Field(description=STALL_KIND_DOC)
 
 
 class LagRow(BaseModel):
@@ -363,13 +376,15 @@ class OperatorEstimate(BaseModel):
     scope: list[int] | None = Field(default=None, description="its scope path (absent at the root)")
     node: int
     operator: str
-    epoch: int | None = Field(description="the earliest epoch still open at its inputs (null: done)")
+    epoch: int | None = Field(description="the earliest epoch still open at its inputs, else (every input frontier "
+                              "empty) the earliest it still holds at its outputs (null: done)")
     state: Literal["done", "estimated", "unknown"] = Field(
-        description="done: every input frontier is empty; estimated: the rate is known and not 0; unknown: see reason")
+        description="done: every input and output frontier is empty (nothing can reach it, it holds nothing); "
+                    "estimated: the rate is known and not 0; unknown: see reason")
     epochs_per_second: float | None = Field(description="epochs cleared per second over the window (null: unknown, "
                                                         "0: not advancing)")
-    eta_seconds: float | None = Field(description="expected seconds until every input frontier is empty (needs "
-                                                  "the last epoch and a known rate)")
+    eta_seconds: float | None = Field(description="expected seconds until it is done (needs the last epoch and "
+                                                  "a known rate)")
     reason: str | None = Field(description="why the rate or the expected time is unknown")
 
 

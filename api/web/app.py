@@ -39,6 +39,7 @@ from api.delta.store import Store
 from api.durability.wal import LogFailed
 from api.host.ingest import Refused
 from api.host.service import RegistrationError, Service
+from api.host.tokens import load_program_token
 from api.ops.scrape import service_scrape
 from api.schema.models import ErrorBody, ProgressRequest, RegisterRequest
 from api.web import dashboard
@@ -162,7 +163,9 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
                 operation["security"] = [{"bearer": []}]
         schema["components"]["securitySchemes"] = {"bearer": {
             "type": "http", "scheme": "bearer",
-            "description": "The admin token (TRACKER_ADMIN_TOKEN) or a dataflow's token from its registration"}}
+            "description": "The admin token (TRACKER_ADMIN_TOKEN), the program token (TRACKER_PROGRAM_TOKEN: "
+                           "registers dataflows, then reads and writes those it registered) or a dataflow's token "
+                           "from its registration"}}
         app.openapi_schema = schema
     return app.openapi_schema
 
@@ -222,7 +225,8 @@ def create_app(settings: Settings, admin_token: str,
             store = Store(settings.warehouse)
         except Exception:
             log.exception("Delta storage unavailable; running on the write-ahead log alone")
-    service = Service(settings, admin_token, store)
+    service = Service(settings, admin_token, store,
+                      program_token=load_program_token(settings.warehouse, settings.program_token))
     service.metrics.scrape_source = lambda: service_scrape(service.dataflows.values(), service.background.health())
 
     @asynccontextmanager

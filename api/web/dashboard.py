@@ -35,10 +35,12 @@ from pydantic import BaseModel, Field
 from api.host.tenant import Tenant
 from api.ops.frame import frame
 from api.schema.models import (
+    STALL_KIND_DOC,
     DataflowStatus,
     LagResponse,
     LocationModel,
     ProgressEstimate,
+    StallKind,
 )
 from api.streams.encoding import Selection
 from api.web.deps import DataflowDep, ServiceDep, selection
@@ -113,6 +115,7 @@ class HeldBlocker(BaseModel):
     worker: str | None
     age_seconds: float | None
     age_at_least: bool = False
+    stall_kind: StallKind = Field(description=STALL_KIND_DOC)
     via: list[Literal["ingress", "egress"]] = Field(description="the scope boundaries its path crosses, in order")
 
 

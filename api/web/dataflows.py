@@ -37,6 +37,7 @@ from api.web.deps import (
     DataflowDep,
     LimitsDep,
     PrincipalDep,
+    RegistrarDep,
     ServiceDep,
     registration_headers,
     registration_slot,
@@ -66,10 +67,10 @@ PSI_LOCATIONS = 2_000  # the whole of Psi is quadratic (streamed): beyond this, 
              openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
                  "schema": {"$ref": "#/components/schemas/RegisterRequest"}}}}},
              summary="Register a dataflow graph")
-async def register(request: Request, service: ServiceDep, caller: AdminDep, limits: LimitsDep) -> JSONResponse:
+async def register(request: Request, service: ServiceDep, caller: RegistrarDep, limits: LimitsDep) -> JSONResponse:
     """Validate the graph (422 naming the problem or the offending cycle), store it durably and
-    return its id and token. The Spark cycle check and summaries run in the background; see
-    ``status.spark_check``.
+    return its id and token (admin or program token; 403 for a dataflow's). The Spark cycle check
+    and summaries run in the background; see ``status.spark_check``.
 
     The body (schema ``RegisterRequest``) is parsed by
     :func:`api.schema.bodies.parse_registration_sliced` (as :func:`api.schema.parsing.parse_registration`,
@@ -88,7 +89,7 @@ async def register(request: Request, service: ServiceDep, caller: AdminDep, limi
                 body = await asyncio.to_thread(parse_registration_sliced, await request.body())
             except (MalformedJSON, InvalidRequest) as error:
                 raise bad_body(error) from None
-            registered = await service.register(body, key, deadline)
+            registered = await service.register(body, caller, key, deadline)
     finally:
         slot.release()
     return JSONResponse({"id": registered.tenant.id, "token": registered.token, "endpoint": service.settings.endpoint},
@@ -104,13 +105,16 @@ async def list_dataflows(
     idempotency_key: Annotated[str | None, Query(max_length=200, description=(
         "only the dataflow registered with this Idempotency-Key"))] = None,
 ) -> list[dict[str, Any]]:
-    """Every dataflow the token may see (the admin: all; a dataflow token: its own), oldest
-    first, filtered by ``state`` and ``name``; deleted ones only with ``state=deleted``. A
-    dataflow recovery refused is listed with state ``damaged`` and the reason (``detail``)."""
+    """Every dataflow the token may see (the admin: all; the program token: those it registered;
+    a dataflow token: its own), oldest first, filtered by ``state``, ``name`` and
+    ``idempotency_key``; deleted ones only with ``state=deleted``. A dataflow recovery refused is
+    listed with state ``damaged`` and the reason (``detail``)."""
     found = []
     for dataflow in service.dataflows.values():
-        if not (dataflow.ready and caller.may_access(dataflow.id)) or (name is not None and dataflow.name != name) or (
+        if (name is not None and dataflow.name != name) or (
                 idempotency_key is not None and dataflow.registration.key != idempotency_key):
+            continue
+        if not (dataflow.ready and caller.may_access(dataflow.id, dataflow.token_hash)):
             continue
         now = dataflow.lifecycle()["state"]
         if now == state or (state is None and now != "deleted"):

@@ -1,7 +1,10 @@
 """FastAPI dependencies: the service, the caller, the dataflow being addressed.
 
 Guarantees: a route that takes :data:`DataflowDep` runs only for a caller whose token may access
-that dataflow (401 without a known token, 403 for another dataflow's, 404 for an unknown id).
+that dataflow (401 without a known token; 403 for another dataflow's token, or for the program
+token on a dataflow it did not register; 404 for an unknown id); :data:`AdminDep` only for the
+admin token and :data:`RegistrarDep` only for the admin or the program token (403 for another
+valid token).
 
 They are ``async def`` although nothing in them awaits: FastAPI runs a plain ``def``
 dependency in its thread pool, and the three hops (service, caller, dataflow) cost ~0.5 ms per
@@ -35,7 +38,7 @@ ServiceDep = Annotated[Service, Depends(get_service)]
 
 async def principal(
     service: ServiceDep,
-    authorization: Annotated[str | None, Header(description="Bearer <admin or dataflow token>")] = None,
+    authorization: Annotated[str | None, Header(description="Bearer <admin, program or dataflow token>")] = None,
 ) -> Principal:
     """Who is calling; 401 for a missing or unknown token."""
     found = service.authenticate(bearer(authorization))
@@ -58,13 +61,23 @@ def require_json(content_type: str | None) -> None:
 
 
 async def admin(caller: PrincipalDep) -> Principal:
-    """Only the admin token; 403 for a dataflow token."""
+    """Only the admin token; 403 for a program or dataflow token."""
     if not caller.admin:
-        raise forbidden("only the admin token may do this")
+        raise forbidden(f"only the admin token may do this, not the {caller.role} token")
     return caller
 
 
 AdminDep = Annotated[Principal, Depends(admin)]
+
+
+async def registrar(caller: PrincipalDep) -> Principal:
+    """The admin or the program token; 403 for a dataflow token."""
+    if not caller.may_register:
+        raise forbidden("a dataflow's token may not register dataflows: use the program token (or the admin token)")
+    return caller
+
+
+RegistrarDep = Annotated[Principal, Depends(registrar)]
 
 
 async def get_limits(request: Request) -> Limits:
@@ -85,7 +98,8 @@ def registration_slot(limits: Limits, service: Service, caller: Principal) -> Sl
     deleted dataflows do not count)."""
     live = sum(1 for dataflow in service.dataflows.values() if dataflow.ready and dataflow.deleted_at is None)
     try:
-        return limits.registrations.admit("admin" if caller.admin else f"dataflow:{caller.dataflow_id}", live)
+        return limits.registrations.admit(caller.role if caller.may_register else f"dataflow:{caller.dataflow_id}",
+                                          live)
     except LimitExceeded as refused:
         raise too_many(refused) from None
 
@@ -115,11 +129,14 @@ def subscriber_slot(limits: Limits, dataflow: Tenant) -> Slot:
 
 
 def lookup(service: Service, caller: Principal, dataflow_id: str) -> Tenant:
-    """The dataflow if ``caller`` may access it: 403 for another dataflow's token (whether or
-    not the id exists, so tokens do not reveal other ids), 503 ``dataflow_damaged`` for one
-    recovery refused, 404 for the admin and a bad id."""
-    if not caller.may_access(dataflow_id):
-        raise forbidden("this token belongs to another dataflow")
+    """The dataflow if ``caller`` may access it: 403 for another dataflow's token, and for the
+    program token on a dataflow it did not register (whether or not the id exists, so tokens do
+    not reveal other ids), 503 ``dataflow_damaged`` for one recovery refused, 404 for the admin
+    and a bad id."""
+    known = service.dataflows.get(dataflow_id) or service.damaged.get(dataflow_id)
+    if not caller.may_access(dataflow_id, None if known is None else known.token_hash):
+        raise forbidden("the program token did not register this dataflow" if caller.program is not None
+                        else "this token belongs to another dataflow")
     damaged = service.damaged.get(dataflow_id)
     if damaged is not None:
         raise HTTPException(503, {"error": "dataflow_damaged", "detail": damaged.detail})

@@ -1,11 +1,15 @@
-"""The service as the ``tracker`` client commands see it: where it is, the admin token, and the
-few admin calls they make (register, list, delete), each failing with one readable line.
+"""The service as the ``tracker`` client commands see it: where it is, their token, and the
+few calls they make (register, list, read, delete), each failing with one readable line.
 
 Where the service is: ``--url``, else ``TRACKER_URL``, else the URL a running ``tracker serve``
-wrote to ``<warehouse>/service-url``, else ``http://127.0.0.1:8000``. The admin token:
-``--token``, else ``TRACKER_ADMIN_TOKEN``, else the file the service generated,
-``<warehouse>/admin-token``. The warehouse: ``--warehouse``, else ``TRACKER_WAREHOUSE``, else
-``./warehouse``.
+wrote to ``<warehouse>/service-url``, else ``http://127.0.0.1:8000``. The commands that run
+programs (``tracker run``, ``tracker example``) use the *program token*, which may register
+dataflows and then read and write those it registered, nothing else: ``--token``, else
+``TRACKER_PROGRAM_TOKEN``, else the file the service generated, ``<warehouse>/program-token``.
+The others (``tracker dataflows``, ``delete``, ``watch``) use the admin token: ``--token``, else
+``TRACKER_ADMIN_TOKEN``, else ``<warehouse>/admin-token``. The warehouse: ``--warehouse``, else
+``TRACKER_WAREHOUSE``, else ``./warehouse``. No worker process ever gets either: workers post
+with their dataflow's own token.
 
 Guarantee: every failure is a :class:`ClientError` whose message is one line saying what went
 wrong and what to do (the commands print it and exit with code 2); nothing here prints.
@@ -14,6 +18,12 @@ wrong and what to do (the commands print it and exit with code 2); nothing here 
 Traceback (most recent call last):
 ...
 tracker.worker.client.ClientError: no admin token: ... (--warehouse; /nonexistent/admin-token does not exist)
+>>> program_token(None, "/nonexistent", env={"TRACKER_PROGRAM_TOKEN": "p", "TRACKER_ADMIN_TOKEN": "a"})
+'p'
+>>> program_token(None, "/nonexistent", env={"TRACKER_ADMIN_TOKEN": "a"})  # doctest: +ELLIPSIS
+Traceback (most recent call last):
+...
+tracker.worker.client.ClientError: no program token: ... (--warehouse; /nonexistent/program-token does not exist)
 >>> service_url(None, env={"TRACKER_URL": "http://10.0.0.7:9000/"})
 'http://10.0.0.7:9000'
 >>> service_url(None, "/nonexistent", env={})
@@ -60,28 +70,44 @@ def admin_token(explicit: str | None, warehouse: str | Path | None, env: Mapping
     Raises:
         ClientError: none of them gives a token.
     """
-    token = explicit or env.get("TRACKER_ADMIN_TOKEN")
+    return _token("admin", explicit, warehouse, env)
+
+
+def program_token(explicit: str | None, warehouse: str | Path | None, env: Mapping[str, str] = os.environ) -> str:
+    """``explicit``, else ``TRACKER_PROGRAM_TOKEN``, else the first line of ``<warehouse>/program-token``
+    (never the admin token: a program does not need it).
+
+    Raises:
+        ClientError: none of them gives a token.
+    """
+    return _token("program", explicit, warehouse, env)
+
+
+def _token(role: str, explicit: str | None, warehouse: str | Path | None, env: Mapping[str, str]) -> str:
+    token = explicit or env.get(f"TRACKER_{role.upper()}_TOKEN")
     if token:
         return token
-    path = _warehouse(warehouse, env) / "admin-token"
+    path = _warehouse(warehouse, env) / f"{role}-token"
     try:
         token = path.read_text().strip()
     except OSError as error:
         why = "does not exist" if isinstance(error, FileNotFoundError) else f"cannot be read ({error.strerror})"
-        raise ClientError("no admin token: pass --token, set TRACKER_ADMIN_TOKEN, or run where the service's "
-                          f"warehouse is (--warehouse; {path} {why})") from None
+        raise ClientError(f"no {role} token: pass --token, set TRACKER_{role.upper()}_TOKEN, or run where the "
+                          f"service's warehouse is (--warehouse; {path} {why})") from None
     if not token:
-        raise ClientError(f"no admin token: {path} is empty")
+        raise ClientError(f"no {role} token: {path} is empty")
     return token
 
 
 @dataclass(frozen=True)
 class Admin:
-    """Admin calls to the service at ``url`` with ``token``."""
+    """Calls to the service at ``url`` with ``token``, the ``role`` token (``admin``, or
+    ``program``: registering and reading its own dataflows only)."""
 
     url: str
     token: str
     timeout: float = 30.0
+    role: str = "admin"
 
     def _call(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         try:
@@ -90,16 +116,17 @@ class Admin:
         except httpx.TransportError as error:
             raise ClientError(f"cannot reach the service at {self.url} ({_reason(error)}); start it (bin/serve) or "
                               "point --url / TRACKER_URL at it") from None
+        role = self.role
         if answer.status_code == 401:
-            raise ClientError(f"the service at {self.url} refused the admin token (401); use the one it was started "
-                              "with: --token, TRACKER_ADMIN_TOKEN or <warehouse>/admin-token") from None
+            raise ClientError(f"the service at {self.url} refused the {role} token (401); use the one it was "
+                              f"started with: --token, TRACKER_{role.upper()}_TOKEN or <warehouse>/{role}-token"
+                              ) from None
         if answer.status_code == 403:
-            raise ClientError(f"the service at {self.url} refused the token (403): it is a dataflow's token, "
-                              "not the admin token")
+            raise ClientError(f"the service at {self.url} refused the token (403): {_detail(answer)}")
         return answer
 
     def check(self) -> None:
-        """Raise :class:`ClientError` unless the service answers and takes the admin token."""
+        """Raise :class:`ClientError` unless the service answers and takes the token."""
         self.dataflows()
 
     def register(self, body: dict[str, Any]) -> tuple[str, str]:
@@ -168,7 +195,7 @@ class Registered(NamedTuple):
 
 def register(url: str, token: str, body: dict[str, Any]) -> tuple[str, str]:
     """Register the dataflow ``body`` (``Dataflow.registration(workers)``, or a hand-written
-    body) with the admin ``token``; its ``(id, token)``.
+    body) with ``token`` (the program token, or the admin token); its ``(id, token)``.
 
     Raises:
         ClientError: the service cannot be reached, refuses the token or the graph.
@@ -176,14 +203,16 @@ def register(url: str, token: str, body: dict[str, Any]) -> tuple[str, str]:
     return Admin(url.rstrip("/"), token).register(body)
 
 
-def connect(url: str | None, token: str | None, warehouse: str | None) -> Admin:
-    """The service (``--url``/``TRACKER_URL``/``<warehouse>/service-url``) with the admin token (``--token``,
-    ``TRACKER_ADMIN_TOKEN`` or ``<warehouse>/admin-token``), checked to answer and accept it.
+def connect(url: str | None, token: str | None, warehouse: str | None, *, role: str = "admin") -> Admin:
+    """The service (``--url``/``TRACKER_URL``/``<warehouse>/service-url``) with the ``role`` token
+    (``--token``, ``TRACKER_ADMIN_TOKEN`` or ``<warehouse>/admin-token``; for ``program``,
+    ``TRACKER_PROGRAM_TOKEN`` or ``<warehouse>/program-token``), checked to answer and accept it.
 
     Raises:
         ClientError: no token, the service cannot be reached, or it refuses the token.
     """
-    admin = Admin(service_url(url, warehouse), admin_token(token, warehouse))
+    found = program_token(token, warehouse) if role == "program" else admin_token(token, warehouse)
+    admin = Admin(service_url(url, warehouse), found, role=role)
     admin.check()
     return admin
 

@@ -1,8 +1,9 @@
 """Running an example on several worker processes against a running service.
 
-:func:`launch` registers the example's dataflow (admin token), starts ``workers`` processes
-(``tracker worker NAME ...``, i.e. :func:`worker_main`), each hosting one vertex per stage and
-listening on its own loopback port for data from the others, and merges the rows they print.
+:func:`launch` registers the example's dataflow (with the program token, or the admin token),
+starts ``workers`` processes (``tracker worker NAME ...``, i.e. :func:`worker_main`), each
+hosting one vertex per stage and listening on its own loopback port for data from the others,
+and merges the rows they print.
 Every worker talks to the service over its own WebSocket (:class:`~tracker.worker.link.ServiceLink`).
 
 An example is a module of the ``examples`` package; see ``examples/__init__.py`` for the
@@ -63,7 +64,7 @@ def free_ports(count: int) -> list[int]:
             sock.close()
 
 
-def launch(name: str, config: dict[str, Any], url: str, admin_token: str, workers: int = 2, *,
+def launch(name: str, config: dict[str, Any], url: str, token: str, workers: int = 2, *,
            delay: float = 0.0, progress_delay: float = 0.0, seed: int = 0, trace_dir: Path | None = None,
            timeout: float = 120.0, service_url: str | list[str] | None = None, link: str = "ws",
            on_registered: Callable[[str], None] | None = None) -> dict[str, Any]:
@@ -71,7 +72,8 @@ def launch(name: str, config: dict[str, Any], url: str, admin_token: str, worker
 
     Args:
         config: overrides of the example's ``DEFAULTS``.
-        url: the service, used to register (with ``admin_token``).
+        url: the service, used to register (with ``token``: the program token, or the admin
+            token; the workers get only the dataflow's own token).
         service_url: where workers reach the service, if not the dataflow's ``endpoint`` (its
             shard's base URL, from the registration's answer): one for all or one per worker (a
             proxy in tests).
@@ -88,7 +90,7 @@ def launch(name: str, config: dict[str, Any], url: str, admin_token: str, worker
 
     Example (against a running service)::
 
-        result = launch("wordcount", {"epochs": 4}, "http://127.0.0.1:8000", admin_token, workers=3)
+        result = launch("wordcount", {"epochs": 4}, "http://127.0.0.1:8000", program_token, workers=3)
         example = load_example("wordcount")
         assert result["rows"] == example.reference({**example.DEFAULTS, "epochs": 4})
     """
@@ -96,7 +98,7 @@ def launch(name: str, config: dict[str, Any], url: str, admin_token: str, worker
     config = {**example.DEFAULTS, **config}
     flow = example.build(config)
     flow.last_epoch = config["epochs"] - 1  # every example's input sends epochs 0 .. epochs - 1
-    dataflow_id, token, endpoint = Admin(url.rstrip("/"), admin_token).enrol(flow.registration(workers))
+    dataflow_id, dataflow_token, endpoint = Admin(url.rstrip("/"), token).enrol(flow.registration(workers))
     if on_registered is not None:
         on_registered(dataflow_id)
     addresses = ",".join(f"127.0.0.1:{p}" for p in free_ports(workers))
@@ -107,9 +109,10 @@ def launch(name: str, config: dict[str, Any], url: str, admin_token: str, worker
     for index in range(workers):
         # --opt=value: a token may start with "-", which argparse would take for an option.
         command = [sys.executable, "-m", "tracker.cli", "worker", name, f"--url={urls[index]}",
-                   f"--dataflow={dataflow_id}", f"--token={token}", f"--index={index}", f"--addresses={addresses}",
-                   f"--config={json.dumps(config)}", f"--delay={delay}", f"--progress-delay={progress_delay}",
-                   f"--seed={seed * 1000 + index}", f"--timeout={timeout}", f"--link={link}"]
+                   f"--dataflow={dataflow_id}", f"--token={dataflow_token}", f"--index={index}",
+                   f"--addresses={addresses}", f"--config={json.dumps(config)}", f"--delay={delay}",
+                   f"--progress-delay={progress_delay}", f"--seed={seed * 1000 + index}", f"--timeout={timeout}",
+                   f"--link={link}"]
         if trace_dir is not None:
             command += ["--trace", str(Path(trace_dir) / f"trace-{index}.jsonl")]
         processes.append(subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE))

@@ -4,9 +4,11 @@
 ``tracker run-worker``).
 
 The client commands find the service from ``--url`` / ``TRACKER_URL`` / ``<--warehouse>/service-url``
-and the admin token from ``--token`` / ``TRACKER_ADMIN_TOKEN`` / ``<--warehouse>/admin-token``
-(:mod:`tracker.worker.client`), and fail with one line and exit code 2 when there is none, the
-service is unreachable or it refuses the token. Only :mod:`argparse` here; the runtime is
+and their token (:mod:`tracker.worker.client`): ``run`` and ``example`` the program token
+(``--token`` / ``TRACKER_PROGRAM_TOKEN`` / ``<--warehouse>/program-token``), ``dataflows`` and
+``delete`` the admin token (``--token`` / ``TRACKER_ADMIN_TOKEN`` / ``<--warehouse>/admin-token``);
+they fail with one line and exit code 2 when there is none, the service is unreachable or it
+refuses the token. Only :mod:`argparse` here; the runtime is
 imported when a command runs.
 
 >>> import argparse
@@ -30,16 +32,17 @@ from tracker.worker.client import Admin
 _STATES = ["running", "complete", "stalled", "violation", "deleted", "damaged"]
 
 
-def _client(name: str, body: Callable[[argparse.Namespace, Admin], int]) -> Callable[[argparse.Namespace], int]:
-    """A command that first connects to the service; any ``ClientError`` or ``ProgramError``
-    is its one line, exit code 2."""
+def _client(name: str, body: Callable[[argparse.Namespace, Admin], int], role: str = "admin"
+            ) -> Callable[[argparse.Namespace], int]:
+    """A command that first connects to the service with the ``role`` token; any ``ClientError``
+    or ``ProgramError`` is its one line, exit code 2."""
 
     def command(args: argparse.Namespace) -> int:
         from tracker.worker.client import ClientError, connect
         from tracker.worker.program import ProgramError
 
         try:
-            return body(args, connect(args.url, args.token, args.warehouse))
+            return body(args, connect(args.url, args.token, args.warehouse, role=role))
         except (ClientError, ProgramError) as error:
             print(f"tracker {name}: error: {error}", file=sys.stderr)
             return 2
@@ -88,12 +91,13 @@ def _delete(args: argparse.Namespace, admin: Admin) -> int:
     return 0
 
 
-def _service_options(parser: argparse.ArgumentParser) -> None:
+def _service_options(parser: argparse.ArgumentParser, role: str = "admin") -> None:
     parser.add_argument("--url", help="the service (default: env TRACKER_URL, else the URL a running tracker serve "
                         "wrote to <warehouse>/service-url, else http://127.0.0.1:8000)")
-    parser.add_argument("--token", help="the admin token (default: env TRACKER_ADMIN_TOKEN, else "
-                        "<warehouse>/admin-token)")
-    parser.add_argument("--warehouse", help="the service's warehouse, for its service-url and admin-token files "
+    what = "the program token (registers dataflows, nothing else)" if role == "program" else "the admin token"
+    parser.add_argument("--token", help=f"{what} (default: env TRACKER_{role.upper()}_TOKEN, else "
+                        f"<warehouse>/{role}-token)")
+    parser.add_argument("--warehouse", help=f"the service's warehouse, for its service-url and {role}-token files "
                         "(default: env TRACKER_WAREHOUSE, else ./warehouse)")
 
 
@@ -117,8 +121,8 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
                      "still holds (default 120)")
     run.add_argument("--link", choices=["ws", "sse"], default="ws",
                      help="how workers talk to the service: one WebSocket, or POST + SSE")
-    _service_options(run)
-    run.set_defaults(func=_client("run", _run))
+    _service_options(run, "program")
+    run.set_defaults(func=_client("run", _run, "program"))
 
     worker_of = commands.add_parser("run-worker")  # no help: hidden, started by `tracker run`
     worker_of.add_argument("program")
@@ -142,7 +146,7 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
     example = commands.add_parser("example", help="run an example dataflow on worker processes against the service")
     example.add_argument("name", choices=["wordcount", "components", "digitroot"])
-    _service_options(example)
+    _service_options(example, "program")
     example.add_argument("--workers", type=int, default=2, help="worker processes")
     example.add_argument("--epochs", type=int, help="input epochs (default: the example's)")
     example.add_argument("--seed", type=int, help="input seed (default: the example's)")
@@ -153,7 +157,7 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     example.add_argument("--check", action="store_true",
                          help="compare with the sequential reference (exit 1 if not equal)")
     example.add_argument("--stats", action="store_true", help="print the workers' statistics as JSON")
-    example.set_defaults(func=_client("example", _example))
+    example.set_defaults(func=_client("example", _example, "program"))
 
     worker = commands.add_parser("worker", help="run one worker process of an example (used by `example`)")
     worker.add_argument("name", choices=["wordcount", "components", "digitroot"])

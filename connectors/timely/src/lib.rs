@@ -9,7 +9,7 @@
 //! use timely::dataflow::operators::{Inspect, ToStream};
 //!
 //! let guards = timely::execute(timely::Config::process(4), |worker| {
-//!     let attached = timely_progress_service::attach(worker, "http://127.0.0.1:8000", "admin-token", "demo")
+//!     let attached = timely_progress_service::attach(worker, "http://127.0.0.1:8000", "program-token", "demo")
 //!         .expect("logging is available in timely workers");
 //!     worker.dataflow::<u64, _, _>(|scope| {
 //!         (0..10u64).to_stream(scope).container::<Vec<_>>().inspect(|x| println!("{x}"));
@@ -26,8 +26,9 @@
 //! operators and channels, `timely/summary/T` for each operator's connectivity and
 //! `timely/progress/T` for the progress messages each worker sends, for each timestamp type
 //! `T` it maps, see [`time`]). When a dataflow is built, worker 0 registers its graph
-//! ([`graph`]) with every worker's initial capabilities, and the other workers of the process
-//! find it; each worker then posts exactly the updates its own progress channels send, mapped
+//! ([`graph`]) with every worker's initial capabilities, using the service's *program token*
+//! (which may register dataflows and report their progress, nothing else: the admin token stays
+//! out of the program), and the other workers of the process find it; each worker then posts exactly the updates its own progress channels send, mapped
 //! across scope boundaries ([`mapping`]), from a background thread ([`Attached`]) with the
 //! service's exactly-once `(worker, seq)` protocol. [`replay`] checks the service against
 //! timely's own reachability trackers, version by version.
@@ -118,8 +119,9 @@ fn register_catalogue<R: ServiceTimestamp>(
 
 impl Attach {
     /// Attaching to the service at `url` (e.g. `http://127.0.0.1:8000`) with `token` (the
-    /// admin token: worker 0 registers with it; progress then uses the dataflow's own token)
-    /// under `name` (the first dataflow the worker builds is registered as `name`, later ones as
+    /// program token, `TRACKER_PROGRAM_TOKEN` or `<warehouse>/program-token`: worker 0 registers
+    /// with it; progress then uses the dataflow's own token; the admin token works too, but a
+    /// program does not need it) under `name` (the first dataflow the worker builds is registered as `name`, later ones as
     /// `name/<index>`; give each run its own name when several runs share a service).
     ///
     /// Maps the timestamp types most programs use: `u32`, `u64`, `usize` at the root and one
@@ -181,7 +183,8 @@ impl Attach {
     }
 
     /// Lets workers that are not in worker 0's process find the dataflow by its name with the
-    /// admin token (they then post progress with it). Off by default: in one process, workers
+    /// program token (they then post progress with it: the program token may, to the dataflows it
+    /// registered). Off by default: in one process, workers
     /// meet worker 0's registration directly, which a stale dataflow of the same name cannot
     /// confuse.
     pub fn find_by_name(mut self, yes: bool) -> Attach {

@@ -5,7 +5,7 @@
 //! generation (the how-many-th attach under that name this worker makes, so that successive
 //! runs in one process never meet a previous run's dataflow) and the dataflow index; they post
 //! with the dataflow's own token. Workers in other processes can instead look the name up in
-//! the service with the admin token (`Attach::find_by_name`), taking the newest live dataflow
+//! the service with the program token (`Attach::find_by_name`), taking the newest live dataflow
 //! of that name: names must then be unique per run.
 
 use std::collections::HashMap;
@@ -126,8 +126,8 @@ pub(crate) fn register(
 
 /// The live dataflows registered under `name`, oldest first (the answer's JSON is the list of
 /// their ids).
-fn registered_by_name(client: &Client, admin: &str, name: &str) -> Answer<Vec<String>> {
-    match client.get(&format!("/v1/dataflows?name={}", encode(name)), admin) {
+fn registered_by_name(client: &Client, token: &str, name: &str) -> Answer<Vec<String>> {
+    match client.get(&format!("/v1/dataflows?name={}", encode(name)), token) {
         Answer::Ok(Value::Array(list)) => {
             Answer::Ok(list.iter().filter_map(|d| d["id"].as_str().map(str::to_owned)).collect())
         }
@@ -138,9 +138,9 @@ fn registered_by_name(client: &Client, admin: &str, name: &str) -> Answer<Vec<St
 }
 
 /// The newest live dataflow registered under `name` (for workers in other processes than
-/// worker 0), with the admin token.
-fn find_by_name(client: &Client, admin: &str, name: &str) -> Option<String> {
-    match registered_by_name(client, admin, name) {
+/// worker 0), with the program token (which lists only the dataflows it registered).
+fn find_by_name(client: &Client, token: &str, name: &str) -> Option<String> {
+    match registered_by_name(client, token, name) {
         Answer::Ok(ids) => ids.last().cloned(),
         _ => None,
     }

@@ -344,4 +344,4 @@ pub fn loc_key(location: &Value) -> Option<LocKey> {
     ))
 }
 
-pub use crate::replay_check::{check, CheckReport};
+pub use crate::replay_check::{check, service_batches, CheckReport, Replayed};

@@ -6,6 +6,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::graph::DataflowGraph;
+use crate::mapping::{add_raw, batch_body, split, Counts, Mapper, RawKey, TimeKey};
 use crate::replay::{behind_or_equal, loc_key, LocKey, RawUpdate, Replay};
 
 /// What [`check`] found.
@@ -59,6 +60,7 @@ type Frontiers = BTreeMap<LocKey, BTreeSet<Vec<u64>>>;
 struct Entry {
     part: (usize, usize),
     raw: Vec<RawUpdate>,
+    worker: usize,
 }
 
 /// Checks dataflow `id`: `journals` are the workers' journal files (their text), `snapshot` the
@@ -97,16 +99,21 @@ fn raw_updates(raw: &Value) -> Result<Vec<RawUpdate>, String> {
         .collect()
 }
 
-fn run(
-    journals: &[String],
-    id: &str,
-    snapshot: &Value,
-    changes: &[Value],
-    report: &mut CheckReport,
-) -> Result<(), String> {
+/// What the workers' journals say of one dataflow: its graph, every acknowledged batch by the
+/// version the service gave it, the raw updates that mapped to nothing after each worker's last
+/// batch, and how many workers wrote any.
+struct Journals {
+    graph: DataflowGraph,
+    entries: BTreeMap<u64, Entry>,
+    leftover: Vec<RawUpdate>,
+    workers: usize,
+}
+
+fn read_journals(journals: &[String], id: &str) -> Result<Journals, String> {
     let mut graph: Option<Value> = None;
     let mut entries: BTreeMap<u64, Entry> = BTreeMap::new();
     let mut leftover: Vec<RawUpdate> = Vec::new();
+    let mut workers = 0;
     for text in journals {
         let mut carry: Vec<RawUpdate> = Vec::new();
         let mut mine = false;
@@ -136,13 +143,14 @@ fn run(
                         carry.append(&mut raw);
                         raw = std::mem::take(&mut carry);
                     }
-                    if entries.insert(version, Entry { part, raw }).is_some() {
+                    let worker = b["worker"].as_u64().unwrap_or(0) as usize;
+                    if entries.insert(version, Entry { part, raw, worker }).is_some() {
                         return Err(format!("two batches claim version {version}"));
                     }
                 }
             }
         }
-        report.workers += usize::from(mine);
+        workers += usize::from(mine);
         leftover.append(&mut carry);
     }
     let graph: DataflowGraph =
@@ -151,6 +159,68 @@ fn run(
     if let Some(missing) = (1..=last).find(|v| !entries.contains_key(v)) {
         return Err(format!("version {missing} is in no journal: another client wrote to the dataflow"));
     }
+    Ok(Journals { graph, entries, leftover, workers })
+}
+
+/// One worker's batch of a journal, for posting again: the service's version it had, the worker
+/// (`w<index>`) and its body, numbered afresh (`seq` 0, 1, ... per worker, in version order).
+#[derive(Debug, Serialize)]
+pub struct Replayed {
+    /// The version the service gave the batch (its last part's, for a split one).
+    pub version: u64,
+    /// The worker, as the service calls it.
+    pub worker: String,
+    /// The progress body, `{"worker", "seq", "updates"}` (a split batch whole).
+    pub body: Value,
+}
+
+/// The registration of dataflow `id` as its workers' journals hold it, and every batch they sent,
+/// mapped to the service's locations as the connector maps them, in the service's version order:
+/// what posting the same program's progress to another dataflow takes (a journal edited first,
+/// say one update more, shows what the service makes of a program that sent it). A split batch
+/// is posted whole, at its last part's version; raw updates that mapped to nothing ride on the
+/// worker's next batch, as they did.
+pub fn service_batches(journals: &[String], id: &str) -> Result<(Value, Vec<Replayed>), String> {
+    let read = read_journals(journals, id)?;
+    let mut mapper = Mapper::new(&read.graph);
+    let mut seqs: HashMap<usize, u64> = HashMap::new();
+    let mut batches = Vec::new();
+    for (version, entry) in &read.entries {
+        if entry.part.0 + 1 < entry.part.1 {
+            continue;
+        }
+        let mut raw: Counts<RawKey> = Counts::default();
+        for (identifier, node, port, source, time, delta) in &entry.raw {
+            let key =
+                RawKey { identifier: *identifier, node: *node, port: *port, source: *source, time: TimeKey::new(time) };
+            add_raw(&mut raw, key, *delta);
+        }
+        let mut mapped = Counts::default();
+        mapper.map(&raw, &mut mapped);
+        let updates: Vec<_> = split(mapped, usize::MAX).into_iter().flatten().collect();
+        let seq = seqs.entry(entry.worker).or_insert(0);
+        let worker = format!("w{}", entry.worker);
+        let body = batch_body(&read.graph, &worker, *seq, &updates);
+        *seq += 1;
+        batches.push(Replayed {
+            version: *version,
+            worker,
+            body: serde_json::from_str(&body).map_err(|e| e.to_string())?,
+        });
+    }
+    Ok((read.graph.registration(), batches))
+}
+
+fn run(
+    journals: &[String],
+    id: &str,
+    snapshot: &Value,
+    changes: &[Value],
+    report: &mut CheckReport,
+) -> Result<(), String> {
+    let Journals { graph, entries, leftover, workers } = read_journals(journals, id)?;
+    report.workers = workers;
+    let last = entries.keys().next_back().copied().unwrap_or(0);
     if snapshot["version"].as_u64() != Some(0) {
         return Err(format!("the snapshot is not of version 0: {}", snapshot["version"]));
     }

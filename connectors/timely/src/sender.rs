@@ -349,7 +349,7 @@ mod tests {
     pub(crate) fn settings(url: &str, worker: usize) -> Settings {
         Settings {
             url: url.to_owned(),
-            token: "admin".into(),
+            token: "program".into(),
             worker,
             generation: 0,
             linger: Duration::ZERO,
@@ -401,6 +401,6 @@ mod tests {
         let requests = service.join().expect("the fake service");
         let lines: Vec<&str> = requests.iter().map(|(line, _)| line.split(' ').next().unwrap_or_default()).collect();
         assert_eq!(lines, ["GET", "POST", "GET"], "{requests:?}");
-        assert!(matches!(&t.endpoint, Endpoint::Ready { id, token } if id == "new" && token == "admin"));
+        assert!(matches!(&t.endpoint, Endpoint::Ready { id, token } if id == "new" && token == "program"));
     }
 }

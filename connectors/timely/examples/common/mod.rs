@@ -8,8 +8,10 @@
 //! with the feature `bench`: the connector's own share), `--declared-only` (the connector maps only
 //! the three time types the examples use, as `--logging-only` registers them: what the default's
 //! other types cost), `--linger-ms N` (`Attach::linger`), `--find-by-name` (for timely clusters of
-//! several processes, `-n`/`-p`), and the example's numeric arguments as `--KEY VALUE`. The service is `TRACKER_URL` (default `http://127.0.0.1:8000`) with the
-//! admin token `TRACKER_ADMIN_TOKEN`.
+//! several processes, `-n`/`-p`), and the example's numeric arguments as `--KEY VALUE`; timely's
+//! own options (`-w`, `-n`, `-p`, `-h`, `--progress-mode eager|demand`) go to timely. The service
+//! is `TRACKER_URL` (default `http://127.0.0.1:8000`) with the program token
+//! `TRACKER_PROGRAM_TOKEN` (the service generates it into `<warehouse>/program-token`).
 
 #![allow(dead_code)]
 
@@ -51,7 +53,7 @@ impl Options {
             numbers: HashMap::new(),
             timely: Vec::new(),
             url: std::env::var("TRACKER_URL").unwrap_or_else(|_| "http://127.0.0.1:8000".into()),
-            token: std::env::var("TRACKER_ADMIN_TOKEN").unwrap_or_default(),
+            token: std::env::var("TRACKER_PROGRAM_TOKEN").unwrap_or_default(),
         };
         let mut args = std::env::args().skip(1);
         while let Some(arg) = args.next() {
@@ -63,7 +65,8 @@ impl Options {
                 "--without-service" => options.without_service = true,
                 "--declared-only" => options.declared_only = true,
                 "--find-by-name" => options.find_by_name = true,
-                "-w" | "-n" | "-p" | "-h" | "--workers" | "--processes" | "--process" | "--hostfile" => {
+                "-w" | "-n" | "-p" | "-h" | "--workers" | "--processes" | "--process" | "--hostfile"
+                | "--progress-mode" => {
                     options.timely.push(arg);
                     options.timely.extend(args.next());
                 }
