@@ -21,7 +21,7 @@ from api.host.ingest import submit
 from api.host.service import Service
 from api.schema.bodies import detail_json
 from api.schema.models import DataflowDetail, RegisterRequest
-from api.schema.registration import registration_record
+from api.schema.spec import registration_record
 from api.streams.rewind import REWIND_CHANGES, _oldest, frontier_as_of
 from tests.helpers import ServiceProcess, loop_graph, register
 from tests.strategies import nested_bodies

@@ -11,7 +11,8 @@ from pathlib import Path
 import polars as pl
 
 from api.schema.models import RegisterRequest
-from api.schema.registration import build_graph, registration_record
+from api.schema.registration import build_graph
+from api.schema.spec import registration_record
 from tests.helpers import ServiceStarter, loop_graph
 from tracker.graph import Graph
 from tracker.structure import path_summaries

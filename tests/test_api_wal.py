@@ -25,7 +25,7 @@ from api.durability.segments import (
 )
 from api.durability.wal import INLINE_BYTES_MAX, LogFailed, WriteAheadLog, framed
 from api.schema.models import RegisterRequest
-from api.schema.registration import registration_record
+from api.schema.spec import registration_record
 from tests.strategies import nested_bodies
 
 REGISTER = Register(name="r", arity=2, nodes=[{"id": 0, "inputs": 0, "outputs": 1, "name": "in"}], edges=[],

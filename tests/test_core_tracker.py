@@ -132,7 +132,8 @@ def test_the_summary_bound_is_exact_on_a_chain_of_diamonds() -> None:
     """k diamonds of branches [1, 0] and [0, 1]: k + 1 summaries at the end, and the bound says
     so (it is what refuses k = 400 and 700, whose exact check would cost too much)."""
     from api.schema.models import RegisterRequest
-    from api.schema.registration import build_graph, registration_record
+    from api.schema.registration import build_graph
+    from api.schema.spec import registration_record
     from bench.workloads import diamonds_graph
 
     for k in (3, 10, 40):

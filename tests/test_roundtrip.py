@@ -29,7 +29,7 @@ from hypothesis import strategies as st
 from api.durability.records import Register
 from api.durability.wal import WriteAheadLog
 from api.schema.models import RegisterRequest
-from api.schema.registration import registration_record
+from api.schema.spec import registration_record
 from api.shards.layout import wal_directory
 from spark_jobs.storage import Warehouse
 from tests.helpers import ServiceProcess, ServiceStarter, loop_then_stage, wait_for

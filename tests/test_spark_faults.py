@@ -226,7 +226,7 @@ def test_a_graph_the_spark_process_cannot_rebuild_is_answered_with_errors_on_an_
     from api.channel.link import Peer, frame, read_frame
     from api.channel.messages import Applied, Audit, Audited, Check, Checked, Forget, Know, MicroBatch, decode_to_hot
     from api.config import Settings
-    from api.schema.registration import Spec
+    from api.schema.spec import Spec
     from api.spark.process import SparkProcess
     from tests.helpers import loop_then_stage
 

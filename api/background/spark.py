@@ -13,14 +13,8 @@ says why and when it starts again (``down``). A micro-batch that failed is sent 
 backoff of its own dataflow's (:data:`RETRY_SECONDS` doubling to :data:`RETRY_MAX`). After the
 Spark process restarts, a ``--engine spark`` dataflow's next
 micro-batch is a reset (its whole counts as of its durable version) and only the difference
-between the recomputed frontier and the published one is published (:func:`difference`), so
-its streams stay exact and never go back.
-
->>> from tracker.graph import Location
->>> a = Location(0, 0, "source")
->>> difference({a: {(0,)}}, [FrontierChange(a, (1,), 1)])
-[FrontierChange(location=Location(node=0, port=0, kind='source'), time=(1,), diff=1), \
-FrontierChange(location=Location(node=0, port=0, kind='source'), time=(0,), diff=-1)]
+between the recomputed frontier and the published one is published
+(:func:`api.background.work.difference`), so its streams stay exact and never go back.
 """
 
 from __future__ import annotations
@@ -30,14 +24,14 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from api.background.state import Hosted
+from api.background.work import audit_message, difference, rows
 from api.channel.link import Client
 from api.channel.messages import (
     Applied,
-    Audit,
     Audited,
     Check,
     Checked,
@@ -45,7 +39,6 @@ from api.channel.messages import (
     Hello,
     Know,
     MicroBatch,
-    Row,
     Running,
     Status,
     ToHot,
@@ -56,10 +49,8 @@ from api.channel.messages import (
 from api.channel.supervised import read_state, spark_state_file
 from api.config import Settings
 from api.metrics import Metrics
-from api.schema.registration import Spec, spec_fields
-from tracker.graph import Location, Update
+from api.schema.spec import Spec, spec_fields
 from tracker.reachability import FrontierChange
-from tracker.timestamp import Timestamp
 
 log = logging.getLogger("tracker.background")
 RETRY_SECONDS = 1.0
@@ -79,43 +70,6 @@ class Unavailable(Exception):
         super().__init__(detail)
         self.reason = reason
         self.detail = detail
-
-
-def difference(published: Mapping[Location, Iterable[Timestamp]], frontier: Iterable[FrontierChange]
-               ) -> list[FrontierChange]:
-    """The changes that take ``published`` to the frontier that ``frontier``'s changes build
-    from the empty one."""
-    target: dict[Location, set[Timestamp]] = {}
-    for change in frontier:
-        times = target.setdefault(change.location, set())
-        (times.add if change.diff > 0 else times.discard)(change.time)
-    out: list[FrontierChange] = []
-    for location in sorted(set(published) | set(target)):
-        before, after = set(published.get(location, ())), target.get(location, set())
-        out += [FrontierChange(location, t, 1) for t in sorted(after - before)]
-        out += [FrontierChange(location, t, -1) for t in sorted(before - after)]
-    return out
-
-
-def audit_message(dataflow: Hosted, version: int) -> Audit:
-    """The audit of ``dataflow`` as of ``version``: its counts and published frontier, on its
-    real locations (a nested dataflow's stand-ins mapped back to their scopes)."""
-    counts, published = dataflow.counts(), dataflow.publication.published
-    hosting = dataflow.hosting
-    if hosting is None:
-        return Audit(df=dataflow.id, version=version, counts=[change_row(loc, t, n) for (loc, t), n in counts.items()],
-                     live=[(loc.node, loc.port, loc.kind, sorted(ts)) for loc, ts in published.items()])
-    scoped_counts = hosting.scoped_counts(counts)
-    live = hosting.scoped_frontiers(published)
-    return Audit(df=dataflow.id, version=version,
-                 counts=[(loc.node, loc.port, loc.kind, tuple(t), n) for (loc, t), n in scoped_counts.items()],
-                 scopes=[list(loc.scope) for loc, _ in scoped_counts],
-                 live=[(loc.node, loc.port, loc.kind, sorted(ts)) for loc, ts in live.items()],
-                 live_scopes=[list(loc.scope) for loc in live])
-
-
-def _rows(updates: Iterable[Update]) -> list[Row]:
-    return [change_row(loc, t, n) for loc, t, n in updates]
 
 
 class SparkLink:
@@ -409,7 +363,7 @@ class SparkLink:
             elif queue:
                 version = queue[-1][0]
                 message = MicroBatch(df=dataflow.id, version=version,
-                                     updates=_rows(u for _, batch in queue for u in batch))
+                                     updates=rows(u for _, batch in queue for u in batch))
             else:
                 continue
             if self._offer(dataflow, message):

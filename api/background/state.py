@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 from api.live.scopes import Hosting
 from api.live.state import Counts, LiveState
-from api.schema.registration import Spec
+from api.schema.spec import Spec
 from api.streams.publish import Publication
 from tracker.graph import Graph, Update
 

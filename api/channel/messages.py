@@ -18,7 +18,7 @@ from typing import Any
 
 import msgspec
 
-from api.schema.registration import Spec
+from api.schema.spec import Spec
 from tracker.graph import Location
 from tracker.timestamp import Timestamp
 

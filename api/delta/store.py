@@ -14,7 +14,6 @@ event loop; one thread also serialises the commits of one table.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -26,10 +25,9 @@ from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as ds
-import pyarrow.parquet as pq
 
 from api.delta.columns import ChangeItem, RawBatch, changes_table, progress_table
+from api.delta.files import app_versions, read_files
 from api.live.scopes import Hosting
 from api.schema.parsing import parse_progress
 from spark_jobs.tables import TABLES
@@ -38,7 +36,7 @@ from tracker.scope import NestedGraph, ScopedLocation, ScopePath
 from tracker.timestamp import Timestamp
 
 if TYPE_CHECKING:
-    from deltalake import DeltaTable
+    pass
 
 Layout = Graph | Hosting
 """How a dataflow's locations are written: a flat graph's as they are (the root scope), a
@@ -190,7 +188,7 @@ class Store:
         delta = DeltaTable(path)
         ids = list(dataflow_ids)
         try:
-            marks = _app_versions(delta, path)
+            marks = app_versions(delta, path)
         except (OSError, ValueError, KeyError, RuntimeError):
             log.warning("reading the pointstamps watermarks from the Delta log failed; asking app by app",
                         exc_info=True)
@@ -202,7 +200,7 @@ class Store:
             if mark is not None:
                 found[dataflow_id] = (mark, {})
         names = ["dataflow_id", "scope", "node", "port", "kind", "time", "count", "born_at", "worker"]
-        data = _read_files(delta, path, names)
+        data = read_files(delta, path, names)
         columns = [data.column(n).to_pylist() for n in names[:-2]]
         born = pc.divide(data.column("born_at").cast(pa.int64()), 1_000_000.0).to_pylist()
         for dataflow_id, scope, node, port, kind, time, count, at, worker in zip(
@@ -227,7 +225,7 @@ class Store:
             return {}
         wanted = set(dataflow_ids)
         names = ["dataflow_id", "scope", "node", "port", "kind"]
-        data = _read_files(DeltaTable(path), path, [*names, "since"])
+        data = read_files(DeltaTable(path), path, [*names, "since"])
         moved = pc.divide(data.column("since").cast(pa.int64()), 1_000_000.0).to_pylist()
         found: dict[str, dict[Location | ScopedLocation, float]] = {}
         for dataflow_id, scope, node, port, kind, at in zip(*(data.column(n).to_pylist() for n in names), moved,
@@ -361,49 +359,3 @@ def _progress_rows(batches: list[tuple[str, Layout, int, str, int, list[Update],
             deltas.append(delta)
     schema = TABLES["progress"]
     return pa.Table.from_arrays([pa.array(columns[f.name], type=f.type) for f in schema], schema=schema)
-
-
-def _read_files(delta: DeltaTable, path: str, names: list[str]) -> pa.Table:
-    """The named columns of every row of ``delta``'s version, read by Arrow from the files its
-    log lists: delta-rs' own scan opened ~2,000 one-partition files in a minute, Arrow in
-    seconds. A table with deletion vectors (which delta-rs does not write) is read by delta-rs."""
-    if "deletionVectors" in (delta.protocol().reader_features or []):
-        return delta.to_pyarrow_table(columns=names)
-    files = pa.table(delta.get_add_actions(flatten=True))
-    if files.num_rows == 0:
-        return TABLES[Path(path).name].empty_table().select(names)
-    paths = [os.path.join(path, unquote(p)) for p in files.column("path").to_pylist()]
-    partitioning = ds.partitioning(pa.schema([("dataflow_id", pa.string())]), flavor="hive")
-    # The table's schema, not the first file's: a file written before a column was added
-    # (spark_jobs.tables.ADDED_COLUMNS) reads it as null.
-    dataset = ds.dataset(paths, schema=TABLES[Path(path).name], format="parquet", partitioning=partitioning,
-                         partition_base_dir=path)
-    return dataset.to_table(columns=names)
-
-
-def _app_versions(delta: DeltaTable, path: str) -> dict[str, int]:
-    """Every application transaction (``txn``: app id -> version) as of ``delta``'s version,
-    from its log: the last checkpoint, then the commits after it. One pass, where asking
-    delta-rs app by app cost ~13 ms each (26 s for 2,000 dataflows); any log it cannot read
-    this way is asked app by app after all."""
-    log_dir = Path(path) / "_delta_log"
-    version = delta.version()
-    found: dict[str, int] = {}
-    start = -1
-    last = log_dir / "_last_checkpoint"
-    if last.exists():
-        start = int(json.loads(last.read_text())["version"])
-        parts = sorted(log_dir.glob(f"{start:020d}.checkpoint*.parquet"))
-        if start > version or not parts:
-            raise RuntimeError(f"unexpected Delta checkpoint {start} in {log_dir}")
-        for part in parts:
-            for row in pq.read_table(part, columns=["txn"]).column("txn").to_pylist():
-                if row:
-                    found[row["appId"]] = row["version"]
-    for commit in range(start + 1, version + 1):
-        for line in (log_dir / f"{commit:020d}.json").read_text().splitlines():
-            if '"txn"' in line:
-                action = json.loads(line).get("txn")
-                if action is not None:
-                    found[action["appId"]] = action["version"]
-    return found

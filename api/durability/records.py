@@ -32,7 +32,7 @@ import struct
 
 import msgspec
 
-from api.schema.registration import Spec, spec_fields
+from api.schema.spec import Spec, spec_fields
 
 
 class Register(Spec, frozen=True, tag="register", tag_field="t", omit_defaults=True):

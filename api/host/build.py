@@ -21,7 +21,8 @@ from api.live.counts import CountsOnly
 from api.live.lifecycle import Rules
 from api.live.scopes import Hosting, NestedEngine
 from api.live.state import LiveState
-from api.schema.registration import Spec, build_nested
+from api.schema.registration import build_nested
+from api.schema.spec import Spec
 from api.streams.publish import Publication
 from tracker.engine import FrontierEngine
 from tracker.graph import Graph, Update

@@ -47,7 +47,8 @@ from api.live.scopes import Hosting
 from api.live.state import Counts
 from api.metrics import Metrics
 from api.schema.models import RegisterRequest
-from api.schema.registration import RegistrationError, Spec, build_graph, is_nested, registration_record, spec_fields
+from api.schema.registration import RegistrationError, build_graph, is_nested
+from api.schema.spec import Spec, registration_record, spec_fields
 from api.shards.ids import new_id
 from api.shards.layout import adopt_legacy_log, wal_directory
 from tracker.graph import GraphError, Location, Update

@@ -1,4 +1,4 @@
-"""Registration of a dataflow graph: the normalised request, and the checks it must pass.
+"""Registration of a dataflow graph: the checks a normalised request (:mod:`api.schema.spec`) must pass.
 
 Guarantees: :func:`build_graph` accepts exactly the graphs the tracker can serve: well formed
 (:meth:`tracker.graph.Graph.build`), with at least one port, positive initial counts, no cycle
@@ -7,6 +7,7 @@ progress tracking in timely dataflow requires), and summary antichains narrow en
 pointstamp cannot stall the service; anything else raises :class:`RegistrationError` carrying the exact 422 body.
 
 >>> from api.schema.models import RegisterRequest
+>>> from api.schema.spec import registration_record
 >>> request = RegisterRequest.model_validate({"name": "loop", "nodes": [
 ...     {"id": 0, "inputs": 1, "outputs": 1}], "edges": [
 ...     {"source": {"node": 0, "port": 0}, "target": {"node": 0, "port": 0}}]})
@@ -22,11 +23,12 @@ from __future__ import annotations
 import multiprocessing
 import threading
 from collections import OrderedDict
-from typing import Any, Literal
+from typing import Any
 
 import msgspec
 
-from api.schema.models import RegisterRequest, location_json
+from api.schema.models import location_json
+from api.schema.spec import InitialRow, Spec
 from tracker.bounds import summary_bound
 from tracker.graph import (
     MAX_LOCATIONS,
@@ -43,8 +45,6 @@ from tracker.scope import NestedGraph, NonIncrementingCycle, ScopedLocation, Sco
 from tracker.structure import SUMMARY_COST_BASE, branching_locations, find_cycles, widest_summaries
 from tracker.timestamp import PathSummary
 
-InitialRow = tuple[int, int, Literal["source", "target"], tuple[int, ...], int]
-"""An initial pointstamp as logged: ``(node, port, kind, time, delta)``."""
 MAX_SUMMARY_ANTICHAIN = 64
 """At most this many incomparable minimal summaries between two locations (only arity 2 and
 more can have several): each is one more frontier element per pointstamp, and graphs whose
@@ -67,72 +67,6 @@ class RegistrationError(Exception):
     def __init__(self, body: dict[str, Any]) -> None:
         super().__init__(body.get("detail") or body.get("error"))
         self.body = body
-
-
-class Spec(msgspec.Struct, frozen=True, kw_only=True):
-    """A registration, normalised: the form that is logged (:class:`api.durability.records.Register`
-    extends it) and that :func:`build_graph` checks.
-
-    ``nodes`` and ``edges`` keep the JSON shape of the request (they are served back as
-    registered, scopes nested in their nodes); ``initial`` is ``None`` when the request named
-    none; ``initial_scopes[i]`` is the scope path of ``initial[i]`` when some initial pointstamp
-    lies in a nested scope (``None`` otherwise, and in records logged before scopes existed).
-    """
-
-    name: str
-    arity: int
-    nodes: list[dict[str, Any]]
-    edges: list[dict[str, Any]]
-    initial: list[InitialRow] | None
-    initial_scopes: list[list[int]] | None = None
-    last_epoch: int | None = None
-    """The inputs' last epoch, if the registration declared it (progress estimates)."""
-
-
-def spec_fields(spec: Spec) -> dict[str, Any]:
-    """Every field of :class:`Spec`, read from ``spec`` or from a record extending it (the
-    logged :class:`api.durability.records.Register`): whatever copies a registration copies
-    them all, so that no field can be dropped between the request, the log and the Spark
-    process (a field added to :class:`Spec` travels everywhere at once).
-
-    >>> spec = Spec(name="n", arity=2, nodes=[], edges=[], initial=[(1, 0, "source", (0, 0), 1)],
-    ...             initial_scopes=[[1]], last_epoch=7)
-    >>> Spec(**spec_fields(spec)) == spec
-    True
-    """
-    return {name: getattr(spec, name) for name in Spec.__struct_fields__}
-
-
-def registration_record(req: RegisterRequest) -> Spec:
-    """The normalised form of a validated request body."""
-    return Spec(
-        name=req.name,
-        arity=req.timestamp_arity,
-        nodes=[n.model_dump(exclude_none=True) for n in req.nodes],
-        edges=[e.model_dump() for e in req.edges],
-        initial=None if not req.initial else [
-            (u.location.node, u.location.port, u.location.kind, tuple(u.time), u.delta) for u in req.initial
-        ],
-        initial_scopes=[list(u.location.scope or ()) for u in req.initial]
-        if req.initial and any(u.location.scope for u in req.initial) else None,
-        last_epoch=req.last_epoch,
-    )
-
-
-def initial_json(spec: Spec) -> list[dict[str, Any]] | None:
-    """The initial pointstamps of ``spec`` in the request's JSON shape (``GET /v1/dataflows/{id}``):
-    what the registration named, scopes included.
-
-    >>> initial_json(Spec(name="n", arity=1, nodes=[], edges=[], initial=[(1, 0, "source", (0, 0), 1)],
-    ...                   initial_scopes=[[1]]))
-    [{'location': {'scope': [1], 'node': 1, 'port': 0, 'kind': 'source'}, 'time': [0, 0], 'delta': 1}]
-    """
-    if spec.initial is None:
-        return None
-    scopes = spec.initial_scopes or [[] for _ in spec.initial]
-    return [{"location": {**({"scope": list(scope)} if scope else {}), "node": node, "port": port, "kind": kind},
-             "time": list(time), "delta": delta}
-            for scope, (node, port, kind, time, delta) in zip(scopes, spec.initial, strict=True)]
 
 
 BATCH_SECONDS = 0.001
@@ -190,6 +124,8 @@ def build_graph(record: Spec, *, new: bool = True, compiled: bool = False) -> tu
     once: a ring of 100 operators took ~9 ms to build and check, most of a restart's time per
     dataflow, and its objects ~60 KB per dataflow.
 
+    >>> from api.schema.models import RegisterRequest
+    >>> from api.schema.spec import registration_record
     >>> spec = registration_record(RegisterRequest(name="x", timestamp_arity=1, nodes=[
     ...     {"id": 0, "inputs": 0, "outputs": 1}, {"id": 1, "inputs": 1, "outputs": 0}],
     ...     edges=[{"source": {"node": 0, "port": 0}, "target": {"node": 1, "port": 0}}]))

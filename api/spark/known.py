@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from api.channel.link import Peer
-from api.schema.registration import Spec, build_graph, build_nested, is_nested
+from api.schema.registration import build_graph, build_nested, is_nested
+from api.schema.spec import Spec
 from tracker.graph import Graph
 from tracker.scope import NestedGraph
 

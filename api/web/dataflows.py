@@ -31,7 +31,7 @@ from api.schema.models import (
     location_json,
 )
 from api.schema.parsing import InvalidRequest, MalformedJSON
-from api.schema.registration import initial_json
+from api.schema.spec import initial_json
 from api.web.deps import (
     AdminDep,
     DataflowDep,
