@@ -338,3 +338,42 @@ def test_the_front_and_the_proxy_killed_are_restarted_and_route_again(sharded: S
     assert answer.status_code == 200, answer.text
     again = _register(service, f"after-{marker.decode()}")
     assert _progress(service.url, again["token"], again["id"], 0).status_code == 200
+
+
+def test_a_dataflow_token_on_an_admin_route_through_the_front_is_403(sharded: ServiceProcess) -> None:
+    made = _register(sharded, "not-an-admin")
+    answer = httpx.get(sharded.url + "/v1/processes", headers={"Authorization": f"Bearer {made['token']}"})
+    assert answer.status_code == 403, answer.text
+    unknown = httpx.get(sharded.url + "/v1/processes", headers={"Authorization": "Bearer nobody's"})
+    assert unknown.status_code == 401
+
+
+def test_a_stopped_shard_costs_registrations_and_lists_seconds_and_registers_nothing_twice(
+        start_service: ServiceStarter) -> None:
+    """A shard stopped (SIGSTOP) for under the supervisor's 30 s: registrations go to the other
+    shard within a few seconds (the front's deadline, not its old 30 s wait), the lists and
+    ``/healthz`` answer within a few seconds naming the stopped one, and once it runs again
+    nothing sent to it while it was stopped is registered there as well."""
+    service = start_service(shards=2)
+    stopped = service.pid_of("hot", shard=1)
+    os.kill(stopped, signal.SIGSTOP)
+    names = [f"while-stopped-{i}" for i in range(6)]
+    try:
+        for name in names:
+            began = time.monotonic()
+            made = _register(service, name)
+            assert time.monotonic() - began < 6, f"{name} took {time.monotonic() - began:.1f} s"
+            assert made["id"].startswith("s1-") is False, made  # shard 0's ids have no prefix
+        began = time.monotonic()
+        listed = httpx.get(service.url + "/v1/dataflows", headers=service.admin_headers, timeout=30)
+        assert time.monotonic() - began < 6 and listed.headers["x-tracker-shards-unavailable"] == "1"
+        health = httpx.get(service.url + "/healthz", timeout=30).json()
+        assert health["status"] == "degraded" and health["shards"][1]["status"] == "unavailable", health
+    finally:
+        os.kill(stopped, signal.SIGCONT)
+    wait_for("shard 1 back", lambda: httpx.get(service.url + "/healthz").json()["status"] == "ok", 30,
+             interval=0.2)
+    time.sleep(1.0)  # whatever shard 1 had queued while stopped is done by now
+    listed = [d["name"] for d in httpx.get(service.url + "/v1/dataflows", headers=service.admin_headers).json()]
+    assert sorted(listed) == sorted(names), listed
+    assert _register(service, "after")["id"].startswith("s1-")  # the least loaded again

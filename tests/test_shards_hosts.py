@@ -20,6 +20,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -77,6 +78,12 @@ class Host:
             self.process.send_signal(signal.SIGKILL)
             self.process.wait(10)
         _ip("link", "set", self.outside, "down")
+
+    def drop(self, on: bool = True) -> None:
+        """Drop every packet arriving for its shard's port (an ``iptables`` rule in its
+        namespace), or (``on`` false) stop dropping them."""
+        subprocess.run(["ip", "netns", "exec", self.name, "iptables", "-A" if on else "-D", "INPUT", "-p", "tcp",
+                        "--dport", "8101", "-j", "DROP"], check=True, capture_output=True, timeout=10)
 
     def remove(self) -> None:
         """Stop the shard (gracefully: its last Delta flush) and remove the namespace and link."""
@@ -180,3 +187,50 @@ def test_shards_on_two_other_hosts_share_the_warehouse_and_one_host_gone_is_name
     expected = {(m["id"], "w", s) for m in made for s in range(batches)}
     expected |= {(by_shard[k]["id"], "w", batches) for k in (0, 1)}
     assert found == expected
+
+
+@pytest.fixture
+def host(tmp_path: Path) -> Iterator[Host]:
+    if os.geteuid() != 0 or shutil.which("ip") is None or shutil.which("iptables") is None:
+        pytest.fail("network namespaces need root, iproute2's `ip` and `iptables` (apt-get install iproute2 iptables)",
+                    pytrace=False)
+    made = Host(1, tmp_path / "warehouse", tmp_path / "shard-1.log")
+    try:
+        yield made
+    finally:
+        made.remove()
+
+
+def test_a_host_dropping_packets_costs_registrations_seconds_and_none_is_registered_twice(
+        host: Host, start_service: ServiceStarter) -> None:
+    """Shard 1's host drops every packet for its port: every registration still succeeds, on
+    shard 0, within a few seconds (connect and answer timeouts at the front, not a 503 naming
+    shard 1); the list and ``/healthz`` answer within a few seconds naming shard 1; once the
+    packets flow again shard 1 takes registrations again, and no registration exists twice."""
+    wait_for(f"shard 1 at {host.url}", lambda: _answers(host.url), 60, interval=0.2)
+    service = start_service(shards=1, shard_hosts=f"1={host.url}")
+    wait_for("both shards up at the front", lambda: httpx.get(service.url + "/healthz").json()["status"] == "ok",
+             30, interval=0.2)
+    names = [f"dropped-{i}" for i in range(8)]
+    with service.client() as client:
+        assert client.post("/v1/dataflows", json=loop_graph(operators=3, name="before")).status_code == 201
+        host.drop()
+        try:
+            for name in names:
+                began = time.monotonic()
+                answer = client.post("/v1/dataflows", json=loop_graph(operators=3, name=name))
+                assert answer.status_code == 201, answer.text
+                assert time.monotonic() - began < 6 and shard_of(answer.json()["id"]) == 0, answer.json()
+            began = time.monotonic()
+            listed = client.get("/v1/dataflows")
+            assert time.monotonic() - began < 6 and listed.headers["x-tracker-shards-unavailable"] == "1"
+            health = client.get("/healthz").json()
+            assert health["status"] == "degraded" and health["shards"][1]["status"] == "unavailable", health
+        finally:
+            host.drop(on=False)
+        wait_for("shard 1 up again", lambda: client.get("/healthz").json()["status"] == "ok", 30, interval=0.2)
+        again = client.post("/v1/dataflows", json=loop_graph(operators=3, name="after"))
+        assert again.status_code == 201 and shard_of(again.json()["id"]) == 1, again.json()  # the least loaded
+        time.sleep(1.0)
+        found = sorted(d["name"] for d in client.get("/v1/dataflows").json())
+    assert found == sorted(["before", *names, "after"]), found

@@ -231,6 +231,8 @@ def create_front(shards: list[Shard], *, proxied: bool,
         details a shard gives the admin token only, when the request bears it)."""
         answers = await asyncio.gather(*(_ask(client, s, "GET", "/healthz", headers=_headers(request))
                                          for s in shards))
+        for shard, answer in zip(shards, answers, strict=True):  # what it just saw, as the poll would
+            known.up[shard.index] = answer is not None and answer.status_code == 200
         return merge_health({s.index: (a.status_code, a.json()) if a is not None else None
                              for s, a in zip(shards, answers, strict=True)},
                             {s.index: s.endpoint for s in shards})
