@@ -33,6 +33,8 @@ tracker.worker.client.ClientError: no program token: ... (--warehouse; /nonexist
 from __future__ import annotations
 
 import os
+import time
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -109,13 +111,21 @@ class Admin:
     timeout: float = 30.0
     role: str = "admin"
 
-    def _call(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
-        try:
-            answer = httpx.request(method, f"{self.url}{path}", timeout=self.timeout,
-                                   headers={"Authorization": f"Bearer {self.token}"}, **kwargs)
-        except httpx.TransportError as error:
-            raise ClientError(f"cannot reach the service at {self.url} ({_reason(error)}); start it (bin/serve) or "
-                              "point --url / TRACKER_URL at it") from None
+    def _call(self, method: str, path: str, attempts: int = 1, headers: dict[str, str] | None = None,
+              **kwargs: Any) -> httpx.Response:
+        """The answer to one request, sent again after a transport error up to ``attempts`` times
+        in all (only for requests safe to repeat: reads, and registrations with their key)."""
+        for attempt in range(attempts):
+            try:
+                answer = httpx.request(method, f"{self.url}{path}", timeout=self.timeout,
+                                       headers={"Authorization": f"Bearer {self.token}", **(headers or {})}, **kwargs)
+                break
+            except httpx.TransportError as error:
+                if attempt + 1 < attempts:
+                    time.sleep(0.5 * 2 ** attempt)
+                    continue
+                raise ClientError(f"cannot reach the service at {self.url} ({_reason(error)}); start it (bin/serve) "
+                                  "or point --url / TRACKER_URL at it") from None
         role = self.role
         if answer.status_code == 401:
             raise ClientError(f"the service at {self.url} refused the {role} token (401); use the one it was "
@@ -138,7 +148,10 @@ class Admin:
         """``POST /v1/dataflows``: the new dataflow's id, token and ``endpoint`` (its shard's base
         URL, where its workers connect without the proxy's hop; the service's URL when the
         answer has none)."""
-        answer = self._call("POST", "/v1/dataflows", json=body)
+        # The same key on every attempt: one that got in but whose answer was lost is answered
+        # again as the first time, not registered twice.
+        answer = self._call("POST", "/v1/dataflows", attempts=3, headers={"Idempotency-Key": uuid.uuid4().hex},
+                            json=body)
         if answer.status_code != 201:
             raise ClientError(f"registration refused ({answer.status_code}): {_detail(answer)}")
         data = answer.json()
