@@ -107,6 +107,7 @@ class Settings:
     metrics_per_dataflow: bool = False  # TRACKER_METRICS_PER_DATAFLOW=1: /metrics series labelled by dataflow id
     stall_seconds: float = 60.0  # TRACKER_STALL_SECONDS: live pointstamps, no frontier change this long: stalled
     lane_ms: float = 1.0  # TRACKER_LANE_MS: a batch propagating longer sends its dataflow's next ones to its own thread
+    lane_backlog: int = 256  # TRACKER_LANE_BACKLOG: a dataflow's batches waiting for its thread; beyond: 429
     # Limits (docs/service.md, "Limits"); 0 means none.
     register_rate: float = 10.0  # TRACKER_REGISTER_RATE: registrations per second per token (refill)
     register_burst: int = 100  # TRACKER_REGISTER_BURST: registrations per token at once
@@ -162,6 +163,7 @@ class Settings:
             metrics_per_dataflow=env.get("TRACKER_METRICS_PER_DATAFLOW", "0").lower() in ("1", "true", "yes", "on"),
             stall_seconds=_env_float("TRACKER_STALL_SECONDS", 60.0),
             lane_ms=_env_float("TRACKER_LANE_MS", 1.0),
+            lane_backlog=_env_int("TRACKER_LANE_BACKLOG", 256),
             register_rate=_env_float("TRACKER_REGISTER_RATE", 10.0),
             register_burst=_env_int("TRACKER_REGISTER_BURST", 100),
             max_dataflows=_env_int("TRACKER_MAX_DATAFLOWS", 1000),
@@ -214,6 +216,8 @@ class Settings:
             raise ValueError("--spark-nice / TRACKER_SPARK_NICE must be from 0 to 19")
         if not 0 <= settings.delta_nice <= 19:
             raise ValueError("TRACKER_DELTA_NICE must be from 0 to 19")
+        if settings.lane_backlog < 1:
+            raise ValueError("TRACKER_LANE_BACKLOG must be at least 1")
         if settings.file_mode not in ("owner", "group"):
             raise ValueError(f"TRACKER_FILE_MODE must be owner or group, got {settings.file_mode!r}")
         if settings.engine == "spark":

@@ -215,7 +215,7 @@ class SparkLink:
         for df in list(self._audits):  # asked again, as of what is published now
             audited = self.dataflows.get(df)
             version = -1 if audited is None else audited.publication.frontier_version
-            if audited is None or audited.deleted_at is not None or version < 0:
+            if audited is None or audited.deleted_at is not None or version < 0 or audited.live.busy():
                 del self._audits[df]
                 continue
             if audited.id not in self._told:
@@ -293,6 +293,8 @@ class SparkLink:
         version = dataflow.publication.frontier_version
         if version < 0:
             raise Unavailable("busy", "no frontier computed yet")
+        if dataflow.live.busy():
+            raise Unavailable("busy", "its batches are propagating in its lane: audited once it is idle")
         message = audit_message(dataflow, version)
         if not self._offer(dataflow, message):
             raise Unavailable("unavailable", "the channel to the Spark process is full or down")

@@ -231,7 +231,9 @@ class Syncer:
         if store is None:
             return
         loop = asyncio.get_running_loop()
-        due = [d for d in self.dataflows.values() if d.publication.frontier_version >= 0 and (
+        # A dataflow whose lane is propagating waits for the next pass: its counts cannot be
+        # read as of its published version without waiting, and the event loop never waits.
+        due = [d for d in self.dataflows.values() if d.publication.frontier_version >= 0 and not d.live.busy() and (
             d.lag.uncompacted or d.lag.compacted_state != d.publication.frontier_version)]
         # Read on the loop, so that counts, frontiers, ages and changes agree on a version.
         states = [Snapshot(d.id, d.publication.frontier_version, d.counts(),

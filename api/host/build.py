@@ -9,6 +9,7 @@ engine, publication and ages are those a registration would have made from the s
 from __future__ import annotations
 
 import time
+import weakref
 from datetime import datetime
 
 from api.background.state import too_large
@@ -17,6 +18,7 @@ from api.delta.sync import DeltaLag
 from api.durability.records import Register
 from api.host.tenant import Tenant
 from api.live.ages import Ages
+from api.live.cost import Cost, reach_bounds
 from api.live.counts import CountsOnly
 from api.live.lifecycle import Rules
 from api.live.scopes import Hosting, NestedEngine
@@ -25,9 +27,12 @@ from api.schema.registration import build_nested
 from api.schema.spec import Spec
 from api.streams.publish import Publication
 from tracker.engine import FrontierEngine
-from tracker.graph import Graph, Update
+from tracker.graph import Graph, Location, Update
 from tracker.reachability import Tracker
 from tracker.scoped import ScopedTracker
+
+COSTS_KEPT = 64
+"""Graph shapes whose reach bounds are kept (:meth:`Builder.cost`)."""
 
 
 class Builder:
@@ -37,6 +42,7 @@ class Builder:
     def __init__(self, settings: Settings, delta: bool) -> None:
         self.settings = settings
         self.delta = delta
+        self._costs: dict[int, tuple[weakref.ref[Graph], dict[Location, int]]] = {}
 
     @property
     def checks_in_spark(self) -> bool:
@@ -50,7 +56,7 @@ class Builder:
         frontier is queued as version 0's changes for ``frontier_changes``) or a snapshot's counts.
         ``created``: when its frontiers count as last moved if they never moved (default now)."""
         lag = DeltaLag()
-        live = LiveState(tracker, lane_seconds=self.settings.lane_ms / 1e3)
+        live = LiveState(tracker, lane_seconds=self.settings.lane_ms / 1e3, lane_backlog=self.settings.lane_backlog)
         ages = Ages(time.time() if created is None else created)
         if live.native is not None:  # the compiled engine's order: CompiledTracker.locations
             ages.births_in_engine(live.native.index, tracker.locations, graph.arity)  # type: ignore[attr-defined]
@@ -67,6 +73,7 @@ class Builder:
                         lag=lag, engine_mode=mode, hosting=hosting, ages=ages,
                         rules=Rules(self.settings.stall_seconds))
         ages.counts = tenant.counts
+        tenant.cost = self.cost(graph, tracker, hosting)
         if live.native is not None:
             tenant.publication.row_indices()  # O(graph), once: here, off the loop
         tenant.publication.last_change_at = datetime.fromisoformat(record.created_at).timestamp()
@@ -84,6 +91,25 @@ class Builder:
             if self.checks_in_spark:
                 tenant.spark.check, tenant.spark.detail = "skipped", too_large_by
         return tenant
+
+    def cost(self, graph: Graph, tracker: FrontierEngine, hosting: Hosting | None) -> Cost:
+        """The batch-cost estimate of a dataflow (:mod:`api.live.cost`): its reach bounds are
+        computed once per graph shape (equal graphs share one :class:`Graph`, see
+        :func:`~api.schema.registration.build_graph`; a restart of thousands of dataflows of
+        a few shapes computes a few), a nested dataflow's over its flattened stand-ins."""
+        order = getattr(tracker, "locations", None) if getattr(tracker, "engine", None) is not None else None
+        if hosting is not None:
+            steps = [(hosting.flat(step.src), hosting.flat(step.dst)) for moves in hosting.steps.values()
+                     for step in moves]
+            return Cost(reach_bounds([hosting.flat(loc) for loc in hosting.nested.locations()], steps), order)
+        known = self._costs.get(id(graph))
+        if known is not None and known[0]() is graph:
+            return Cost(known[1], order)
+        reach = reach_bounds(graph.locations(), [(t.src, t.dst) for t in graph.transitions()])
+        self._costs[id(graph)] = (weakref.ref(graph), reach)
+        while len(self._costs) > COSTS_KEPT:
+            self._costs.pop(next(iter(self._costs)))
+        return Cost(reach, order)
 
     def engine(self, graph: Graph, initial: list[Update], hosting: Hosting | None = None) -> FrontierEngine:
         """A frontier engine of ``graph`` (which :func:`build_graph` checked for cycles) holding

@@ -44,7 +44,7 @@ from api.durability.records import Batch
 from api.durability.wal import LogFailed, WriteAheadLog
 from api.host.tenant import Tenant
 from api.live.lifecycle import iso
-from api.live.state import Pending, SequenceGap
+from api.live.state import Pending, Propagated, SequenceGap
 from api.metrics import Metrics
 from api.schema.parsing import Indexed, InvalidRequest, MalformedJSON, parse_indexed, parse_progress
 from tracker.graph import GraphError, Update
@@ -141,6 +141,10 @@ def accept(tenant: Tenant, data: bytes, wal: WriteAheadLog, metrics: Metrics) ->
     started = time.perf_counter()
     if tenant.deleted_at is not None:
         raise gone(tenant)
+    if (queued := tenant.live.busy()) >= tenant.live.lane_backlog:
+        raise Refused(429, {"error": "dataflow_busy", "queued": queued, "detail": (
+            f"{queued} batches of this dataflow wait for its lane (TRACKER_LANE_BACKLOG): send this one again later; "
+            "nothing of it was applied")})
     try:
         # The compiled engine takes flat integer lists: no Python object per update.
         updates: list[Update] | Indexed
@@ -196,7 +200,7 @@ def _order(tenant: Tenant, worker: str, seq: int, updates: list[Update] | Indexe
             barrier = _both(barrier, live.last_in_lane)
         return live.duplicate_version(worker, seq), False, barrier
     pending = Pending(version, worker, seq, updates, time.time())
-    if live.uses_lane():
+    if live.uses_lane(tenant.cost.of(updates) if tenant.cost is not None else 0.0):
         return version, True, _order_in_lane(tenant, pending, wal, metrics, raw)
     # Log first, apply second: the sync process syncs while this thread applies (the batch is
     # validated, so applying cannot fail); the publish callback runs after both.
@@ -227,7 +231,7 @@ def _order_in_lane(tenant: Tenant, pending: Pending, wal: WriteAheadLog, metrics
     durable and the batch propagated, which keeps version order: both come in that order)."""
     loop = asyncio.get_running_loop()
     done: asyncio.Future[None] = loop.create_future()
-    box: list[ChangeBatch] = []
+    box: list[list[FrontierChange] | ChangeBatch] = []
     durable = [False]
 
     def publish() -> None:
@@ -244,15 +248,16 @@ def _order_in_lane(tenant: Tenant, pending: Pending, wal: WriteAheadLog, metrics
         if not future.cancelled() and future.exception() is not None and not done.done():
             done.set_exception(future.exception())  # type: ignore[arg-type]
 
-    def applied(future: asyncio.Future[ChangeBatch]) -> None:
+    def applied(future: asyncio.Future[Propagated]) -> None:
         if future.exception() is not None:  # a validated batch cannot fail: a bug, said loudly
             log.error("a batch failed to propagate in its lane", exc_info=future.exception(),
                       extra={"dataflow": tenant.id, "version": pending.version})
             if not done.done():
                 done.set_exception(RuntimeError("propagation failed"))
             return
-        changes = future.result()
-        if tenant.live.lane_applied(pending, changes):
+        result = future.result()
+        changes = result[0]
+        if tenant.live.lane_applied(pending, result):
             log.warning("a batch moved a frontier backwards (a protocol violation): the dataflow is in violation",
                         extra={"dataflow": tenant.id, "version": pending.version, "worker": pending.worker,
                                "seq": pending.seq})
@@ -260,8 +265,9 @@ def _order_in_lane(tenant: Tenant, pending: Pending, wal: WriteAheadLog, metrics
         if durable[0]:
             publish()
 
-    def encode(changes: ChangeBatch) -> None:
-        if len(changes) >= PREPARE_JSON_MIN:
+    def encode(result: Propagated) -> None:
+        changes = result[0]
+        if not isinstance(changes, list) and len(changes) >= PREPARE_JSON_MIN:
             changes.prepare_json()
 
     wal.enqueue(Batch(tenant.id, pending.version, pending.received, raw), logged).add_done_callback(log_failed)

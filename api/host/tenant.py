@@ -21,6 +21,7 @@ from api.background.state import SparkState
 from api.delta.sync import DeltaLag
 from api.durability.records import Register
 from api.live.ages import Ages
+from api.live.cost import Cost
 from api.live.lifecycle import Rules, assess, frontier_explains
 from api.live.rate import Throughput
 from api.live.scopes import Hosting
@@ -56,6 +57,9 @@ class Tenant:
     """When its state turns ``stalled`` or ``violation`` (:mod:`api.live.lifecycle`)."""
     deleted_at: float | None = None
     """When ``DELETE`` was answered (POSIX seconds); progress is refused from then on."""
+    cost: Cost | None = None
+    """The estimate of its batches' cost (:mod:`api.live.cost`): a costly one never runs on the
+    event loop."""
     framed_registration: bytes | None = None
     """The registration as this process logged it (:func:`~api.durability.wal.framed`), kept for
     the log's new segments, whose headers repeat every registration: encoding them again there
@@ -128,6 +132,7 @@ class Tenant:
             "graph_stored": self.lag.graph_stored,
             "delta_version": self.lag.delta_version,
             "workers": {w: s for w, (s, _) in sorted(self.live.durable_workers.items())},
+            "lane": {"in_lane": self.live.in_lane, "queued": self.live.busy()},
         }
 
     def summary(self, state: str | None = None) -> dict[str, Any]:

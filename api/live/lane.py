@@ -2,10 +2,12 @@
 
 Most batches propagate in microseconds and are applied on the event loop, where ordering them
 needs no lock. A batch that moves thousands of frontiers (a long chain's input, a graph whose
-path summaries are wide) can take milliseconds, and on the event loop every other dataflow
-would wait for it. So once one of a dataflow's batches took longer than
-:data:`LANE_SECONDS`, its next batches are propagated by its :class:`Lane`, one thread of its
-own, in the order they were admitted, with the compiled engine running without the GIL; the
+path summaries are wide, many incomparable times at once) can take milliseconds or seconds,
+and on the event loop every other dataflow would wait for it. So a batch whose estimated cost
+(:mod:`api.live.cost`) is over :data:`~api.live.cost.LANE_UNITS`, and every batch after one
+that took longer than :data:`LANE_SECONDS` on the event loop, is propagated by its dataflow's
+:class:`Lane`, one thread of its own, in the order admitted (the compiled engine runs without
+the GIL there; another engine holds it in slices of the interpreter's switch interval); the
 event loop meanwhile serves everyone else. The lane is left again once it is idle and its
 batches have become cheap (under a quarter of the threshold, so that a dataflow near it does
 not switch at every batch). The threshold is ``TRACKER_LANE_MS`` (0: every batch after the
@@ -13,17 +15,13 @@ first goes to the lane, which the tests use to run everything through it).
 
 Guarantees: batches propagate one at a time, in the order submitted; :meth:`Lane.holding`
 gives the version the engine holds exactly, with no propagation running while held (so counts
-read then are never of a half-applied batch).
+read then are never of a half-applied batch); :meth:`Lane.held` never waits (the event loop
+reads through it: a busy lane answers ``None``, and the reader uses what was published).
 
->>> from concurrent.futures import Future
->>> class Engine:  # stands in for the compiled engine
-...     def apply_indexed(self, locations, times, deltas, *, release_gil=False):
-...         return list(zip(locations, deltas))
->>> from api.schema.parsing import Indexed
->>> lane = Lane(Engine(), version=4)
->>> done = lane.submit(5, Indexed(["a"], 1, [0], [7], [1]), lambda changes: None)
+>>> lane = Lane(lambda updates: [(u, 1) for u in updates], version=4)
+>>> done = lane.submit(5, ["a"], lambda changes: None)
 >>> done.result()
-[(0, 1)]
+[('a', 1)]
 >>> with lane.holding() as version:
 ...     version
 5
@@ -39,8 +37,6 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any
 
-from api.schema.parsing import Indexed
-
 LANE_SECONDS = 0.001
 """A batch that took longer than this to propagate on the event loop sends its dataflow's next
 batches to the dataflow's lane: at 1 ms, the isolation bound (another dataflow's p99 within 5
@@ -48,44 +44,65 @@ ms) keeps room for a few such batches queued before one cheap one."""
 
 
 class Lane:
-    """The thread that propagates one dataflow's batches while it is costly.
+    """The thread that propagates one dataflow's batches while they are costly.
 
     Args:
-        native: the dataflow's compiled engine (``progress_engine.Engine``).
+        propagate: applies one validated batch to the dataflow's engine, off the event loop
+            (:meth:`api.live.state.LiveState.propagate`); its result is the future's.
         version: the version the engine holds now (every batch admitted so far is applied).
     """
 
-    def __init__(self, native: Any, version: int) -> None:
-        self.native = native
+    def __init__(self, propagate: Callable[[Any], Any], version: int) -> None:
+        self.propagate = propagate
         self.applied_through = version
         """The version of the last batch the engine holds (read it under :meth:`holding`)."""
         self.last_seconds = 0.0
         """How long the last batch took to propagate, in the lane."""
+        self.queued = 0
+        """Batches submitted and not yet propagated."""
         self._lock = threading.Lock()
+        self._counting = threading.Lock()
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="lane")
 
-    def submit(self, version: int, updates: Indexed, then: Callable[[Any], None]) -> Future[Any]:
+    def submit(self, version: int, updates: Any, then: Callable[[Any], None]) -> Future[Any]:
         """Propagate the validated batch of ``version`` after every batch submitted before it,
-        then call ``then(changes)`` on the lane's thread (e.g. to encode them); a future of the
-        ``ChangeBatch``."""
+        then call ``then(result)`` on the lane's thread (e.g. to encode the changes); a future
+        of :attr:`propagate`'s result."""
         def propagate() -> Any:
-            with self._lock:
-                started = time.perf_counter()
-                changes = self.native.apply_indexed(updates.locations, updates.times, updates.deltas,
-                                                    release_gil=True)
-                self.applied_through = version
-                self.last_seconds = time.perf_counter() - started
-            then(changes)
-            return changes
+            try:
+                with self._lock:
+                    started = time.perf_counter()
+                    result = self.propagate(updates)
+                    self.applied_through = version
+                    self.last_seconds = time.perf_counter() - started
+            finally:
+                with self._counting:
+                    self.queued -= 1
+            then(result)
+            return result
 
+        with self._counting:
+            self.queued += 1
         return self._executor.submit(propagate)
 
     @contextmanager
     def holding(self) -> Iterator[int]:
         """No propagation runs inside: yields the version the engine holds. A propagation under
-        way is waited for (one batch at most: the lane takes the lock per batch)."""
+        way is waited for (one batch at most: the lane takes the lock per batch); never on the
+        event loop (see :meth:`held`)."""
         with self._lock:
             yield self.applied_through
+
+    @contextmanager
+    def held(self) -> Iterator[int | None]:
+        """As :meth:`holding` if no propagation runs now, else yields ``None`` at once."""
+        if not self._lock.acquire(blocking=False):
+            yield None
+            return
+        try:
+            yield self.applied_through
+        finally:
+            self._lock.release()
 
     def close(self) -> None:
         """Let the thread end once the batches submitted are propagated (the dataflow is

@@ -36,6 +36,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from api.live.cost import LANE_UNITS
 from api.live.counts import CountsOnly
 from api.live.lane import LANE_SECONDS, Lane
 from api.schema.parsing import Indexed
@@ -52,6 +53,8 @@ if TYPE_CHECKING:
     from progress_engine import ChangeBatch, Frontiers
 
 Counts = dict[tuple[Location, Timestamp], int]
+Propagated = tuple["list[FrontierChange] | ChangeBatch", list[int]]
+"""A propagated batch: its frontier changes, and its updates that moved a frontier backwards."""
 MAX_REGRESSIONS = 20
 """Regressions kept (with their location, time and version) per dataflow; all are counted."""
 
@@ -100,10 +103,15 @@ class LiveState:
     applied directly: flat integer batches in, a ``ChangeBatch`` out."""
     lane_seconds: float = LANE_SECONDS
     """A batch that takes longer than this on the event loop sends the next ones to the lane."""
+    lane_backlog: int = 256
+    """Batches that may wait for the lane; beyond, new ones are refused (``TRACKER_LANE_BACKLOG``)."""
     lane: Lane | None = field(init=False, default=None)
     """The thread propagating this dataflow's batches while they are costly (see
     :mod:`api.live.lane`); ``None`` until a batch was."""
     _in_lane: bool = field(init=False, default=False)
+    _counts_read: Counts = field(init=False, default_factory=dict)
+    counts_version: int = field(init=False, default=-1)
+    """The durable version of the counts :meth:`counts` last returned (-1 before any)."""
     last_in_lane: Any = field(init=False, default=None)
     """The caller's future of the last batch given to the lane (a duplicate's answer waits for
     it: what it duplicates may still be propagating)."""
@@ -116,29 +124,35 @@ class LiveState:
         or ``None`` without the compiled engine."""
         return None if self.native is None else self.native.index
 
-    def _apply(self, updates: list[Update] | Indexed, version: int) -> list[FrontierChange] | ChangeBatch:
+    def propagate(self, updates: list[Update] | Indexed, *, in_lane: bool = True) -> Propagated:
+        """Apply one validated batch to the engine: its changes, and the indices of its updates
+        that moved a frontier backwards (checked against the frontier before the batch). In the
+        lane the compiled engine runs without the GIL."""
         native = self.native
         if native is None:
-            if not isinstance(self.tracker, CountsOnly):  # it knows no frontier: Spark's are checked nowhere
-                tracker = self.tracker
-                self._regressed(version, updates, [i for i, (loc, t, d) in enumerate(updates)
-                                                   if d > 0 and tracker.can_notify(loc, t)])
-            return self.tracker.apply(updates, validated=True)
+            tracker = self.tracker
+            backwards: list[int] = [] if isinstance(tracker, CountsOnly) else [  # Spark's frontier: checked nowhere
+                i for i, (loc, t, d) in enumerate(updates) if d > 0 and tracker.can_notify(loc, t)]
+            return tracker.apply(updates, validated=True), backwards
         if isinstance(updates, Indexed):
-            started = time.perf_counter()
-            changes: ChangeBatch = native.apply_indexed(updates.locations, updates.times, updates.deltas)
-            took = time.perf_counter() - started
-            if took > self.lane_seconds:
-                self._enter_lane(version, took)
+            changes: ChangeBatch = native.apply_indexed(updates.locations, updates.times, updates.deltas,
+                                                        release_gil=in_lane)
         else:
             changes = native.apply(updates)
-        if changes.regressions:  # the engine checks each update against the frontier before the batch
-            self._regressed(version, updates, changes.regressions)
+        return changes, changes.regressions
+
+    def _apply(self, updates: list[Update] | Indexed, version: int) -> list[FrontierChange] | ChangeBatch:
+        started = time.perf_counter()
+        changes, backwards = self.propagate(updates, in_lane=False)
+        took = time.perf_counter() - started
+        if took > self.lane_seconds:
+            self._enter_lane(version, took)
+        self._regressed(version, updates, backwards)
         return changes
 
     def _enter_lane(self, version: int, took: float) -> None:
         if self.lane is None:
-            self.lane = Lane(self.native, version)
+            self.lane = Lane(self.propagate, version)
         self.lane.applied_through = version  # the lane is idle: the engine holds this batch's version
         self.lane.last_seconds = took  # what decides when to leave, until the lane's first batch
         self._in_lane = True
@@ -148,34 +162,41 @@ class LiveState:
         """Whether batches propagate in the lane now (see :meth:`uses_lane`)."""
         return self._in_lane
 
-    def uses_lane(self) -> bool:
-        """Whether the next batch goes to :meth:`apply_in_lane` (else :meth:`apply`): yes from
-        the batch after one that took over :data:`~api.live.lane.LANE_SECONDS` on the event
-        loop, until the lane is idle and its last batch was cheap."""
+    def uses_lane(self, cost: float = 0.0) -> bool:
+        """Whether the admitted batch, estimated at ``cost`` units (:mod:`api.live.cost`), goes to
+        :meth:`apply_in_lane` (else :meth:`apply`): yes if its cost is over
+        :data:`~api.live.cost.LANE_UNITS`, whatever came before, and from the batch after one
+        that took over :data:`~api.live.lane.LANE_SECONDS` on the event loop, until the lane is
+        idle and its last batch was cheap."""
+        if cost > LANE_UNITS and not self._in_lane:
+            self._enter_lane(self.version - 1, self.lane_seconds)  # every batch before this one is applied
         lane, last = self.lane, self.last_in_lane
         # Left only once the lane's last batch is published, not just propagated: a batch on the
         # event loop must not publish before it.
-        cheap = lane is not None and lane.last_seconds < self.lane_seconds / 4
+        cheap = lane is not None and lane.last_seconds < self.lane_seconds / 4 and cost <= LANE_UNITS
         if self._in_lane and cheap and (last is None or last.done()):
             self._in_lane = False
         return self._in_lane
 
-    def apply_in_lane(self, pending: Pending, then: Callable[[ChangeBatch], None]) -> Future[ChangeBatch]:
+    def apply_in_lane(self, pending: Pending, then: Callable[[Propagated], None]) -> Future[Propagated]:
         """Apply an admitted, validated batch (whose log record is on its way to disk) in the
-        lane, after the batches before it; ``then(changes)`` runs on the lane's thread. Call
-        :meth:`lane_applied` with the changes, on the event loop, before publishing them."""
-        assert self.lane is not None and isinstance(pending.updates, Indexed)
+        lane, after the batches before it; ``then(result)`` runs on the lane's thread. Call
+        :meth:`lane_applied` with the result, on the event loop, before publishing its changes."""
+        assert self.lane is not None
         self._pending[pending.version] = pending
         self.last_batch_at = pending.received
         return self.lane.submit(pending.version, pending.updates, then)
 
-    def lane_applied(self, pending: Pending, changes: ChangeBatch) -> bool:
+    def lane_applied(self, pending: Pending, result: Propagated) -> bool:
         """A batch of the lane is applied: count the updates that moved a frontier backwards;
         whether they are the dataflow's first."""
         first = not self.regression_count
-        if changes.regressions:
-            self._regressed(pending.version, pending.updates, changes.regressions)
+        self._regressed(pending.version, pending.updates, result[1])
         return first and bool(self.regression_count)
+
+    def busy(self) -> int:
+        """Batches waiting for the lane (0 out of it)."""
+        return self.lane.queued if self.lane is not None and self._in_lane else 0
 
     def _regressed(self, version: int, updates: list[Update] | Indexed, indices: list[int]) -> None:
         if not indices:
@@ -247,12 +268,14 @@ class LiveState:
 
     def frontier_copy_at(self, version: int) -> Frontiers | None:
         """A copy of the compiled engine's frontiers if it is exactly at ``version`` (no batch
-        applied beyond it), else ``None``."""
+        applied beyond it), else ``None``; ``None`` too while the lane propagates (never waits)."""
         if self.native is None:
             return None
         if self.lane is None:
             return self.native.frontier_copy() if version == self.version else None
-        with self.lane.holding() as applied:
+        with self.lane.held() as applied:
+            if applied is None:
+                return None
             return self.native.frontier_copy() if version == (applied if self._in_lane else self.version) else None
 
     def inflight(self) -> list[Pending]:
@@ -261,9 +284,13 @@ class LiveState:
 
     def counts(self, later: Iterable[Iterable[Update]] = ()) -> Counts:
         """Occurrence counts as of the durable version: the tracker's counts with in-flight
-        batches (and ``later`` batches, applied but not yet reflected in the frontier) undone."""
+        batches (and ``later`` batches, applied but not yet reflected in the frontier) undone.
+        Never waits: while the lane propagates, the counts last read (as of
+        :attr:`counts_version`, an earlier durable version)."""
         if self.lane is not None and self._in_lane:  # between two of the lane's batches
-            with self.lane.holding() as applied:
+            with self.lane.held() as applied:
+                if applied is None:
+                    return dict(self._counts_read)
                 counts = self.tracker.pointstamps()
                 pending = [p.updates for p in self._pending.values() if p.version <= applied]
         else:
@@ -273,7 +300,9 @@ class LiveState:
             for loc, t, d in updates:
                 key = (loc, t)
                 counts[key] = counts.get(key, 0) - d
-        return {k: c for k, c in counts.items() if c != 0}
+        found = {k: c for k, c in counts.items() if c != 0}
+        self._counts_read, self.counts_version = found, self.durable_version
+        return found
 
     def _remember(self, worker: str, seq: int, version: int) -> None:
         self._recent[(worker, seq)] = version

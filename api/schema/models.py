@@ -236,6 +236,9 @@ class DataflowStatus(BaseModel):
                                "Psi) have been written to Delta")
     delta_version: int = Field(default=0, description="highest version in the Delta progress table")
     workers: dict[str, int] = Field(default_factory=dict, description="last seq per worker")
+    lane: dict[str, Any] = Field(default_factory=dict, description=(
+        "`in_lane`: its batches propagate in a thread of its own (they are costly); `queued`: batches waiting "
+        "there (at TRACKER_LANE_BACKLOG, new batches are refused 429 dataflow_busy)"))
 
 
 class DataflowSummary(BaseModel):
