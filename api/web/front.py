@@ -34,11 +34,13 @@ import httpx
 from fastapi import FastAPI, Request, WebSocket
 from fastapi.responses import JSONResponse, RedirectResponse, Response
 
+from api.config import Settings
 from api.shards.ids import shard_of
 from api.shards.layout import Shard
 from api.shards.merge import merge_health, merge_metrics
 from api.web import dashboard
 from api.web.app import answer_errors
+from api.web.sql import add_front_sql
 
 logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request to a shard, every second
 POLL_SECONDS = 1.0
@@ -81,9 +83,11 @@ def _unavailable(shard: Shard) -> JSONResponse:
 
 
 def create_front(shards: list[Shard], *, proxied: bool,
-                 supervised: Callable[[], Coroutine[Any, Any, None]] | None = None) -> FastAPI:
+                 supervised: Callable[[], Coroutine[Any, Any, None]] | None = None,
+                 settings: Settings | None = None) -> FastAPI:
     """The front's app over ``shards``; ``proxied``: HAProxy sends the dataflows' routes to the
-    shards (else the front redirects them); ``supervised``: the supervisor's heartbeat."""
+    shards (else the front redirects them); ``supervised``: the supervisor's heartbeat;
+    ``settings``: the service's (the warehouse and the SQL limits of ``POST /v1/sql``)."""
     known = Shards(shards)
     client = httpx.AsyncClient(timeout=httpx.Timeout(30.0, connect=1.0),
                                limits=httpx.Limits(max_keepalive_connections=64))
@@ -229,5 +233,6 @@ def create_front(shards: list[Shard], *, proxied: bool,
             await websocket.close(code=1008, reason=f"connect at the dataflow's endpoint ({shard.endpoint})" if shard
                                   else "unknown_dataflow")
 
+    add_front_sql(app, shards, client, settings or Settings())
     app.include_router(dashboard.pages)
     return app
