@@ -77,22 +77,25 @@ def history_views(warehouse: Path | str, names: set[str], scope: Scope) -> dict[
     return {name: history_view(warehouse, name, scope.dataflow_id) for name in sorted(names & HISTORY)}
 
 
-def unknown_views(names: set[str]) -> None:
-    """400 naming the views that do not exist, with the list of those that do (DuckDB's own
-    message would suggest its catalog's tables instead)."""
-    unknown = sorted(names - VIEWS)
-    if unknown:
-        raise QueryError(400, "invalid_query", f"Catalog Error: Table with name {unknown[0]} does not exist! The views "
-                                               f"are "
-                                               f"{', '.join(sorted(LIVE))} (live) and {', '.join(sorted(HISTORY))} "
-                                               "(the Delta tables): docs/tables.md, \"SQL\"")
+def named_views(query: str) -> set[str]:
+    """The views a read-only query may read (400 unless it is one ``SELECT``)."""
+    return check(query, VIEWS)
+
+
+def hinted(error: QueryError) -> QueryError:
+    """DuckDB's "Table with name ... does not exist" with the views that do (its own suggestion
+    is a table of its catalog)."""
+    if error.status != 400 or "Table with name" not in error.detail:
+        return error
+    return QueryError(400, error.error, error.detail.split("\n", 1)[0] + " The views are "
+                      f"{', '.join(sorted(LIVE))} (live) and {', '.join(sorted(HISTORY))} (the Delta tables): "
+                      "docs/tables.md, \"SQL\".")
 
 
 async def answer(service: Service, gate: Gate, caller: Principal, query: str, params: Params | None,
                  max_rows: int | None) -> dict[str, Any]:
     """The answer to one query by ``caller`` in this hot-path process (see the module doc)."""
-    names = check(query)
-    unknown_views(names)
+    names = named_views(query)
     scope = Scope.of(caller)
     settings = service.settings
     build = read_live(service.dataflows.values(), service.damaged.values(), names, only=scope.dataflow_id,
@@ -100,7 +103,10 @@ async def answer(service: Service, gate: Gate, caller: Principal, query: str, pa
 
     def work() -> Answer:
         views: dict[str, Any] = {**build(), **history_views(settings.warehouse, names, scope)}
-        return run(query, params, views, limits_of(settings, max_rows))
+        try:
+            return run(query, params, views, limits_of(settings, max_rows))
+        except QueryError as error:
+            raise hinted(error) from None
 
     return (await gate.run(work)).json()
 

@@ -28,18 +28,19 @@ from api.config import Settings
 from api.schema.models import ErrorBody
 from api.schema.sql import SqlRequest, SqlResponse
 from api.shards.layout import Shard
-from api.sql.engine import QueryError, check, run
+from api.sql.engine import QueryError, run
 from api.sql.live import LIVE
 from api.sql.queries import (
     Gate,
     Scope,
     answer,
     arrow_table,
+    hinted,
     history_views,
     limits_of,
     live_stream,
     merged,
-    unknown_views,
+    named_views,
 )
 from api.web.deps import PrincipalDep, ServiceDep
 from api.web.params import ERRORS, LIMITED
@@ -146,15 +147,17 @@ def add_front_sql(app: FastAPI, shards: list[Shard], client: httpx.AsyncClient, 
     async def front_sql(body: SqlRequest, request: Request) -> JSONResponse:
         """The query over every shard's live views and the Delta tables."""
         try:
-            names = check(body.query)
-            unknown_views(names)
+            names = named_views(body.query)
         except QueryError as error:
             raise _refused(error) from None
         scope, live = await gather(request, names)
 
         def work() -> Any:
             views = {**live, **history_views(settings.warehouse, names, scope)}
-            return run(body.query, body.params, views, limits_of(settings, body.max_rows))
+            try:
+                return run(body.query, body.params, views, limits_of(settings, body.max_rows))
+            except QueryError as error:
+                raise hinted(error) from None
 
         try:
             return JSONResponse((await gate.run(work)).json())
