@@ -10,7 +10,15 @@ shows as Spark SQL and Polars queries:
   of that epoch was left there (``frontier_changes``); the epoch is a time's first coordinate;
 * stuck locations: non-empty frontiers ordered by their oldest time, then by how long they have
   not changed (last ``frontier_changes`` row, or registration if they never changed);
+* blockers: the live pointstamps (``pointstamps``), oldest time first, each with its
+  operator's name, the worker that last reported it and how long it has been live;
 * progress throughput: batches and updates per second (``progress``).
+
+Every scope is covered: in a dataflow with nested scopes, each location is named by its scope
+path (``scope``: the scope-node ids from the root) and its operator's name within that scope, so
+a stuck location or a blocker deep in a loop is named where it is, not as its scope node in the
+root. A flat dataflow's report has no ``scope`` column (it would be ``[]`` everywhere).
+``--plot`` draws epochs cleared and lag over time (:mod:`spark_jobs.plot`).
 
 The service does not write the frontier changes of version 0 (the initial pointstamps), so an
 element that leaves a frontier without having been seen to enter it was there since the
@@ -46,6 +54,15 @@ class Report:
     epochs: pl.DataFrame
     stuck: pl.DataFrame
     throughput: pl.DataFrame
+    blockers: pl.DataFrame
+    nested: bool = False
+    """The dataflow has nested scopes: every section then has a ``scope`` column."""
+    changes: pl.DataFrame | None = None
+    """The ``frontier_changes`` rows read (for :mod:`spark_jobs.plot`)."""
+
+    def shown(self, frame: pl.DataFrame) -> pl.DataFrame:
+        """A section as printed: without ``scope`` for a flat dataflow."""
+        return frame if self.nested or "scope" not in frame.columns else frame.drop("scope")
 
     def as_json(self) -> dict[str, Any]:
         """The report as JSON-ready dicts (datetimes as ISO strings)."""
@@ -62,9 +79,10 @@ class Report:
             "timestamp_arity": self.timestamp_arity,
             "created_at": self.created_at.isoformat(),
             "as_of": self.as_of.isoformat(),
-            "frontiers": rows(self.frontiers),
-            "epochs": rows(self.epochs),
-            "stuck": rows(self.stuck),
+            "frontiers": rows(self.shown(self.frontiers)),
+            "epochs": rows(self.shown(self.epochs)),
+            "stuck": rows(self.shown(self.stuck)),
+            "blockers": rows(self.shown(self.blockers)),
             "throughput": rows(self.throughput),
         }
 
@@ -77,9 +95,32 @@ class NotThenError(LookupError):
 def _frame(warehouse: Warehouse, table: str, dataflow_id: str) -> pl.DataFrame:
     frame = pl.from_arrow(warehouse.read(table, dataflow_id))
     assert isinstance(frame, pl.DataFrame)
-    if table != "progress" and "scope" in frame.columns:  # the root scope's operators only (docs/tables.md)
-        frame = frame.filter(pl.col("scope").list.len() == 0)
-    return frame
+    return _scoped(frame)
+
+
+def _scoped(frame: pl.DataFrame) -> pl.DataFrame:
+    """``frame`` with a ``scope`` column (``[]``, the root, where it has none).
+
+    >>> _scoped(pl.DataFrame({"node": [1]}))["scope"].to_list()
+    [[]]
+    """
+    if "scope" in frame.columns:
+        return frame
+    return frame.with_columns(pl.Series("scope", [[]] * frame.height, dtype=pl.List(pl.Int32)))
+
+
+def _names(nodes: pl.DataFrame) -> dict[tuple[tuple[int, ...], int], str]:
+    """Each operator's name by ``(scope, node)``; a nested scope's boundary (node 0 inside it) is
+    called after its scope node: ``loop boundary``."""
+    if nodes.is_empty():
+        return {}
+    nodes = _scoped(nodes)
+    names = {(tuple(scope), node): name for scope, node, name in
+             zip(nodes["scope"].to_list(), nodes["node"].to_list(), nodes["name"].to_list(), strict=True)}
+    for (scope, node), name in list(names.items()):
+        if scope and node == 0:
+            names[(scope, 0)] = f"{names.get((scope[:-1], scope[-1]), 'scope')} {name or 'boundary'}"
+    return names
 
 
 def _time_text(time: list[int] | tuple[int, ...]) -> str:
@@ -98,6 +139,7 @@ def current_frontiers(frontiers: pl.DataFrame, nodes: pl.DataFrame) -> pl.DataFr
     if frontiers.is_empty():
         return pl.DataFrame(
             schema={
+                "scope": pl.List(pl.Int32),
                 "node": pl.Int32,
                 "name": pl.String,
                 "port": pl.Int32,
@@ -106,14 +148,18 @@ def current_frontiers(frontiers: pl.DataFrame, nodes: pl.DataFrame) -> pl.DataFr
                 "frontier": pl.String,
             }
         )
+    names = _names(nodes)
     grouped = (
-        frontiers.group_by("node", "port", "kind")
+        _scoped(frontiers).group_by("scope", "node", "port", "kind")
         .agg(pl.col("time").sort().alias("times"))
-        .join(nodes.select("node", "name"), on="node", how="left")
-        .sort("node", pl.col("kind").replace_strict({"target": 0, "source": 1}, default=2), "port")
+        .sort(pl.col("scope").list.len(), "scope", "node",
+              pl.col("kind").replace_strict({"target": 0, "source": 1}, default=2), "port")
     )
+    named = [names.get((tuple(scope), node)) for scope, node in zip(grouped["scope"].to_list(),
+                                                                    grouped["node"].to_list(), strict=True)]
     texts = ["{" + ", ".join(_time_text(t) for t in times) + "}" for times in grouped["times"].to_list()]
-    return grouped.select("node", "name", "port", "kind", "times").with_columns(pl.Series("frontier", texts))
+    return grouped.with_columns(pl.Series("name", named, dtype=pl.String), pl.Series("frontier", texts)).select(
+        "scope", "node", "name", "port", "kind", "times", "frontier")
 
 
 def epoch_clear_times(changes: pl.DataFrame, nodes: pl.DataFrame, created_at: datetime) -> pl.DataFrame:
@@ -130,47 +176,49 @@ def epoch_clear_times(changes: pl.DataFrame, nodes: pl.DataFrame, created_at: da
     >>> epoch_clear_times(ch, pl.DataFrame({"node": [1], "name": ["op"]}), t0)["seconds"].to_list()
     [5.0, 4.0]
     """
-    names = dict(zip(nodes["node"].to_list(), nodes["name"].to_list(), strict=True)) if not nodes.is_empty() else {}
-    targets = changes.filter(pl.col("kind") == "target").sort("version", maintain_order=True)
-    present: dict[int, set[tuple[int, tuple[int, ...]]]] = defaultdict(set)  # node -> {(port, time)}
-    appeared: dict[tuple[int, int], datetime] = {}
-    cleared: dict[tuple[int, int], datetime] = {}
+    names = _names(nodes)
+    targets = _scoped(changes).filter(pl.col("kind") == "target").sort("version", maintain_order=True)
+    Operator = tuple[tuple[int, ...], int]  # (scope, node)
+    present: dict[Operator, set[tuple[int, tuple[int, ...]]]] = defaultdict(set)  # -> {(port, time)}
+    appeared: dict[tuple[Operator, int], datetime] = {}
+    cleared: dict[tuple[Operator, int], datetime] = {}
 
-    def epochs_of(node: int) -> set[int]:
-        return {time[0] for _port, time in present[node]}
+    def epochs_of(operator: Operator) -> set[int]:
+        return {time[0] for _port, time in present[operator]}
 
     for (version,), batch in targets.group_by("version", maintain_order=True):
         del version  # only the grouping matters: one batch's changes are applied together
-        rows = list(batch.iter_rows(named=True))
-        for row in rows:
+        rows = [((tuple(r["scope"]), r["node"]), r) for r in batch.iter_rows(named=True)]
+        for operator, row in rows:
             element = (row["port"], tuple(row["time"]))
-            if row["diff"] < 0 and element not in present[row["node"]]:
+            if row["diff"] < 0 and element not in present[operator]:
                 # It leaves without having been seen to enter: it was there since registration.
-                present[row["node"]].add(element)
-                appeared.setdefault((row["node"], element[1][0]), created_at)
-        at_by_node: dict[int, datetime] = {}
-        before = {node: epochs_of(node) for node in set(batch["node"].to_list())}
-        for row in rows:
-            node, element = row["node"], (row["port"], tuple(row["time"]))
-            at_by_node[node] = max(at_by_node.get(node, row["at"]), row["at"])
+                present[operator].add(element)
+                appeared.setdefault((operator, element[1][0]), created_at)
+        at_by_operator: dict[Operator, datetime] = {}
+        before = {operator: epochs_of(operator) for operator, _ in rows}
+        for operator, row in rows:
+            element = (row["port"], tuple(row["time"]))
+            at_by_operator[operator] = max(at_by_operator.get(operator, row["at"]), row["at"])
             if row["diff"] > 0:
-                present[node].add(element)
+                present[operator].add(element)
             else:
-                present[node].discard(element)
-        for node, old in before.items():
-            new = epochs_of(node)
+                present[operator].discard(element)
+        for operator, old in before.items():
+            new = epochs_of(operator)
             for epoch in new - old:
-                appeared.setdefault((node, epoch), at_by_node[node])
-                cleared.pop((node, epoch), None)  # back again (a protocol violation): not cleared yet
+                appeared.setdefault((operator, epoch), at_by_operator[operator])
+                cleared.pop((operator, epoch), None)  # back again (a protocol violation): not cleared yet
             for epoch in old - new:
-                cleared[(node, epoch)] = at_by_node[node]
-    rows = []
-    for (node, epoch), start in sorted(appeared.items()):
-        end = cleared.get((node, epoch))
-        rows.append(
+                cleared[(operator, epoch)] = at_by_operator[operator]
+    found = []
+    for ((scope, node), epoch), start in sorted(appeared.items(), key=lambda kv: (len(kv[0][0][0]), kv[0])):
+        end = cleared.get(((scope, node), epoch))
+        found.append(
             {
+                "scope": list(scope),
                 "node": node,
-                "name": names.get(node),
+                "name": names.get((scope, node)),
                 "epoch": epoch,
                 "appeared_at": start,
                 "cleared_at": end,
@@ -178,6 +226,7 @@ def epoch_clear_times(changes: pl.DataFrame, nodes: pl.DataFrame, created_at: da
             }
         )
     schema = {
+        "scope": pl.List(pl.Int32),
         "node": pl.Int32,
         "name": pl.String,
         "epoch": pl.Int64,
@@ -185,31 +234,61 @@ def epoch_clear_times(changes: pl.DataFrame, nodes: pl.DataFrame, created_at: da
         "cleared_at": pl.Datetime("us", "UTC"),
         "seconds": pl.Float64,
     }
-    return pl.DataFrame(rows, schema=schema, orient="row") if rows else pl.DataFrame(schema=schema)  # type: ignore[arg-type]
+    return pl.DataFrame(found, schema=schema, orient="row") if found else pl.DataFrame(schema=schema)  # type: ignore[arg-type]
 
 
 def stuck_locations(
-    frontiers: pl.DataFrame, changes: pl.DataFrame, created_at: datetime, as_of: datetime, limit: int = 10
+    frontiers: pl.DataFrame, changes: pl.DataFrame, created_at: datetime, as_of: datetime, limit: int = 10,
+    nodes: pl.DataFrame | None = None,
 ) -> pl.DataFrame:
-    """The ``limit`` locations most likely stuck: non-empty frontiers, oldest time first, then
-    the longest unchanged (since their last frontier change, or registration)."""
-    current = current_frontiers(
-        frontiers, pl.DataFrame({"node": [], "name": []}, schema={"node": pl.Int32, "name": pl.String})
-    )
+    """The ``limit`` locations most likely stuck, in any scope: non-empty frontiers, oldest time
+    first, then the longest unchanged (since their last frontier change, or registration),
+    named by ``nodes`` if given."""
+    nodes = pl.DataFrame({"node": [], "name": []}, schema={"node": pl.Int32, "name": pl.String}) if nodes is None \
+        else nodes
+    current = current_frontiers(frontiers, nodes)
     if current.is_empty():
-        return current.select("node", "port", "kind", "frontier").with_columns(
+        return current.select("scope", "node", "name", "port", "kind", "frontier").with_columns(
             pl.lit(None, pl.List(pl.Int64)).alias("oldest"),
             pl.lit(None, pl.Datetime("us", "UTC")).alias("since"),
             pl.lit(None, pl.Float64).alias("unchanged_seconds"),
         )
-    last = changes.group_by("node", "port", "kind").agg(pl.col("at").max().alias("since"))
+    last = _scoped(changes).group_by("scope", "node", "port", "kind").agg(pl.col("at").max().alias("since"))
     result = (
-        current.join(last, on=["node", "port", "kind"], how="left")
+        current.join(last, on=["scope", "node", "port", "kind"], how="left")
         .with_columns(pl.col("since").fill_null(created_at), pl.col("times").list.first().alias("oldest"))
         .with_columns(((pl.lit(as_of) - pl.col("since")).dt.total_microseconds() / 1e6).alias("unchanged_seconds"))
-        .sort("oldest", "since", "node", "port")
+        .sort("oldest", "since", pl.col("scope").list.len(), "scope", "node", "port")
     )
-    return result.select("node", "port", "kind", "frontier", "oldest", "since", "unchanged_seconds").head(limit)
+    return result.select("scope", "node", "name", "port", "kind", "frontier", "oldest", "since",
+                         "unchanged_seconds").head(limit)
+
+
+def blockers(pointstamps: pl.DataFrame, nodes: pl.DataFrame, as_of: datetime, limit: int = 10) -> pl.DataFrame:
+    """The ``limit`` live pointstamps that hold frontiers back longest, in any scope: the oldest
+    time first, then the earliest born; each with its operator's name, the worker that last
+    reported it and how long it has been live (``null`` where the table does not know).
+
+    >>> t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    >>> p = pl.DataFrame({"scope": [[], [1]], "node": [0, 1], "port": [0, 0], "kind": ["source"] * 2,
+    ...                   "time": [[3], [2, 5]], "count": [1, 1], "born_at": [t0, t0], "worker": ["w0", "w1"]})
+    >>> n = pl.DataFrame({"scope": [[], [], [1]], "node": [0, 1, 1], "name": ["input", "loop", "step"]})
+    >>> blockers(p, n, t0.replace(second=9))[["scope", "name", "worker", "age_seconds"]].rows()
+    [([1], 'step', 'w1', 9.0), ([], 'input', 'w0', 9.0)]
+    """
+    names = _names(nodes)
+    frame = _scoped(pointstamps)
+    for column, kind in (("born_at", pl.Datetime("us", "UTC")), ("worker", pl.String)):
+        if column not in frame.columns:  # a table written before these columns existed
+            frame = frame.with_columns(pl.lit(None, kind).alias(column))
+    frame = frame.filter(pl.col("count") != 0).sort("time", "born_at", pl.col("scope").list.len(), "scope", "node",
+                                                     "port", nulls_last=True).head(limit)
+    named = [names.get((tuple(scope), node)) for scope, node in zip(frame["scope"].to_list(), frame["node"].to_list(),
+                                                                    strict=True)]
+    return frame.with_columns(
+        pl.Series("name", named, dtype=pl.String),
+        ((pl.lit(as_of) - pl.col("born_at")).dt.total_microseconds() / 1e6).alias("age_seconds"),
+    ).select("scope", "node", "name", "port", "kind", "time", "count", "worker", "born_at", "age_seconds")
 
 
 def throughput(progress: pl.DataFrame) -> pl.DataFrame:
@@ -238,6 +317,7 @@ def build_report(warehouse: str | Path, dataflow_id: str, as_of: datetime | None
     frontiers = _frame(wh, "frontiers", dataflow_id)
     changes = _frame(wh, "frontier_changes", dataflow_id)
     progress = _frame(wh, "progress", dataflow_id)
+    pointstamps = _frame(wh, "pointstamps", dataflow_id)
     if as_of is not None:
         latest = max([created, *changes["at"].to_list(), *progress["received_at"].to_list()])
         if as_of < latest:
@@ -252,8 +332,11 @@ def build_report(warehouse: str | Path, dataflow_id: str, as_of: datetime | None
         as_of=now,
         frontiers=current_frontiers(frontiers, nodes).drop("times"),
         epochs=epoch_clear_times(changes, nodes, created),
-        stuck=stuck_locations(frontiers, changes, created, now, limit),
+        stuck=stuck_locations(frontiers, changes, created, now, limit, nodes),
         throughput=throughput(progress),
+        blockers=blockers(pointstamps, nodes, now, limit),
+        nested=any(nodes["scope"].list.len() > 0) if not nodes.is_empty() else False,
+        changes=changes,
     )
 
 
@@ -269,6 +352,14 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
+def _scope_text(frame: pl.DataFrame) -> pl.DataFrame:
+    """``scope`` as text, ``[1, 2]`` (a time prints as ``(1, 2)``)."""
+    if "scope" not in frame.columns:
+        return frame
+    return frame.with_columns(pl.Series("scope", ["[" + ", ".join(map(str, s)) + "]" for s in frame["scope"].to_list()],
+                                        dtype=pl.String))
+
+
 def text_table(frame: pl.DataFrame, empty: str = "(none)") -> str:
     """A plain aligned text table of ``frame`` (header, rule, rows).
 
@@ -280,6 +371,7 @@ def text_table(frame: pl.DataFrame, empty: str = "(none)") -> str:
     """
     if frame.is_empty():
         return empty
+    frame = _scope_text(frame)
     headers = frame.columns
     body = [[_cell(v) for v in row] for row in frame.iter_rows()]
     widths = [max(len(h), *(len(r[i]) for r in body)) for i, h in enumerate(headers)]
@@ -304,13 +396,16 @@ def render(report: Report) -> str:
         f"registered {_cell(report.created_at)}, report as of {_cell(report.as_of)} UTC",
         "",
         "== Current frontier per operator ==",
-        text_table(report.frontiers, "(every frontier is empty: the dataflow has completed)"),
+        text_table(report.shown(report.frontiers), "(every frontier is empty: the dataflow has completed)"),
         "",
         "== Epoch clear time per operator (input frontier; seconds from first appearance to leaving) ==",
-        text_table(report.epochs, "(no frontier changes recorded yet)"),
+        text_table(report.shown(report.epochs), "(no frontier changes recorded yet)"),
         "",
         "== Stuck locations (oldest frontier time first, then longest unchanged) ==",
-        text_table(report.stuck, "(none: every frontier is empty)"),
+        text_table(report.shown(report.stuck), "(none: every frontier is empty)"),
+        "",
+        "== Blockers: live pointstamps (oldest time first, then longest live) ==",
+        text_table(report.shown(report.blockers), "(none: no live pointstamp)"),
         "",
         "== Progress throughput ==",
         f"{batches} batches, {updates} updates over {seconds} active second(s); peak {peak} batches/s",
@@ -350,6 +445,11 @@ def run_report(args: argparse.Namespace) -> int:
         as_of = as_of.replace(tzinfo=UTC)
     if args.limit < 1:
         return fail(f"--limit must be at least 1, got {args.limit}")
+    plot_path = Path(args.plot) if getattr(args, "plot", None) else None
+    if plot_path is not None and plot_path.suffix.lower() not in (".svg", ".png"):
+        return fail(f"--plot {args.plot!r}: name an .svg or a .png file")
+    if plot_path is not None and not plot_path.parent.is_dir():
+        return fail(f"--plot {args.plot!r}: the directory {str(plot_path.parent)!r} does not exist")
     warehouse = str(args.warehouse)
     problem = warehouse_problem(warehouse)  # never create one just to report on it
     if problem:
@@ -363,4 +463,9 @@ def run_report(args: argparse.Namespace) -> int:
         print(json.dumps(report.as_json(), indent=2))
     else:
         print(render(report))
+    if plot_path is not None:
+        from spark_jobs.plot import plot
+
+        plot(report, plot_path)
+        print(f"tracker report: wrote the plot of epochs cleared and lag over time to {plot_path}", file=sys.stderr)
     return 0
