@@ -35,6 +35,7 @@ import pyarrow as pa
 from api.durability.recovery import Damaged
 from api.host.tenant import Tenant
 from api.ops.lag import index_of, locations_of, names_of
+from api.schema.bodies import collector_paused
 
 _STR = pa.string()
 _INT = pa.int32()
@@ -128,25 +129,57 @@ def read_live(dataflows: Iterable[Tenant], damaged: Iterable[Damaged], wanted: s
     refused = [_damaged_row(d, shard) for d in list(damaged) if only is None or d.id == only]
 
     def build() -> dict[str, pa.Table]:
-        rows: dict[str, dict[str, list[Any]]] = {name: {column: [] for column in LIVE[name].names} for name in wanted}
-        for copied in copies:
-            _rows(copied, rows, now)
-        if "live_dataflows" in rows:
-            for row in refused:
-                for column, values in rows["live_dataflows"].items():
-                    values.append(row[column])
-        return {name: pa.table(columns, schema=LIVE[name]) for name, columns in rows.items()}
+        # The collector off: a pass while a slice's Python rows are alive walks them holding the GIL.
+        with collector_paused():
+            rows = {name: _Columns(LIVE[name]) for name in wanted}
+            for copied in copies:
+                _rows(copied, rows, now)
+            if "live_dataflows" in rows:
+                for row in refused:
+                    rows["live_dataflows"].append(**row)
+            return {name: columns.table() for name, columns in rows.items()}
 
     return build
 
 
-def _rows(copied: _Copied, rows: dict[str, dict[str, list[Any]]], now: float) -> None:
+class _Columns:
+    """One view's rows, turned into Arrow a slice at a time: at most :data:`SLICE` rows of
+    Python objects are alive at once (the lag report is built in slices for the same reason)."""
+
+    def __init__(self, schema: pa.Schema) -> None:
+        self.schema = schema
+        self.columns: dict[str, list[Any]] = {name: [] for name in schema.names}
+        self.batches: list[pa.RecordBatch] = []
+        self.count = 0
+
+    def append(self, **values: Any) -> None:
+        for column, value in values.items():
+            self.columns[column].append(value)
+        self.count += 1
+        if self.count >= SLICE:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self.count:
+            self.batches.append(pa.record_batch(list(self.columns.values()), schema=self.schema))
+            self.columns = {name: [] for name in self.schema.names}
+            self.count = 0
+
+    def table(self) -> pa.Table:
+        self._flush()
+        return pa.Table.from_batches(self.batches, schema=self.schema)
+
+
+SLICE = 2_048
+"""Rows of a live view built in Python before they are turned into Arrow."""
+
+
+def _rows(copied: _Copied, rows: dict[str, _Columns], now: float) -> None:
     """Append one dataflow's rows to each wanted view's columns."""
     tenant = copied.tenant
     names = names_of(tenant)
     if copied.summary is not None:
-        for column, values in rows["live_dataflows"].items():
-            values.append(copied.summary[column])
+        rows["live_dataflows"].append(**copied.summary)
 
     def at_least(at: float) -> bool:
         return copied.unknown_before is not None and at <= copied.unknown_before
@@ -164,36 +197,27 @@ def _rows(copied: _Copied, rows: dict[str, dict[str, list[Any]]], now: float) ->
                 scope, node, port, kind = where(location)
                 operator = names.operator(location)
                 for time_ in times:
-                    _append(frontiers, tenant.id, scope, node, port, kind, operator=operator, time=list(time_),
-                            since=_micros(moved))
+                    frontiers.append(dataflow_id=tenant.id, scope=scope, node=node, port=port, kind=kind,
+                                     operator=operator, time=list(time_), since=_micros(moved))
             if lag is not None:
                 scope, node, port, kind = where(location)
                 first = copied.oldest.get(location) if copied.oldest is not None else None
-                _append(lag, tenant.id, scope, node, port, kind, operator=names.operator(location),
-                        port_name=names.port(location), frontier=[list(t) for t in times],
-                        lag_seconds=round(max(now - moved, 0.0), 3) if times else None,
-                        lag_at_least=bool(times) and at_least(moved), changed_at=_micros(moved),
-                        oldest_time=None if first is None else list(first[0]),
-                        oldest_worker=None if first is None else first[2],
-                        oldest_born_at=None if first is None else _micros(first[1]),
-                        oldest_age_seconds=None if first is None else round(max(now - first[1], 0.0), 3),
-                        oldest_age_at_least=None if first is None else at_least(first[1]))
+                lag.append(dataflow_id=tenant.id, scope=scope, node=node, port=port, kind=kind,
+                           operator=names.operator(location), port_name=names.port(location),
+                           frontier=[list(t) for t in times],
+                           lag_seconds=round(max(now - moved, 0.0), 3) if times else None,
+                           lag_at_least=bool(times) and at_least(moved), changed_at=_micros(moved),
+                           oldest_time=None if first is None else list(first[0]),
+                           oldest_worker=None if first is None else first[2],
+                           oldest_born_at=None if first is None else _micros(first[1]),
+                           oldest_age_seconds=None if first is None else round(max(now - first[1], 0.0), 3),
+                           oldest_age_at_least=None if first is None else at_least(first[1]))
     points = rows.get("live_pointstamps")
     if points is not None and copied.counts is not None and copied.born is not None:
         for (location, time_), count in copied.counts.items():
             scope, node, port, kind = where(location)
             born = copied.born(location, time_)
-            _append(points, tenant.id, scope, node, port, kind, operator=names.operator(location), time=list(time_),
-                    count=count, born_at=None if born is None else _micros(born[0]),
-                    worker=None if born is None else born[1])
+            points.append(dataflow_id=tenant.id, scope=scope, node=node, port=port, kind=kind,
+                          operator=names.operator(location), time=list(time_), count=count,
+                          born_at=None if born is None else _micros(born[0]), worker=None if born is None else born[1])
 
-
-def _append(columns: dict[str, list[Any]], dataflow_id: str, scope: list[int], node: int, port: int, kind: str,
-            **values: Any) -> None:
-    columns["dataflow_id"].append(dataflow_id)
-    columns["scope"].append(scope)
-    columns["node"].append(node)
-    columns["port"].append(port)
-    columns["kind"].append(kind)
-    for column, value in values.items():
-        columns[column].append(value)
