@@ -20,12 +20,9 @@ from bisect import bisect_right
 from collections import defaultdict
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import polars as pl
-
-if TYPE_CHECKING:
-    from spark_jobs.report import Report
 
 MAX_LINES = 8
 """Operators drawn in the lag panel, the highest peaks first."""
@@ -33,6 +30,17 @@ FORMATS = (".svg", ".png")
 
 
 Operator = tuple[tuple[int, ...], int]
+
+
+class Plotted(Protocol):
+    """What the plot reads of a report (:class:`spark_jobs.report.Report`)."""
+
+    dataflow_id: str
+    name: str
+    created_at: datetime
+    as_of: datetime
+    epochs: pl.DataFrame
+    changes: pl.DataFrame | None
 
 
 def series_id(operator: Operator) -> str:
@@ -110,7 +118,7 @@ def lag_series(changes: pl.DataFrame, created_at: datetime, as_of: datetime) -> 
     return dict(found)
 
 
-def plot(report: Report, path: Path) -> None:
+def plot(report: Plotted, path: Path) -> None:
     """Draw the report's epochs cleared and lag over time into ``path`` (``.svg`` or ``.png``)."""
     import matplotlib
 
