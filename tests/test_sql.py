@@ -272,3 +272,21 @@ def test_several_shards_answer_whole_through_the_front(start_service: ServiceSta
         misdirected = shard.post("/v1/sql", json={"query": "SELECT 1"},
                                  headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
     assert misdirected.status_code == 421 and misdirected.json()["error"] == "misdirected"
+
+
+def test_the_memory_limit_is_a_413_and_the_engine_reaches_nothing_else() -> None:
+    """The engine alone (no service): a query needing more than its memory is 413; a Python
+    variable of the caller is not a table (replacement scans off, and external access off once
+    the views are registered: either alone keeps it out; with both undone this test fails)."""
+    import pyarrow as pa
+
+    from api.sql.engine import Limits, QueryError, run
+
+    with pytest.raises(QueryError) as refused:
+        run("SELECT list(range) FROM range(1000000000)", None, {}, Limits(memory_mb=64, seconds=30))
+    assert refused.value.status == 413 and refused.value.error == "query_too_large"
+    secret = pa.table({"s": [42]})
+    assert secret.num_rows == 1
+    with pytest.raises(QueryError) as unknown:
+        run("SELECT * FROM secret", None, {}, Limits())
+    assert unknown.value.status == 400 and "secret does not exist" in unknown.value.detail
