@@ -26,6 +26,8 @@ shards     a dataflow's shard (in its id), the shards' layout and logs, HAProxy'
            front's merges of the shards' answers (lists, metrics, health)
 ops        operating the service: lag and blame, explain, progress estimates, the dashboard's
            frames, the metrics' scrape, ``tracker watch``
+sql        SQL over the live state and the Delta tables: the live views built from copies, the
+           history views through delta-rs' Arrow datasets, DuckDB within limits, ``tracker sql``
 web        the HTTP surface (the only FastAPI importer): the app, routes, WebSocket, bearer
            auth, limits, protocols, the dashboard
 run        processes: ``tracker serve`` (the supervisor), the hot-path process, the commands, the

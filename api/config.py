@@ -126,6 +126,11 @@ class Settings:
     shard: int = 0  # this hot-path process's shard (set by the supervisor, not by users)
     endpoint: str | None = None  # this shard's base URL as workers reach it (set by the supervisor)
     sharded: bool = False  # whether the service has more than one shard (set by the supervisor)
+    # SQL (docs/tables.md, "SQL").
+    sql_seconds: float = 10.0  # TRACKER_SQL_SECONDS: a query running longer is stopped (408)
+    sql_rows: int = 10_000  # TRACKER_SQL_ROWS: rows answered at most (beyond: truncated)
+    sql_memory_mb: int = 512  # TRACKER_SQL_MEMORY_MB: DuckDB's memory limit per query (413 beyond)
+    sql_queries: int = 2  # TRACKER_SQL_QUERIES: queries run at once (429 beyond)
 
     @classmethod
     def from_env(cls, args: argparse.Namespace | None = None) -> Settings:
@@ -177,6 +182,10 @@ class Settings:
             shard_port=_env_int("TRACKER_SHARD_PORT", 0) if env.get("TRACKER_SHARD_PORT") else None,
             advertise_host=env.get("TRACKER_ADVERTISE_HOST") or None,
             proxy=env.get("TRACKER_PROXY", "auto"),
+            sql_seconds=_env_float("TRACKER_SQL_SECONDS", 10.0),
+            sql_rows=_env_int("TRACKER_SQL_ROWS", 10_000),
+            sql_memory_mb=_env_int("TRACKER_SQL_MEMORY_MB", 512),
+            sql_queries=_env_int("TRACKER_SQL_QUERIES", 2),
         )
         if args is not None:
             settings.host = args.host
@@ -220,6 +229,9 @@ class Settings:
             raise ValueError("TRACKER_LANE_BACKLOG must be at least 1")
         if settings.file_mode not in ("owner", "group"):
             raise ValueError(f"TRACKER_FILE_MODE must be owner or group, got {settings.file_mode!r}")
+        if min(settings.sql_rows, settings.sql_queries) < 1 or settings.sql_seconds <= 0 or settings.sql_memory_mb < 16:
+            raise ValueError("TRACKER_SQL_SECONDS must be above 0, TRACKER_SQL_ROWS and TRACKER_SQL_QUERIES at least "
+                             "1, TRACKER_SQL_MEMORY_MB at least 16")
         if settings.engine == "spark":
             settings.spark = True
         return settings

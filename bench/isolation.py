@@ -11,7 +11,9 @@ same on the most expensive graph the service accepts of a family it refuses when
 chain of ``k`` diamonds of arity 2, branches ``[1, 0]`` and ``[0, 1]``: the largest ``k`` of
 48, 44, 40, ... registered, ``k + 1`` times in the last frontiers), the
 answers that span a whole 50,000-node chain (its graph, frontier, lag, an explanation and the
-summaries from its input) back to back, and registrations of a 50,000-node chain and of a
+summaries from its input) back to back, runaway SQL queries over that chain's live lag (two
+clients, each query a cross join stopped by the time limit, ``TRACKER_SQL_SECONDS=1``), and
+registrations of a 50,000-node chain and of a
 refused 200,000-port graph back to back. The
 service's resident memory (``VmRSS`` of its process, from ``/proc``) is sampled throughout and
 read again once the abuse's connections closed. The service runs ``--engine native`` with
@@ -382,6 +384,27 @@ async def _run(service: ServiceProcess, quick: bool) -> dict[str, dict[str, Any]
 
         results["graph_reads"] = await _scenario(service, probe, seconds, graph_reads)
 
+        heavy = ("SELECT count(*) FROM live_lag a, live_lag b WHERE a.dataflow_id = $id AND b.dataflow_id = $id "
+                 "AND a.node + b.node = 7")
+
+        async def sql_heavy(stop: asyncio.Event, ready: asyncio.Event, counter: list[int]) -> dict[str, Any]:
+            """Two clients running a runaway SQL query back to back: the live state of the whole
+            chain copied and built (every location's lag row), then a cross join of it with itself
+            until the time limit stops it (408), or refused while both SQL threads are busy (429)."""
+            statuses: dict[int, int] = {}
+            ready.set()
+
+            async def query() -> None:
+                answer = await client.post("/v1/sql", json={"query": heavy, "params": {"id": wide.id}})
+                assert answer.status_code in (200, 408, 429), answer.text[:200]
+                statuses[answer.status_code] = statuses.get(answer.status_code, 0) + 1
+                if answer.status_code == 429:
+                    await asyncio.sleep(0.05)
+            await asyncio.gather(*(_repeat(query, stop, counter) for _ in range(2)))
+            return {"sql_408": statuses.get(408, 0), "sql_429": statuses.get(429, 0), "sql_200": statuses.get(200, 0)}
+
+        results["sql_heavy"] = await _scenario(service, probe, seconds, sql_heavy)
+
         big_body = _chain_body(20_000 if quick else 50_000, "chain-big")
         big = json.dumps(big_body)
         refused = json.dumps({"name": "too-big", "nodes": [{"id": i, "inputs": 1, "outputs": 1}
@@ -412,7 +435,9 @@ def run(quick: bool) -> dict[str, Any]:
                                              "TRACKER_MAX_SUBSCRIBERS": "0",
                                              "TRACKER_MAX_SUBSCRIBERS_PER_DATAFLOW": "0",
                                              "TRACKER_REGISTER_RATE": "1000", "TRACKER_REGISTER_BURST": "1000",
-                                             "TRACKER_WAL_SEGMENT_BYTES": str(2 << 30)})
+                                             "TRACKER_WAL_SEGMENT_BYTES": str(2 << 30),
+                                             # Several runaway queries per scenario, each to the limit.
+                                             "TRACKER_SQL_SECONDS": "1"})
     try:
         service.start()
         results = asyncio.run(_run(service, quick))
@@ -435,6 +460,9 @@ def run(quick: bool) -> dict[str, Any]:
               f"{row['samples']:5} {row['rss_max_mb']:7.0f}M {row['rss_after_mb']:8.0f}M {bound:8.0f}M {poster:>18} "
               f"{'yes' if ok else 'NO'}")
         figures.update({f"{name}_{key}": value for key, value in row.items()})
+    heavy = results["sql_heavy"]
+    print(f"sql_heavy: {heavy['sql_408']} queries stopped at the time limit (408), {heavy['sql_429']} refused while "
+          f"both SQL threads were busy (429), {heavy['sql_200']} answered")
     accepted = results["expensive_graph"]
     print(f"expensive_graph: {accepted['diamonds_accepted']} diamonds accepted and moved back to back "
           f"(refused first: {', '.join(map(str, accepted['diamonds_refused'])) or 'none'})")

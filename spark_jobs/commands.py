@@ -78,5 +78,7 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     report.add_argument("--json", action="store_true", help="print JSON instead of text tables")
     report.add_argument("--as-of", default=None, help="ISO time the durations are measured at, not before the "
                         "tables' last entry (default: now, UTC); the tables are read as they are now")
-    report.add_argument("--limit", type=int, default=10, help="how many stuck locations to list")
+    report.add_argument("--limit", type=int, default=10, help="how many stuck locations and blockers to list")
+    report.add_argument("--plot", default=None, metavar="FILE.svg|FILE.png",
+                        help="also draw epochs cleared and lag over time into this SVG or PNG file (matplotlib)")
     report.set_defaults(func=_report)

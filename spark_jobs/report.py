@@ -10,7 +10,15 @@ shows as Spark SQL and Polars queries:
   of that epoch was left there (``frontier_changes``); the epoch is a time's first coordinate;
 * stuck locations: non-empty frontiers ordered by their oldest time, then by how long they have
   not changed (last ``frontier_changes`` row, or registration if they never changed);
+* blockers: the live pointstamps (``pointstamps``), oldest time first, each with its
+  operator's name, the worker that last reported it and how long it has been live;
 * progress throughput: batches and updates per second (``progress``).
+
+Every scope is covered: in a dataflow with nested scopes, each location is named by its scope
+path (``scope``: the scope-node ids from the root) and its operator's name within that scope, so
+a stuck location or a blocker deep in a loop is named where it is, not as its scope node in the
+root. A flat dataflow's report has no ``scope`` column (it would be ``[]`` everywhere).
+``--plot`` draws epochs cleared and lag over time (:mod:`spark_jobs.plot`).
 
 The service does not write the frontier changes of version 0 (the initial pointstamps), so an
 element that leaves a frontier without having been seen to enter it was there since the
@@ -22,7 +30,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections import defaultdict
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -30,6 +37,15 @@ from typing import Any
 
 import polars as pl
 
+from spark_jobs.report_frames import (
+    blockers,
+    current_frontiers,
+    epoch_clear_times,
+    scoped,
+    stuck_locations,
+    throughput,
+    time_text,
+)
 from spark_jobs.storage import UnknownDataflowError, Warehouse, warehouse_problem
 
 
@@ -46,6 +62,15 @@ class Report:
     epochs: pl.DataFrame
     stuck: pl.DataFrame
     throughput: pl.DataFrame
+    blockers: pl.DataFrame
+    nested: bool = False
+    """The dataflow has nested scopes: every section then has a ``scope`` column."""
+    changes: pl.DataFrame | None = None
+    """The ``frontier_changes`` rows read (for :mod:`spark_jobs.plot`)."""
+
+    def shown(self, frame: pl.DataFrame) -> pl.DataFrame:
+        """A section as printed: without ``scope`` for a flat dataflow."""
+        return frame if self.nested or "scope" not in frame.columns else frame.drop("scope")
 
     def as_json(self) -> dict[str, Any]:
         """The report as JSON-ready dicts (datetimes as ISO strings)."""
@@ -62,9 +87,10 @@ class Report:
             "timestamp_arity": self.timestamp_arity,
             "created_at": self.created_at.isoformat(),
             "as_of": self.as_of.isoformat(),
-            "frontiers": rows(self.frontiers),
-            "epochs": rows(self.epochs),
-            "stuck": rows(self.stuck),
+            "frontiers": rows(self.shown(self.frontiers)),
+            "epochs": rows(self.shown(self.epochs)),
+            "stuck": rows(self.shown(self.stuck)),
+            "blockers": rows(self.shown(self.blockers)),
             "throughput": rows(self.throughput),
         }
 
@@ -77,152 +103,7 @@ class NotThenError(LookupError):
 def _frame(warehouse: Warehouse, table: str, dataflow_id: str) -> pl.DataFrame:
     frame = pl.from_arrow(warehouse.read(table, dataflow_id))
     assert isinstance(frame, pl.DataFrame)
-    if table != "progress" and "scope" in frame.columns:  # the root scope's operators only (docs/tables.md)
-        frame = frame.filter(pl.col("scope").list.len() == 0)
-    return frame
-
-
-def _time_text(time: list[int] | tuple[int, ...]) -> str:
-    return "(" + ", ".join(str(x) for x in time) + ")"
-
-
-def current_frontiers(frontiers: pl.DataFrame, nodes: pl.DataFrame) -> pl.DataFrame:
-    """One row per location that has a non-empty frontier: node, operator name, port, kind,
-    the frontier's elements (sorted) and its text.
-
-    >>> f = pl.DataFrame({"node": [1, 1], "port": [0, 0], "kind": ["target"] * 2, "time": [[4], [3]]})
-    >>> n = pl.DataFrame({"node": [1], "name": ["map"]})
-    >>> current_frontiers(f, n)["frontier"].to_list()
-    ['{(3), (4)}']
-    """
-    if frontiers.is_empty():
-        return pl.DataFrame(
-            schema={
-                "node": pl.Int32,
-                "name": pl.String,
-                "port": pl.Int32,
-                "kind": pl.String,
-                "times": pl.List(pl.List(pl.Int64)),
-                "frontier": pl.String,
-            }
-        )
-    grouped = (
-        frontiers.group_by("node", "port", "kind")
-        .agg(pl.col("time").sort().alias("times"))
-        .join(nodes.select("node", "name"), on="node", how="left")
-        .sort("node", pl.col("kind").replace_strict({"target": 0, "source": 1}, default=2), "port")
-    )
-    texts = ["{" + ", ".join(_time_text(t) for t in times) + "}" for times in grouped["times"].to_list()]
-    return grouped.select("node", "name", "port", "kind", "times").with_columns(pl.Series("frontier", texts))
-
-
-def epoch_clear_times(changes: pl.DataFrame, nodes: pl.DataFrame, created_at: datetime) -> pl.DataFrame:
-    """Per operator and epoch: when the epoch first appeared in the operator's input frontier,
-    when it left (null while it is still there) and the seconds in between.
-
-    Changes are replayed version by version, so an element that moves within one batch (as
-    ``(e, i)`` to ``(e, i+1)`` in a loop) does not make its epoch look cleared.
-
-    >>> t0 = datetime(2026, 1, 1, tzinfo=UTC)
-    >>> at = [t0.replace(second=s) for s in (5, 5, 9)]
-    >>> ch = pl.DataFrame({"version": [1, 1, 2], "node": [1] * 3, "port": [0] * 3, "kind": ["target"] * 3,
-    ...                    "time": [[0], [1], [1]], "diff": [-1, 1, -1], "at": at})
-    >>> epoch_clear_times(ch, pl.DataFrame({"node": [1], "name": ["op"]}), t0)["seconds"].to_list()
-    [5.0, 4.0]
-    """
-    names = dict(zip(nodes["node"].to_list(), nodes["name"].to_list(), strict=True)) if not nodes.is_empty() else {}
-    targets = changes.filter(pl.col("kind") == "target").sort("version", maintain_order=True)
-    present: dict[int, set[tuple[int, tuple[int, ...]]]] = defaultdict(set)  # node -> {(port, time)}
-    appeared: dict[tuple[int, int], datetime] = {}
-    cleared: dict[tuple[int, int], datetime] = {}
-
-    def epochs_of(node: int) -> set[int]:
-        return {time[0] for _port, time in present[node]}
-
-    for (version,), batch in targets.group_by("version", maintain_order=True):
-        del version  # only the grouping matters: one batch's changes are applied together
-        rows = list(batch.iter_rows(named=True))
-        for row in rows:
-            element = (row["port"], tuple(row["time"]))
-            if row["diff"] < 0 and element not in present[row["node"]]:
-                # It leaves without having been seen to enter: it was there since registration.
-                present[row["node"]].add(element)
-                appeared.setdefault((row["node"], element[1][0]), created_at)
-        at_by_node: dict[int, datetime] = {}
-        before = {node: epochs_of(node) for node in set(batch["node"].to_list())}
-        for row in rows:
-            node, element = row["node"], (row["port"], tuple(row["time"]))
-            at_by_node[node] = max(at_by_node.get(node, row["at"]), row["at"])
-            if row["diff"] > 0:
-                present[node].add(element)
-            else:
-                present[node].discard(element)
-        for node, old in before.items():
-            new = epochs_of(node)
-            for epoch in new - old:
-                appeared.setdefault((node, epoch), at_by_node[node])
-                cleared.pop((node, epoch), None)  # back again (a protocol violation): not cleared yet
-            for epoch in old - new:
-                cleared[(node, epoch)] = at_by_node[node]
-    rows = []
-    for (node, epoch), start in sorted(appeared.items()):
-        end = cleared.get((node, epoch))
-        rows.append(
-            {
-                "node": node,
-                "name": names.get(node),
-                "epoch": epoch,
-                "appeared_at": start,
-                "cleared_at": end,
-                "seconds": None if end is None else round((end - start).total_seconds(), 6),
-            }
-        )
-    schema = {
-        "node": pl.Int32,
-        "name": pl.String,
-        "epoch": pl.Int64,
-        "appeared_at": pl.Datetime("us", "UTC"),
-        "cleared_at": pl.Datetime("us", "UTC"),
-        "seconds": pl.Float64,
-    }
-    return pl.DataFrame(rows, schema=schema, orient="row") if rows else pl.DataFrame(schema=schema)  # type: ignore[arg-type]
-
-
-def stuck_locations(
-    frontiers: pl.DataFrame, changes: pl.DataFrame, created_at: datetime, as_of: datetime, limit: int = 10
-) -> pl.DataFrame:
-    """The ``limit`` locations most likely stuck: non-empty frontiers, oldest time first, then
-    the longest unchanged (since their last frontier change, or registration)."""
-    current = current_frontiers(
-        frontiers, pl.DataFrame({"node": [], "name": []}, schema={"node": pl.Int32, "name": pl.String})
-    )
-    if current.is_empty():
-        return current.select("node", "port", "kind", "frontier").with_columns(
-            pl.lit(None, pl.List(pl.Int64)).alias("oldest"),
-            pl.lit(None, pl.Datetime("us", "UTC")).alias("since"),
-            pl.lit(None, pl.Float64).alias("unchanged_seconds"),
-        )
-    last = changes.group_by("node", "port", "kind").agg(pl.col("at").max().alias("since"))
-    result = (
-        current.join(last, on=["node", "port", "kind"], how="left")
-        .with_columns(pl.col("since").fill_null(created_at), pl.col("times").list.first().alias("oldest"))
-        .with_columns(((pl.lit(as_of) - pl.col("since")).dt.total_microseconds() / 1e6).alias("unchanged_seconds"))
-        .sort("oldest", "since", "node", "port")
-    )
-    return result.select("node", "port", "kind", "frontier", "oldest", "since", "unchanged_seconds").head(limit)
-
-
-def throughput(progress: pl.DataFrame) -> pl.DataFrame:
-    """Applied batches and updates per second of arrival (``progress.received_at``)."""
-    if progress.is_empty():
-        return pl.DataFrame(schema={"second": pl.Datetime("us", "UTC"), "batches": pl.UInt32, "updates": pl.UInt32})
-    return (
-        progress.filter(pl.col("version") > 0)  # version 0 holds the initial pointstamps, not a batch
-        .with_columns(pl.col("received_at").dt.truncate("1s").alias("second"))
-        .group_by("second")
-        .agg(pl.col("version").n_unique().alias("batches"), (pl.col("delta") != 0).sum().alias("updates"))
-        .sort("second")
-    )
+    return scoped(frame)
 
 
 def build_report(warehouse: str | Path, dataflow_id: str, as_of: datetime | None = None, limit: int = 10) -> Report:
@@ -238,6 +119,7 @@ def build_report(warehouse: str | Path, dataflow_id: str, as_of: datetime | None
     frontiers = _frame(wh, "frontiers", dataflow_id)
     changes = _frame(wh, "frontier_changes", dataflow_id)
     progress = _frame(wh, "progress", dataflow_id)
+    pointstamps = _frame(wh, "pointstamps", dataflow_id)
     if as_of is not None:
         latest = max([created, *changes["at"].to_list(), *progress["received_at"].to_list()])
         if as_of < latest:
@@ -252,8 +134,11 @@ def build_report(warehouse: str | Path, dataflow_id: str, as_of: datetime | None
         as_of=now,
         frontiers=current_frontiers(frontiers, nodes).drop("times"),
         epochs=epoch_clear_times(changes, nodes, created),
-        stuck=stuck_locations(frontiers, changes, created, now, limit),
+        stuck=stuck_locations(frontiers, changes, created, now, limit, nodes),
         throughput=throughput(progress),
+        blockers=blockers(pointstamps, nodes, now, limit),
+        nested=any(nodes["scope"].list.len() > 0) if not nodes.is_empty() else False,
+        changes=changes,
     )
 
 
@@ -265,8 +150,16 @@ def _cell(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.3f}"
     if isinstance(value, list):
-        return _time_text(value)
+        return time_text(value)
     return str(value)
+
+
+def _scope_text(frame: pl.DataFrame) -> pl.DataFrame:
+    """``scope`` as text, ``[1, 2]`` (a time prints as ``(1, 2)``)."""
+    if "scope" not in frame.columns:
+        return frame
+    return frame.with_columns(pl.Series("scope", ["[" + ", ".join(map(str, s)) + "]" for s in frame["scope"].to_list()],
+                                        dtype=pl.String))
 
 
 def text_table(frame: pl.DataFrame, empty: str = "(none)") -> str:
@@ -280,6 +173,7 @@ def text_table(frame: pl.DataFrame, empty: str = "(none)") -> str:
     """
     if frame.is_empty():
         return empty
+    frame = _scope_text(frame)
     headers = frame.columns
     body = [[_cell(v) for v in row] for row in frame.iter_rows()]
     widths = [max(len(h), *(len(r[i]) for r in body)) for i, h in enumerate(headers)]
@@ -304,13 +198,16 @@ def render(report: Report) -> str:
         f"registered {_cell(report.created_at)}, report as of {_cell(report.as_of)} UTC",
         "",
         "== Current frontier per operator ==",
-        text_table(report.frontiers, "(every frontier is empty: the dataflow has completed)"),
+        text_table(report.shown(report.frontiers), "(every frontier is empty: the dataflow has completed)"),
         "",
         "== Epoch clear time per operator (input frontier; seconds from first appearance to leaving) ==",
-        text_table(report.epochs, "(no frontier changes recorded yet)"),
+        text_table(report.shown(report.epochs), "(no frontier changes recorded yet)"),
         "",
         "== Stuck locations (oldest frontier time first, then longest unchanged) ==",
-        text_table(report.stuck, "(none: every frontier is empty)"),
+        text_table(report.shown(report.stuck), "(none: every frontier is empty)"),
+        "",
+        "== Blockers: live pointstamps (oldest time first, then longest live) ==",
+        text_table(report.shown(report.blockers), "(none: no live pointstamp)"),
         "",
         "== Progress throughput ==",
         f"{batches} batches, {updates} updates over {seconds} active second(s); peak {peak} batches/s",
@@ -350,6 +247,11 @@ def run_report(args: argparse.Namespace) -> int:
         as_of = as_of.replace(tzinfo=UTC)
     if args.limit < 1:
         return fail(f"--limit must be at least 1, got {args.limit}")
+    plot_path = Path(args.plot) if getattr(args, "plot", None) else None
+    if plot_path is not None and plot_path.suffix.lower() not in (".svg", ".png"):
+        return fail(f"--plot {args.plot!r}: name an .svg or a .png file")
+    if plot_path is not None and not plot_path.parent.is_dir():
+        return fail(f"--plot {args.plot!r}: the directory {str(plot_path.parent)!r} does not exist")
     warehouse = str(args.warehouse)
     problem = warehouse_problem(warehouse)  # never create one just to report on it
     if problem:
@@ -363,4 +265,9 @@ def run_report(args: argparse.Namespace) -> int:
         print(json.dumps(report.as_json(), indent=2))
     else:
         print(render(report))
+    if plot_path is not None:
+        from spark_jobs.plot import plot
+
+        plot(report, plot_path)
+        print(f"tracker report: wrote the plot of epochs cleared and lag over time to {plot_path}", file=sys.stderr)
     return 0

@@ -21,7 +21,7 @@ import pytest
 
 from spark_jobs.report import build_report
 from spark_jobs.storage import Warehouse
-from tests.helpers import ROOT, ServiceStarter, loop_graph, register, update
+from tests.helpers import ROOT, ServiceStarter, loop_graph, loop_then_stage, register, update, wait_for
 from tracker.graph import Edge, Graph, Location, Node
 
 DF = "chain"
@@ -96,7 +96,8 @@ def test_cli_prints_the_figures(warehouse: Path) -> None:
     # op1, epoch 1: appeared at +2 s, cleared at +5 s, 3 seconds.
     assert re.search(r"^\s*1\s+op1\s+1\s+2026-03-01 12:00:02\.000\s+2026-03-01 12:00:05\.000\s+3\.000$", out, re.M), out
     stuck = out.split("== Stuck locations")[1].splitlines()
-    assert re.match(r"^\s*2\s+0\s+target\s+\{\(1\)\}\s+\(1\)\s+2026-03-01 12:00:02\.000\s+58\.000$", stuck[3]), out
+    assert re.match(r"^\s*2\s+op2\s+0\s+target\s+\{\(1\)\}\s+\(1\)\s+2026-03-01 12:00:02\.000\s+58\.000$",
+                    stuck[3]), out
     assert "3 batches, 4 updates over 3 active second(s)" in out
 
 
@@ -178,3 +179,80 @@ def test_report_on_tables_the_service_wrote(start_service: ServiceStarter) -> No
     cleared = {(r["node"], r["epoch"]) for r in data["epochs"] if r["seconds"] is not None}
     assert {(1, 0), (1, 1), (1, 2), (2, 0), (3, 2)} <= cleared
     assert sum(r["batches"] for r in data["throughput"]) == 3
+
+
+def test_plot_has_the_expected_series(warehouse: Path, tmp_path: Path) -> None:
+    """``--plot``: an SVG whose groups are the series (epochs cleared, one lag line per operator
+    input) with every point drawn, and a PNG of the figure's size; the series' values are the
+    hand-checked history's."""
+    from spark_jobs.plot import epochs_cleared, lag_series
+
+    report = build_report(warehouse, DF, as_of=AS_OF)
+    assert epochs_cleared(report.epochs) == [(T0 + timedelta(seconds=2), 2), (T0 + timedelta(seconds=5), 3)]
+    lags = lag_series(report.changes, report.created_at, AS_OF)  # type: ignore[arg-type]
+    assert sorted(lags) == [((), 1), ((), 2)]
+    # op2's input: {(0)} from registration, {(1)} from +2 s, never again: 58 s behind at +60 s.
+    assert lags[((), 2)][-1] == (AS_OF, 58.0) and max(s for _, s in lags[((), 1)]) == 55.0
+    svg, png = tmp_path / "report.svg", tmp_path / "report.png"
+    for path in (svg, png):
+        ran = subprocess.run([sys.executable, "-m", "tracker.cli", "report", "--warehouse", str(warehouse),
+                              "--dataflow", DF, "--as-of", AS_OF.isoformat(), "--plot", str(path)], cwd=ROOT,
+                             capture_output=True, text=True, timeout=120)
+        assert ran.returncode == 0 and f"wrote the plot of epochs cleared and lag over time to {path}" in ran.stderr
+    import xml.etree.ElementTree as ET
+
+    groups = {g.get("id"): g for g in ET.parse(svg).iter("{http://www.w3.org/2000/svg}g")}
+    vertices = {}
+    for gid in ("epochs-cleared", "lag--1", "lag--2"):
+        paths = [p.get("d") or "" for p in groups[gid].iter("{http://www.w3.org/2000/svg}path")]
+        assert len(paths) == 1, gid
+        vertices[gid] = len(re.findall(r"[ML]", paths[0]))
+    # A step line doubles its inner points: created, +2 s (2), +5 s (3), as of.
+    assert vertices["epochs-cleared"] == 7
+    assert vertices["lag--1"] == len(lags[((), 1)]) and vertices["lag--2"] == len(lags[((), 2)])
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    from PIL import Image
+
+    with Image.open(png) as image:
+        assert image.size == (1000, 650)
+    refused = subprocess.run([sys.executable, "-m", "tracker.cli", "report", "--warehouse", str(warehouse),
+                              "--dataflow", DF, "--plot", str(tmp_path / "report.pdf")], cwd=ROOT,
+                             capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 2 and "name an .svg or a .png file" in refused.stderr
+
+
+@pytest.mark.service
+def test_report_names_stuck_locations_and_blockers_inside_nested_scopes(start_service: ServiceStarter) -> None:
+    """A record held inside a loop scope: the report names it there (scope ``[1]``, operator
+    ``step``, the worker that reported it), and the stuck locations inside the loop by their
+    own names, not as the loop's scope node in the root."""
+    service = start_service(TRACKER_FLUSH_SECONDS="0.2", TRACKER_COMPACT_SECONDS="0.2")
+    try:
+        dataflow, _token = register(service, loop_then_stage("nested"))
+        inside = {"scope": [1], "node": 1, "port": 0, "kind": "source"}
+        with service.client() as client:
+            answer = client.post(f"/v1/dataflows/{dataflow}/progress", json={"worker": "w1", "seq": 0, "updates": [
+                {"location": inside, "time": [0, 3], "delta": 1}, update(0, 0, "source", [0], -1),
+                update(0, 0, "source", [1], 1)]})
+            assert answer.status_code == 200, answer.text
+        wh = Warehouse(service.warehouse)
+        wait_for("the inner pointstamp in Delta", lambda: wh.exists("pointstamps") and [1] in wh.read(
+            "pointstamps", dataflow)["scope"].to_pylist(), timeout=60, interval=0.2)
+    finally:
+        service.stop()
+    out = subprocess.run([sys.executable, "-m", "tracker.cli", "report", "--warehouse", str(service.warehouse),
+                          "--dataflow", dataflow, "--json", "--limit", "20"], cwd=ROOT, capture_output=True, text=True,
+                         timeout=60, check=True).stdout
+    data = json.loads(out)
+    blockers = [(b["scope"], b["node"], b["name"], b["time"], b["worker"]) for b in data["blockers"]]
+    assert blockers == [([1], 1, "step", [0, 3], "w1"), ([], 0, "input", [1], "w1")]  # epoch 0 first
+    stuck = {(tuple(s["scope"]), s["node"], s["port"], s["kind"]): (s["name"], s["oldest"]) for s in data["stuck"]}
+    # Inside the loop: the feedback's input and the step's second input wait on (0, 3) -> (0, 4).
+    assert stuck[((1,), 2, 0, "target")] == ("feedback", [0, 3])
+    assert stuck[((1,), 1, 1, "target")] == ("step", [0, 4])
+    assert stuck[((1,), 0, 0, "target")][0] == "loop boundary"
+    assert {s["scope"] for s in map(lambda r: {"scope": tuple(r["scope"])}, data["frontiers"])} >= {(), (1,)}
+    text = subprocess.run([sys.executable, "-m", "tracker.cli", "report", "--warehouse", str(service.warehouse),
+                           "--dataflow", dataflow], cwd=ROOT, capture_output=True, text=True, timeout=60,
+                          check=True).stdout
+    assert re.search(r"^\[1\]\s+1\s+step\s+0\s+source\s+\(0, 3\)\s+1\s+w1\s", text.split("== Blockers")[1], re.M), text

@@ -46,8 +46,9 @@ LAYERS: list[tuple[str, ...]] = [
 ]
 """Layers, lowest first; a module belongs to the layer of its longest matching prefix."""
 
-GUARDED = ("fastapi", "starlette", "sse_starlette", "uvicorn", "pydantic", "pyspark")
-"""Frameworks a service package may import only if its docstring lists them."""
+GUARDED = ("fastapi", "starlette", "sse_starlette", "uvicorn", "pydantic", "pyspark", "duckdb")
+"""Frameworks a service package may import only if its docstring lists them (DuckDB: only the SQL
+package runs queries, so no other package can open a connection without its limits)."""
 
 LONG = 400
 """Lines past which a module must say why it is long."""

@@ -58,8 +58,7 @@ RETRY_SECONDS = 1.0
 in a row up to :data:`RETRY_MAX`."""
 RETRY_MAX = 60.0
 SILENT_SECONDS = 3.0
-"""The Spark process tells its status every second: this long without a word, it is taken as
-stopped or stuck (``unresponsive``)."""
+"""It tells its status every second: this long without a word, it is ``unresponsive``."""
 
 
 class Unavailable(Exception):
@@ -161,8 +160,7 @@ class SparkLink:
         return found
 
     def _supervised_state(self) -> dict[str, Any] | None:
-        address = self.settings.spark_address
-        return read_state(spark_state_file(address)) if address else None
+        return read_state(spark_state_file(self.settings.spark_address)) if self.settings.spark_address else None
 
     def pending(self) -> dict[str, int]:
         """Work waiting for the Spark process or in its hands (for ``/healthz``)."""
@@ -293,7 +291,7 @@ class SparkLink:
         version = dataflow.publication.frontier_version
         if version < 0:
             raise Unavailable("busy", "no frontier computed yet")
-        if dataflow.live.busy():
+        if dataflow.live.busy():  # its counts as of the published version cannot be read without waiting
             raise Unavailable("busy", "its batches are propagating in its lane: audited once it is idle")
         message = audit_message(dataflow, version)
         if not self._offer(dataflow, message):

@@ -8,6 +8,6 @@ Guarantees: one ``tracker serve`` at a time serves a warehouse and one process a
 shard; a bad setting is refused at start-up in one line; nothing of the service outlives its
 supervisor.
 
-May import: api.config, api.logs, api.channel, api.host, api.ops, api.shards, api.web, tracker, spark_jobs,
-uvicorn.
+May import: api.config, api.logs, api.channel, api.host, api.ops, api.sql, api.shards, api.web, tracker,
+spark_jobs, uvicorn.
 """

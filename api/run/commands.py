@@ -1,4 +1,4 @@
-"""``tracker serve`` and ``tracker watch``: the service's commands, registered under the
+"""``tracker serve``, ``tracker watch`` and ``tracker sql``: the service's commands, registered under the
 ``tracker.commands`` entry points.
 
 Only :mod:`argparse` here; the service (FastAPI, uvicorn, Spark) is imported when the command
@@ -115,7 +115,7 @@ _LIMIT_OPTIONS: list[tuple[str, object, str]] = [
 
 
 def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add ``serve``, ``shard`` and ``watch`` to the ``tracker`` command's sub-parsers."""
+    """Add ``serve``, ``shard``, ``watch`` and ``sql`` to the ``tracker`` command's sub-parsers."""
     serve = commands.add_parser("serve", help="run the service: a supervisor of its hot-path processes (FastAPI + "
                                 "uvicorn, one per shard), the front and HAProxy when sharded, and its Spark process")
     _service_options(serve)
@@ -154,6 +154,9 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     watch.add_argument("--interval", type=_interval, default=1.0, help="seconds between refreshes (default 1)")
     watch.add_argument("--once", action="store_true", help="print one frame and exit")
     watch.set_defaults(func=_watch)
+    from api.sql.cli import add_sql_command  # argparse and httpx only, like watch
+
+    add_sql_command(commands)
 
 
 def _service_options(serve: argparse.ArgumentParser) -> None:

@@ -39,7 +39,8 @@ def main() -> int:
     shards = [Shard(int(s["index"]), str(s["endpoint"]), bool(s["local"]))
               for s in json.loads(os.environ.pop(SHARDS_ENV))]
     listener = socket.socket(fileno=int(os.environ.pop(LISTEN_FD_ENV)))
-    app = create_front(shards, proxied=os.environ.pop(PROXIED_ENV, "0") == "1", supervised=supervised.beat)
+    app = create_front(shards, proxied=os.environ.pop(PROXIED_ENV, "0") == "1", supervised=supervised.beat,
+                       settings=settings)
     config = uvicorn.Config(app, log_config=None, access_log=False, lifespan="on", timeout_graceful_shutdown=2,
                             headers=HEADERS)
     with contextlib.suppress(KeyboardInterrupt):  # uvicorn raises the SIGINT it stopped for again

@@ -48,6 +48,7 @@ from api.web.dataflows import router as dataflows_routes
 from api.web.deps import admin
 from api.web.frontiers import router as frontier_routes
 from api.web.limits import Limits, Registrations, Subscriptions
+from api.web.sql import router as sql_routes
 from api.web.ws import router as sockets
 
 log = logging.getLogger("tracker.app")
@@ -371,6 +372,7 @@ def create_app(settings: Settings, admin_token: str,
     app.include_router(dataflows_routes)
     app.include_router(frontier_routes)
     app.include_router(sockets)
+    app.include_router(sql_routes)
     app.include_router(dashboard.router)
     app.include_router(dashboard.pages)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]

@@ -200,7 +200,7 @@ def _delta_history(root: Path, dataflow_id: str, limit: int, where: list[dict[st
     import polars as pl
     from deltalake import DeltaTable
 
-    from spark_jobs.report import throughput
+    from spark_jobs.report_frames import throughput
     from spark_jobs.storage import Warehouse
 
     wh = Warehouse(root)

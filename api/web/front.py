@@ -47,12 +47,14 @@ import httpx
 from fastapi import FastAPI, Request, WebSocket
 from fastapi.responses import JSONResponse, RedirectResponse, Response
 
+from api.config import Settings
 from api.host.keys import DEADLINE_HEADER, KEY_HEADER
 from api.shards.ids import shard_of
 from api.shards.layout import Shard
 from api.shards.merge import merge_health, merge_metrics
 from api.web import dashboard
 from api.web.app import answer_errors
+from api.web.sql import add_front_sql
 
 logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request to a shard, every second
 POLL_SECONDS = 1.0
@@ -111,9 +113,11 @@ def _refusal(answers: list[httpx.Response]) -> httpx.Response:
 
 
 def create_front(shards: list[Shard], *, proxied: bool,
-                 supervised: Callable[[], Coroutine[Any, Any, None]] | None = None) -> FastAPI:
+                 supervised: Callable[[], Coroutine[Any, Any, None]] | None = None,
+                 settings: Settings | None = None) -> FastAPI:
     """The front's app over ``shards``; ``proxied``: HAProxy sends the dataflows' routes to the
-    shards (else the front redirects them); ``supervised``: the supervisor's heartbeat."""
+    shards (else the front redirects them); ``supervised``: the supervisor's heartbeat;
+    ``settings``: the service's (the warehouse and the SQL limits of ``POST /v1/sql``)."""
     known = Shards(shards)
     client = httpx.AsyncClient(timeout=httpx.Timeout(SHARD_SECONDS, connect=CONNECT_SECONDS),
                                limits=httpx.Limits(max_keepalive_connections=64))
@@ -280,5 +284,6 @@ def create_front(shards: list[Shard], *, proxied: bool,
             await websocket.close(code=1008, reason=f"connect at the dataflow's endpoint ({shard.endpoint})" if shard
                                   else "unknown_dataflow")
 
+    add_front_sql(app, shards, client, settings or Settings())
     app.include_router(dashboard.pages)
     return app

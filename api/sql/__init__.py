@@ -1,0 +1,15 @@
+"""SQL over the live state and the history: ``POST /v1/sql`` and ``tracker sql`` run one
+read-only SELECT in DuckDB, in-process, over views of what the service holds now (frontiers,
+pointstamps, lag and blame, states: :mod:`api.sql.live`) and of the Delta tables, read through
+delta-rs's Arrow datasets (:mod:`api.sql.history`), with a time, row and memory limit
+(:mod:`api.sql.engine`). ``tracker sql`` is the client (:mod:`api.sql.cli`).
+
+Guarantees: the query never runs on the event loop (the live state is copied there, its rows
+are built and the query run in a worker thread); a dataflow token's query sees only its own
+dataflow (every view is built filtered to it before the query text reaches DuckDB, and then
+the connection can reach nothing else: no file, no Python object, no setting changed); a bad
+query or a limit reached is a clear answer and changes nothing.
+
+May import: api.config, api.schema, api.live, api.durability, api.streams, api.host, api.ops, tracker,
+spark_jobs, duckdb.
+"""

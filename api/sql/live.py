@@ -1,0 +1,223 @@
+"""The live views: what the service holds now, as Arrow tables for DuckDB.
+
+=================== ===================================================================================
+view                one row per
+=================== ===================================================================================
+``live_dataflows``  dataflow this process hosts (deleted and damaged ones too, with their state)
+``live_frontiers``  element of a location's current frontier (a location with an empty frontier has
+                    none), as the Delta ``frontiers`` table, with the operator's name
+``live_pointstamps`` live pointstamp (non-zero count), as the Delta ``pointstamps`` table: when it was
+                    born and which worker last reported it (the blame)
+``live_lag``        location, as ``GET /v1/dataflows/{id}/lag`` answers it: its frontier, the seconds
+                    since that frontier changed, its oldest live pointstamp
+=================== ===================================================================================
+
+Every view's location columns are those of the Delta tables (``scope``, ``node``, ``port``,
+``kind``), times ``BIGINT[]``, instants ``TIMESTAMPTZ`` (UTC).
+
+How they are read: the dataflows' state is copied on the event loop (the published frontier,
+its ages, the counts: copies made in C or a dict copy, as ``GET .../lag`` and the dashboard's
+frames take them), each dataflow at one published version; the rows are built from those
+copies by what :func:`read_live` returns, in a worker thread. Only the views a query names are
+read, and only the dataflows the caller may see.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import pyarrow as pa
+
+from api.durability.recovery import Damaged
+from api.host.tenant import Tenant
+from api.ops.lag import index_of, locations_of, names_of
+from api.schema.bodies import collector_paused
+
+_STR = pa.string()
+_INT = pa.int32()
+_LONG = pa.int64()
+_TS = pa.timestamp("us", tz="UTC")
+_TIME = pa.list_(pa.int64())
+_LOCATION = [("dataflow_id", _STR), ("scope", pa.list_(pa.int32())), ("node", _INT), ("port", _INT), ("kind", _STR)]
+
+LIVE: dict[str, pa.Schema] = {
+    "live_dataflows": pa.schema([
+        ("dataflow_id", _STR), ("name", _STR), ("state", _STR), ("detail", _STR), ("timestamp_arity", _INT),
+        ("version", _LONG), ("frontier_version", _LONG), ("engine", _STR), ("shard", _INT), ("created_at", _TS),
+        ("last_frontier_change_at", _TS), ("last_batch_at", _TS), ("deleted_at", _TS)]),
+    "live_frontiers": pa.schema([*_LOCATION, ("operator", _STR), ("time", _TIME), ("since", _TS)]),
+    "live_pointstamps": pa.schema([*_LOCATION, ("operator", _STR), ("time", _TIME), ("count", _LONG),
+                                   ("born_at", _TS), ("worker", _STR)]),
+    "live_lag": pa.schema([
+        *_LOCATION, ("operator", _STR), ("port_name", _STR), ("frontier", pa.list_(_TIME)),
+        ("lag_seconds", pa.float64()), ("lag_at_least", pa.bool_()), ("changed_at", _TS), ("oldest_time", _TIME),
+        ("oldest_worker", _STR),
+        ("oldest_born_at", _TS), ("oldest_age_seconds", pa.float64()), ("oldest_age_at_least", pa.bool_())]),
+}
+"""The live views' schemas (docs/tables.md, "SQL")."""
+
+
+def _micros(at: float | None) -> int | None:
+    return None if at is None else round(at * 1_000_000)
+
+
+def _instant(text: str | None) -> int | None:
+    """An ISO 8601 instant (the registration's ``created_at``) in microseconds."""
+    if not text:
+        return None
+    return _micros(datetime.fromisoformat(text).timestamp())
+
+
+@dataclass
+class _Copied:
+    """One dataflow's state, copied on the event loop."""
+
+    tenant: Tenant
+    summary: dict[str, Any] | None = None
+    frontier: Callable[[Any], list[tuple[int, ...]]] | None = None
+    moved: Callable[[Any], float] | None = None
+    unknown_before: float | None = None
+    oldest: dict[Any, tuple[tuple[int, ...], float, str | None]] | None = None
+    counts: dict[Any, int] | None = None
+    born: Callable[[Any, tuple[int, ...]], tuple[float, str | None] | None] | None = None
+
+
+def _copy(tenant: Tenant, wanted: set[str], shard: int) -> _Copied:
+    copied = _Copied(tenant)
+    if "live_dataflows" in wanted:
+        lifecycle = tenant.lifecycle()
+        copied.summary = {
+            "dataflow_id": tenant.id, "name": tenant.name, "state": lifecycle["state"], "detail": None,
+            "timestamp_arity": tenant.graph.arity, "version": tenant.live.durable_version,
+            "frontier_version": tenant.publication.frontier_version, "engine": tenant.engine_mode, "shard": shard,
+            "created_at": _instant(tenant.created_at),
+            "last_frontier_change_at": _micros(tenant.publication.last_change_at),
+            "last_batch_at": _micros(tenant.live.last_batch_at), "deleted_at": _micros(tenant.deleted_at)}
+    index = index_of(tenant)
+    if wanted & {"live_frontiers", "live_lag"}:
+        _, copied.frontier = tenant.publication.frontier_reader()
+        copied.moved = tenant.ages.moved_all(index)
+        copied.unknown_before = tenant.ages.unknown_before
+    if "live_lag" in wanted:
+        copied.oldest = tenant.ages.oldest_by_location()
+    if "live_pointstamps" in wanted:
+        copied.counts = tenant.counts()
+        copied.born = tenant.ages.copy(index).born
+    return copied
+
+
+def _damaged_row(damaged: Damaged, shard: int) -> dict[str, Any]:
+    return {"dataflow_id": damaged.id, "name": damaged.name, "state": "damaged", "detail": damaged.detail,
+            "timestamp_arity": damaged.arity, "version": None, "frontier_version": None, "engine": None,
+            "shard": shard, "created_at": _instant(damaged.created_at), "last_frontier_change_at": None,
+            "last_batch_at": None, "deleted_at": None}
+
+
+def read_live(dataflows: Iterable[Tenant], damaged: Iterable[Damaged], wanted: set[str], *,
+              only: str | None = None, shard: int = 0, now: float | None = None
+              ) -> Callable[[], dict[str, pa.Table]]:
+    """The live views named in ``wanted`` over ``dataflows`` (ready ones; only the dataflow
+    ``only`` if given), read now, on the event loop; what is returned builds the tables from the
+    copies: call it in a worker thread."""
+    now = time.time() if now is None else now
+    wanted = wanted & set(LIVE)
+    copies = [_copy(t, wanted, shard) for t in list(dataflows) if t.ready and (only is None or t.id == only)]
+    refused = [_damaged_row(d, shard) for d in list(damaged) if only is None or d.id == only]
+
+    def build() -> dict[str, pa.Table]:
+        # The collector off: a pass while a slice's Python rows are alive walks them holding the GIL.
+        with collector_paused():
+            rows = {name: _Columns(LIVE[name]) for name in wanted}
+            for copied in copies:
+                _rows(copied, rows, now)
+            if "live_dataflows" in rows:
+                for row in refused:
+                    rows["live_dataflows"].append(**row)
+            return {name: columns.table() for name, columns in rows.items()}
+
+    return build
+
+
+class _Columns:
+    """One view's rows, turned into Arrow a slice at a time: at most :data:`SLICE` rows of
+    Python objects are alive at once (the lag report is built in slices for the same reason)."""
+
+    def __init__(self, schema: pa.Schema) -> None:
+        self.schema = schema
+        self.columns: dict[str, list[Any]] = {name: [] for name in schema.names}
+        self.batches: list[pa.RecordBatch] = []
+        self.count = 0
+
+    def append(self, **values: Any) -> None:
+        for column, value in values.items():
+            self.columns[column].append(value)
+        self.count += 1
+        if self.count >= SLICE:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self.count:
+            self.batches.append(pa.record_batch(list(self.columns.values()), schema=self.schema))
+            self.columns = {name: [] for name in self.schema.names}
+            self.count = 0
+
+    def table(self) -> pa.Table:
+        self._flush()
+        return pa.Table.from_batches(self.batches, schema=self.schema)
+
+
+SLICE = 2_048
+"""Rows of a live view built in Python before they are turned into Arrow."""
+
+
+def _rows(copied: _Copied, rows: dict[str, _Columns], now: float) -> None:
+    """Append one dataflow's rows to each wanted view's columns."""
+    tenant = copied.tenant
+    names = names_of(tenant)
+    if copied.summary is not None:
+        rows["live_dataflows"].append(**copied.summary)
+
+    def at_least(at: float) -> bool:
+        return copied.unknown_before is not None and at <= copied.unknown_before
+
+    def where(location: Any) -> tuple[list[int], int, int, str]:
+        scoped = names.scoped(location)
+        return list(scoped.scope), scoped.node, scoped.port, scoped.kind
+
+    frontiers, lag = rows.get("live_frontiers"), rows.get("live_lag")
+    if copied.frontier is not None and copied.moved is not None:
+        for location in locations_of(tenant):
+            times = copied.frontier(location)
+            moved = copied.moved(location)
+            if frontiers is not None and times:
+                scope, node, port, kind = where(location)
+                operator = names.operator(location)
+                for time_ in times:
+                    frontiers.append(dataflow_id=tenant.id, scope=scope, node=node, port=port, kind=kind,
+                                     operator=operator, time=list(time_), since=_micros(moved))
+            if lag is not None:
+                scope, node, port, kind = where(location)
+                first = copied.oldest.get(location) if copied.oldest is not None else None
+                lag.append(dataflow_id=tenant.id, scope=scope, node=node, port=port, kind=kind,
+                           operator=names.operator(location), port_name=names.port(location),
+                           frontier=[list(t) for t in times],
+                           lag_seconds=round(max(now - moved, 0.0), 3) if times else None,
+                           lag_at_least=bool(times) and at_least(moved), changed_at=_micros(moved),
+                           oldest_time=None if first is None else list(first[0]),
+                           oldest_worker=None if first is None else first[2],
+                           oldest_born_at=None if first is None else _micros(first[1]),
+                           oldest_age_seconds=None if first is None else round(max(now - first[1], 0.0), 3),
+                           oldest_age_at_least=None if first is None else at_least(first[1]))
+    points = rows.get("live_pointstamps")
+    if points is not None and copied.counts is not None and copied.born is not None:
+        for (location, time_), count in copied.counts.items():
+            scope, node, port, kind = where(location)
+            born = copied.born(location, time_)
+            points.append(dataflow_id=tenant.id, scope=scope, node=node, port=port, kind=kind,
+                          operator=names.operator(location), time=list(time_), count=count,
+                          born_at=None if born is None else _micros(born[0]), worker=None if born is None else born[1])
+
