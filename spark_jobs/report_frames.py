@@ -82,6 +82,7 @@ def epoch_clear_times(changes: pl.DataFrame, nodes: pl.DataFrame, created_at: da
     Changes are replayed version by version, so an element that moves within one batch (as
     ``(e, i)`` to ``(e, i+1)`` in a loop) does not make its epoch look cleared.
 
+    >>> from datetime import UTC
     >>> t0 = datetime(2026, 1, 1, tzinfo=UTC)
     >>> at = [t0.replace(second=s) for s in (5, 5, 9)]
     >>> ch = pl.DataFrame({"version": [1, 1, 2], "node": [1] * 3, "port": [0] * 3, "kind": ["target"] * 3,
@@ -182,6 +183,7 @@ def blockers(pointstamps: pl.DataFrame, nodes: pl.DataFrame, as_of: datetime, li
     time first, then the earliest born; each with its operator's name, the worker that last
     reported it and how long it has been live (``null`` where the table does not know).
 
+    >>> from datetime import UTC
     >>> t0 = datetime(2026, 1, 1, tzinfo=UTC)
     >>> p = pl.DataFrame({"scope": [[], [1]], "node": [0, 1], "port": [0, 0], "kind": ["source"] * 2,
     ...                   "time": [[3], [2, 5]], "count": [1, 1], "born_at": [t0, t0], "worker": ["w0", "w1"]})

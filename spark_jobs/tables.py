@@ -157,7 +157,7 @@ def missing_columns(table: str, stored: Iterable[str]) -> list[str]:
     by an older version of this project: before scopes, ``scope`` is missing everywhere).
 
     >>> missing_columns("frontiers", ["dataflow_id", "node", "port", "kind", "time"])
-    ['scope']
+    ['scope', 'since']
     """
     have = set(stored)
     return [name for name in schema_of(table).names if name not in have]

@@ -181,13 +181,14 @@ def _spark_agrees(service: ServiceProcess, kept: list[Kept]) -> None:
 
     for item in kept:
         check = wait_for("the Spark check", lambda item=item: status(item)["spark_check"] not in (  # type: ignore[misc]
-            "pending", "running") and status(item), service=service)
+            "pending", "running") and status(item), 600, service=service)
         assert check["spark_check"] == "agreed", (item.request, check)
         with service.client() as client:
             queued = wait_for("the audit queued", lambda item=item: client.post(  # type: ignore[misc]
                 f"/v1/dataflows/{item.dataflow}/audit").status_code == 202, service=service)
         assert queued
-        audit = wait_for("the audit", lambda item=item: status(item)["audit"], service=service)  # type: ignore[misc]
+        audit = wait_for("the audit", lambda item=item: status(item)["audit"], 600,  # type: ignore[misc]
+                         service=service)
         assert audit["ok"] is True, (item.request, audit)
 
 
