@@ -36,7 +36,7 @@ impl<T: Time> TimeGroups<T> {
 
     /// Records that `time` entered (`diff > 0`) or left (`diff < 0`) `location`'s frontier;
     /// `diff` fits 32 bits (the antichains report `+1` and `-1`).
-    #[inline]
+    #[inline(always)]
     pub fn push(&mut self, time: T, location: u32, diff: i64) {
         debug_assert!(i32::try_from(diff).is_ok());
         let key = (u64::from(location) << 32) | u64::from(diff as i32 as u32);
