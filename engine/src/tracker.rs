@@ -158,15 +158,15 @@ impl<T: Time, A: Antichain<T>> Tracker<T, A> {
     /// exactly one `+1` or `-1` per `(location, time)` whose frontier membership changed,
     /// sorted by (time, location).
     ///
-    /// A location's pointstamp counts take its staged updates at once (when there are many).
-    /// The frontier changes that follow are settled in rounds: a round takes the least pending time and
-    /// every other pending time that no pending time is `<=` (incomparable ones: a wide
-    /// antichain moves in one round), and settles its work in position order. Positions follow
-    /// the identity transitions and every other transition strictly advances times, so work
-    /// at a round's time only goes to later positions, and everything else a round produces is
-    /// at a time after one of the round's: each (time, location) is settled once, with every
-    /// contribution to it already summed. A round of one time keeps net diffs per position
-    /// ([`Pending`]); a round of several keeps lists per position ([`Round`]), which each
+    /// A location's pointstamp counts take its staged updates at once. The frontier changes
+    /// that follow are settled in rounds: a round takes the least pending time and every other
+    /// pending time that no other pending time is `<=` (a wide antichain moves in one round),
+    /// and settles its work in position order. Positions follow the identity transitions and
+    /// every other transition strictly advances times, so work at a round's time only goes to
+    /// later positions, and everything else a round produces is at a time after one of the
+    /// round's: each (time, location) is settled once, with every contribution to it already
+    /// summed. A round of few times settles them one after another with net diffs per position
+    /// ([`Pending`]); a round of many keeps lists per position ([`Round`]), which each
     /// location's implications take at once.
     pub fn propagate(&mut self, changes: &mut Changes) {
         self.apply_staged();
