@@ -55,6 +55,7 @@ class Engine:
         labels: Sequence[object] | None = None,
         json: Sequence[str] | str | None = None,
         index: dict[Any, int] | None = None,
+        pairwise: bool = False,
     ) -> None: ...
     @property
     def arity(self) -> int: ...

@@ -57,13 +57,16 @@ def location_json(location: Location) -> str:
     return f'{{"node": {location.node}, "port": {location.port}, "kind": "{location.kind}"}}'
 
 
-def engine_for(graph: Graph, locations: list[Location] | None = None) -> tuple[Engine, list[Location]]:
+def engine_for(graph: Graph, locations: list[Location] | None = None, *, pairwise: bool = False
+               ) -> tuple[Engine, list[Location]]:
     """A fresh engine for ``graph`` (assumed free of non-incrementing cycles) and its location
     order: index ``i`` of the engine is ``locations[i]``.
 
     ``locations`` defaults to the locations sorted as tuples, ``(node, port, kind)``, so that
     the engine's (time, index) order of changes is the reference's (time, location) order. The
     engine carries the locations as labels and their :func:`location_json` fragments.
+    ``pairwise=True`` builds the engine's earlier algorithm (pairwise antichains, one time per
+    propagation round; the same results), for comparisons.
     """
     if locations is None:
         with _LAYOUTS_LOCK:
@@ -79,7 +82,8 @@ def engine_for(graph: Graph, locations: list[Location] | None = None) -> tuple[E
         _, order, index, transitions, fragments = layout
     else:
         order, index, transitions, fragments = _layout(graph, list(locations))
-    engine = Engine(graph.arity, len(order), transitions, labels=order, json=fragments, index=index)
+    options = {"pairwise": True} if pairwise else {}  # an engine built before the option still serves
+    engine = Engine(graph.arity, len(order), transitions, labels=order, json=fragments, index=index, **options)
     return engine, order
 
 

@@ -59,6 +59,8 @@ fn main() {
     match arity {
         1 => replay::<[u64; 1]>(arity, locations, &specs, &batches, repeats),
         2 => replay::<[u64; 2]>(arity, locations, &specs, &batches, repeats),
+        3 => replay::<[u64; 3]>(arity, locations, &specs, &batches, repeats),
+        4 => replay::<[u64; 4]>(arity, locations, &specs, &batches, repeats),
         _ => replay::<progress_engine::time::DynTime>(arity, locations, &specs, &batches, repeats),
     }
 }

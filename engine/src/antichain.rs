@@ -1,9 +1,63 @@
 //! Signed counts per time and the frontier they imply, reporting exactly how it moves.
+//!
+//! The frontier is kept sorted lexicographically ([`crate::sorted`]), which makes dominance
+//! cheap where the order has structure: with one coordinate the frontier holds at most one
+//! time, and with two it is a staircase, so "is `t` dominated" is a binary search and "which
+//! elements does `t` dominate" a contiguous run from where `t` would sit. Three coordinates and
+//! more compare pairwise, though only with the elements lexicographically before `t` (those
+//! that can be `<= t`) or after it (those that can be `>= t`).
+//!
+//! A batch of updates to one antichain ([`Antichain::update_batch`]) that is not small beside
+//! its counts is merged into them in one pass and the frontier recomputed from the merged
+//! counts (one pass for one and two coordinates, `n log n` for three, pairwise beyond), instead
+//! of shifting the sorted counts once per time.
 
+use crate::sorted::{consolidate_from, difference, dominated, merge, minimal_of, pair};
 use crate::time::Time;
 
-/// Counts per time (kept sorted lexicographically) and the frontier: the minimal times with a
-/// positive count. Counts may go negative; only positive counts are active.
+/// Counts per time and their frontier, as the tracker needs them; [`MutableAntichain`] is the
+/// engine's, [`crate::pairwise::Pairwise`] the pairwise one it replaced.
+pub trait Antichain<T: Time>: Default + std::fmt::Debug + Send + Sync {
+    /// True when [`Antichain::update_batch`] costs less than one [`Antichain::update`] per
+    /// time, so that the tracker should gather the work of many times per location.
+    const BATCHED: bool;
+
+    /// Adds `delta` to the count of `time` and appends the frontier's changes (`(time, +1)`
+    /// entering, `(time, -1)` leaving) to `changes`: exactly the net change of the frontier.
+    fn update(&mut self, time: &T, delta: i64, changes: &mut Vec<(T, i64)>);
+
+    /// Applies `updates` (sorted by time, at most one per time) and appends the frontier's net
+    /// changes to `changes`, sorted by time, at most one per time. `scratch` is working memory
+    /// shared by many antichains.
+    fn update_batch(&mut self, updates: &[(T, i64)], scratch: &mut Scratch<T>, changes: &mut Vec<(T, i64)>);
+
+    /// The frontier (the minimal times with a positive count), sorted lexicographically.
+    fn sorted_frontier(&self) -> Vec<T>;
+
+    /// True iff some frontier element is `<= time`.
+    fn less_equal(&self, time: &T) -> bool;
+
+    /// Every non-zero count, sorted by time.
+    fn counts(&self) -> &[(T, i64)];
+}
+
+/// Working memory for [`Antichain::update_batch`], kept by the tracker so that batches
+/// allocate nothing once it has grown.
+#[derive(Debug)]
+pub struct Scratch<T> {
+    counts: Vec<(T, i64)>,
+    frontier: Vec<T>,
+}
+
+impl<T> Default for Scratch<T> {
+    fn default() -> Self {
+        Scratch { counts: Vec::new(), frontier: Vec::new() }
+    }
+}
+
+/// Counts per time (sorted lexicographically) and the frontier: the minimal times with a
+/// positive count, sorted lexicographically. Counts may go negative; only positive counts are
+/// active.
 #[derive(Clone, Debug)]
 pub struct MutableAntichain<T> {
     counts: Vec<(T, i64)>,
@@ -22,12 +76,139 @@ impl<T: Time> MutableAntichain<T> {
         Self::default()
     }
 
-    /// Adds `delta` to the count of `time` and appends the frontier's changes
-    /// (`(time, +1)` entering, `(time, -1)` leaving) to `changes`.
+    /// The frontier, sorted lexicographically.
+    pub fn frontier(&self) -> &[T] {
+        &self.frontier
+    }
+
+    /// True iff no count is non-zero.
+    pub fn is_empty(&self) -> bool {
+        self.counts.is_empty()
+    }
+
+    /// `time`, active and not dominated, joins the frontier; the elements it dominates leave.
+    fn insert(&mut self, time: &T, changes: &mut Vec<(T, i64)>) {
+        match time.coords().len() {
+            1 => {
+                // Not dominated: before the one element there may be, which leaves.
+                match self.frontier.first_mut() {
+                    Some(first) => changes.push((std::mem::replace(first, time.clone()), -1)),
+                    None => self.frontier.push(time.clone()),
+                }
+            }
+            2 => {
+                // The elements it dominates follow it in a run: those whose second coordinate
+                // is still >= its own.
+                let start = self.frontier.partition_point(|f| f < time);
+                let y = time.coords()[1];
+                let run = self.frontier[start..].iter().take_while(|f| f.coords()[1] >= y).count();
+                changes.extend(self.frontier[start..start + run].iter().map(|f| (f.clone(), -1)));
+                if run == 0 {
+                    self.frontier.insert(start, time.clone());
+                } else {
+                    self.frontier[start] = time.clone();
+                    self.frontier.drain(start + 1..start + run);
+                }
+            }
+            _ => {
+                let start = self.frontier.partition_point(|f| f < time);
+                let mut kept = start;
+                for index in start..self.frontier.len() {
+                    if time.less_equal(&self.frontier[index]) {
+                        changes.push((self.frontier[index].clone(), -1));
+                    } else {
+                        self.frontier.swap(kept, index);
+                        kept += 1;
+                    }
+                }
+                self.frontier.truncate(kept);
+                self.frontier.insert(start, time.clone());
+            }
+        }
+        changes.push((time.clone(), 1));
+    }
+
+    /// Frontier element `self.frontier[at]` became inactive (its count's slot is `from`): it
+    /// leaves, and the positive times only it dominated join.
     ///
-    /// Only a change of a count's sign matters: a time becoming active extends the frontier
-    /// without looking at other counts, and only a frontier element becoming inactive rescans.
-    pub fn update(&mut self, time: &T, delta: i64, changes: &mut Vec<(T, i64)>) {
+    /// Only times lexicographically after it can have been dominated by it, so the scan of the
+    /// counts starts at `from`. Two coordinates: the times freed lie between its neighbours,
+    /// with a first coordinate below the next element's and a second below the previous
+    /// element's, so the scan stops at the next element and keeps a staircase.
+    fn remove(&mut self, at: usize, from: usize, changes: &mut Vec<(T, i64)>) {
+        let arity = self.frontier[at].coords().len();
+        changes.push((self.frontier[at].clone(), -1));
+        let mut positive = self.counts[from..].iter().filter(|(_, count)| *count > 0).map(|(time, _)| time);
+        let added_from = changes.len();
+        match arity {
+            1 => match positive.next() {
+                // The least positive time, the only one that can join.
+                Some(time) => {
+                    changes.push((time.clone(), 1));
+                    self.frontier[0] = time.clone();
+                }
+                None => self.frontier.clear(),
+            },
+            2 => {
+                let limit = self.frontier.get(at + 1).map(|f| f.coords()[0]);
+                let mut bound = at.checked_sub(1).map(|p| self.frontier[p].coords()[1]);
+                for time in positive {
+                    let (x, y) = pair(time);
+                    if limit.is_some_and(|limit| x >= limit) {
+                        break;
+                    }
+                    if bound.is_none_or(|bound| y < bound) {
+                        changes.push((time.clone(), 1));
+                        bound = Some(y);
+                    }
+                }
+                // The new elements take its place, in order.
+                match &changes[added_from..] {
+                    [] => {
+                        self.frontier.remove(at);
+                    }
+                    [(time, _)] => self.frontier[at] = time.clone(),
+                    added => {
+                        let added: Vec<T> = added.iter().map(|(time, _)| time.clone()).collect();
+                        self.frontier.splice(at..at + 1, added);
+                    }
+                }
+            }
+            _ => {
+                self.frontier.remove(at);
+                let floor = |f: &T| {
+                    let coords = f.coords();
+                    coords[1..].iter().all(|&c| c == 0).then_some(coords[0])
+                };
+                let mut stop = self.frontier.iter().filter_map(floor).min().unwrap_or(u64::MAX);
+                for time in positive {
+                    if time.coords()[0] >= stop {
+                        break;
+                    }
+                    if !dominated(&self.frontier, time)
+                        && !changes[added_from..].iter().any(|(f, _)| f.less_equal(time))
+                    {
+                        if let Some(first) = floor(time) {
+                            stop = stop.min(first);
+                        }
+                        changes.push((time.clone(), 1));
+                    }
+                }
+                for (time, _) in &changes[added_from..] {
+                    let position = self.frontier.partition_point(|f| f < time);
+                    self.frontier.insert(position, time.clone());
+                }
+            }
+        }
+    }
+}
+
+impl<T: Time> Antichain<T> for MutableAntichain<T> {
+    const BATCHED: bool = true;
+
+    /// Only a change of a count's sign matters: a time becoming active joins unless dominated,
+    /// and only a frontier element becoming inactive looks at other counts.
+    fn update(&mut self, time: &T, delta: i64, changes: &mut Vec<(T, i64)>) {
         if delta == 0 {
             return;
         }
@@ -51,88 +232,49 @@ impl<T: Time> MutableAntichain<T> {
             return;
         }
         if new > 0 {
-            if self.frontier.iter().any(|f| f.less_equal(time)) {
-                return;
+            if !dominated(&self.frontier, time) {
+                self.insert(time, changes);
             }
-            let mut position = 0;
-            while position < self.frontier.len() {
-                if time.less_equal(&self.frontier[position]) {
-                    changes.push((self.frontier.swap_remove(position), -1));
-                } else {
-                    position += 1;
-                }
-            }
-            self.frontier.push(time.clone());
-            changes.push((time.clone(), 1));
-        } else if let Some(position) = self.frontier.iter().position(|f| f == time) {
-            self.frontier.swap_remove(position);
-            changes.push((time.clone(), -1));
-            self.rebuild(index, changes);
+        } else if let Ok(at) = self.frontier.binary_search(time) {
+            self.remove(at, index, changes);
         }
     }
 
-    /// After frontier element `time` left (its count's slot was `from`): every remaining
-    /// element stays minimal; add the positive times no longer dominated.
-    ///
-    /// Only times lexicographically after `time` can have been dominated by it, so the scan
-    /// starts at `from`; counts are sorted, so no later time dominates an earlier one. It stops
-    /// once a frontier element `f` with all but its first coordinate zero has `f[0] <= x[0]`
-    /// for the scanned `x`: then `f` dominates `x` and everything after it (for one
-    /// coordinate, at the first positive time).
-    fn rebuild(&mut self, from: usize, changes: &mut Vec<(T, i64)>) {
-        let kept = self.frontier.len();
-        let floor = |f: &T| {
-            let coords = f.coords();
-            coords[1..].iter().all(|&c| c == 0).then_some(coords[0])
-        };
-        let mut stop = self.frontier.iter().filter_map(floor).min().unwrap_or(u64::MAX);
-        for (time, count) in &self.counts[from..] {
-            if time.coords()[0] >= stop {
-                break;
+    /// Few updates beside many counts go one at a time; otherwise the counts are merged and the
+    /// frontier recomputed, linear in the counts for one and two coordinates.
+    fn update_batch(&mut self, updates: &[(T, i64)], scratch: &mut Scratch<T>, changes: &mut Vec<(T, i64)>) {
+        if updates.len() < 2 || updates.len() * 8 < self.counts.len() {
+            let from = changes.len();
+            for (time, delta) in updates {
+                self.update(time, *delta, changes);
             }
-            if *count > 0 && !self.frontier.iter().any(|f| f.less_equal(time)) {
-                if let Some(first) = floor(time) {
-                    stop = stop.min(first);
-                }
-                self.frontier.push(time.clone());
-            }
+            consolidate_from(changes, from);
+            return;
         }
-        for time in &self.frontier[kept..] {
-            changes.push((time.clone(), 1));
-        }
+        merge(&self.counts, updates, &mut scratch.counts);
+        minimal_of(&scratch.counts, &mut scratch.frontier);
+        difference(&self.frontier, &scratch.frontier, changes);
+        std::mem::swap(&mut self.counts, &mut scratch.counts);
+        std::mem::swap(&mut self.frontier, &mut scratch.frontier);
     }
 
-    /// The frontier, in no particular order.
-    pub fn frontier(&self) -> &[T] {
-        &self.frontier
+    fn sorted_frontier(&self) -> Vec<T> {
+        self.frontier.clone()
     }
 
-    /// The frontier, sorted lexicographically.
-    pub fn sorted_frontier(&self) -> Vec<T> {
-        let mut out = self.frontier.clone();
-        out.sort();
-        out
+    fn less_equal(&self, time: &T) -> bool {
+        dominated(&self.frontier, time)
     }
 
-    /// True iff some frontier element is `<= time`.
-    pub fn less_equal(&self, time: &T) -> bool {
-        self.frontier.iter().any(|f| f.less_equal(time))
-    }
-
-    /// Every non-zero count, sorted by time.
-    pub fn counts(&self) -> &[(T, i64)] {
+    fn counts(&self) -> &[(T, i64)] {
         &self.counts
-    }
-
-    /// True iff no count is non-zero.
-    pub fn is_empty(&self) -> bool {
-        self.counts.is_empty()
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sorted::consolidate;
 
     fn apply<T: Time>(m: &mut MutableAntichain<T>, time: T, delta: i64) -> Vec<(T, i64)> {
         let mut out = Vec::new();
@@ -147,7 +289,7 @@ mod tests {
         assert_eq!(apply(&mut m, [3u64], 1), vec![([3], 1)]);
         assert_eq!(apply(&mut m, [5u64], 1), vec![]);
         assert_eq!(apply(&mut m, [3u64], -1), vec![([3], -1), ([5], 1)]);
-        assert_eq!(m.sorted_frontier(), vec![[5]]);
+        assert_eq!(m.frontier(), &[[5]]);
         assert_eq!(apply(&mut m, [5u64], -1), vec![([5], -1)]);
         assert!(m.is_empty());
     }
@@ -163,7 +305,7 @@ mod tests {
     }
 
     #[test]
-    fn partial_order() {
+    fn staircase_of_two_coordinates() {
         let mut m = MutableAntichain::new();
         assert_eq!(apply(&mut m, [2u64, 0], 1), vec![([2, 0], 1)]);
         assert_eq!(apply(&mut m, [0u64, 2], 1), vec![([0, 2], 1)]);
@@ -171,20 +313,48 @@ mod tests {
         assert_eq!(apply(&mut m, [1u64, 1], 1), vec![([1, 1], 1)]);
         assert_eq!(apply(&mut m, [0u64, 0], 1), vec![([0, 0], 1), ([0, 2], -1), ([1, 1], -1), ([2, 0], -1)]);
         assert_eq!(apply(&mut m, [0u64, 0], -1), vec![([0, 0], -1), ([0, 2], 1), ([1, 1], 1), ([2, 0], 1)]);
+        assert_eq!(m.frontier(), &[[0, 2], [1, 1], [2, 0]]);
         assert_eq!(apply(&mut m, [1u64, 1], -1), vec![([1, 1], -1)]);
         assert_eq!(apply(&mut m, [0u64, 2], -1), vec![([0, 2], -1)]);
         assert!(m.less_equal(&[3, 4]) && !m.less_equal(&[1, 9]));
-        assert_eq!(m.sorted_frontier(), vec![[2, 0]]);
         assert_eq!(apply(&mut m, [2u64, 0], -1), vec![([2, 0], -1), ([3, 3], 1)]);
-        // Rebuilding stops at a time with a zero tail, and skips what the others dominate.
-        for t in [[1u64, 4], [1, 2], [2, 0], [2, 1], [4, 0], [5, 5]] {
+        // Removal frees only what lies between the neighbours, as a staircase.
+        for t in [[1u64, 4], [1, 2], [2, 0], [2, 1], [4, 0], [5, 5], [0, 9], [1, 3]] {
             apply(&mut m, t, 1);
         }
-        assert_eq!(m.sorted_frontier(), vec![[1, 2], [2, 0]]);
-        assert_eq!(apply(&mut m, [1u64, 2], -1), vec![([1, 2], -1), ([1, 4], 1)]);
+        assert_eq!(m.frontier(), &[[0, 9], [1, 2], [2, 0]]);
+        assert_eq!(apply(&mut m, [1u64, 2], -1), vec![([1, 2], -1), ([1, 3], 1)]);
         assert_eq!(apply(&mut m, [2u64, 0], -1), vec![([2, 0], -1), ([2, 1], 1), ([4, 0], 1)]);
-        assert_eq!(apply(&mut m, [2u64, 1], -1), vec![([2, 1], -1), ([3, 3], 1)]);
-        assert_eq!(apply(&mut m, [1u64, 4], -1), vec![([1, 4], -1)]);
-        assert_eq!(m.sorted_frontier(), vec![[3, 3], [4, 0]]);
+        assert_eq!(apply(&mut m, [0u64, 9], -1), vec![([0, 9], -1)]);
+        assert_eq!(m.frontier(), &[[1, 3], [2, 1], [4, 0]]);
+    }
+
+    #[test]
+    fn batches_equal_one_update_at_a_time() {
+        let mut batched = MutableAntichain::new();
+        let mut single = MutableAntichain::new();
+        let mut scratch = Scratch::default();
+        let width = 50u64;
+        let old: Vec<([u64; 2], i64)> = (0..=width).map(|i| ([i, width - i], 1)).collect();
+        let mut changes = Vec::new();
+        batched.update_batch(&old, &mut scratch, &mut changes);
+        assert_eq!(changes, old);
+        for (time, delta) in &old {
+            single.update(time, *delta, &mut Vec::new());
+        }
+        // Retract every time and add it shifted, in one batch.
+        let mut moved: Vec<([u64; 2], i64)> = old.iter().map(|(t, _)| (*t, -1)).collect();
+        moved.extend(old.iter().map(|(t, _)| ([t[0] + 1, t[1] + 1], 1)));
+        consolidate(&mut moved);
+        changes.clear();
+        batched.update_batch(&moved, &mut scratch, &mut changes);
+        let mut expected = moved.clone();
+        expected.sort();
+        assert_eq!(changes, expected);
+        for (time, delta) in &moved {
+            single.update(time, *delta, &mut Vec::new());
+        }
+        assert_eq!(batched.frontier(), single.frontier());
+        assert_eq!(batched.counts(), single.counts());
     }
 }

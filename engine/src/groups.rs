@@ -15,7 +15,7 @@ pub struct TimeGroups<T> {
     groups: Vec<(T, Vec<u64>)>,
     /// Emptied lists, kept for their memory.
     spare: Vec<Vec<u64>>,
-    /// The group touched last: most changes in a row share a time.
+    /// The group touched last: most changes in a row share a time, or follow in time order.
     last: usize,
     /// Net diff per location, for groups dense enough to place rather than sort; all zero
     /// between uses.
@@ -36,13 +36,22 @@ impl<T: Time> TimeGroups<T> {
 
     /// Records that `time` entered (`diff > 0`) or left (`diff < 0`) `location`'s frontier;
     /// `diff` fits 32 bits (the antichains report `+1` and `-1`).
-    #[inline]
+    #[inline(always)]
     pub fn push(&mut self, time: T, location: u32, diff: i64) {
         debug_assert!(i32::try_from(diff).is_ok());
         let key = (u64::from(location) << 32) | u64::from(diff as i32 as u32);
         if let Some((at, keys)) = self.groups.get_mut(self.last) {
             if *at == time {
                 keys.push(key);
+                return;
+            }
+        }
+        // A location of a round of many times reports its changes in time order: the next
+        // change is usually at the next group.
+        if let Some((at, keys)) = self.groups.get_mut(self.last + 1) {
+            if *at == time {
+                keys.push(key);
+                self.last += 1;
                 return;
             }
         }

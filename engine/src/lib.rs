@@ -12,16 +12,25 @@
 //! of the identity transitions, and each keeps two [`antichain::MutableAntichain`]s: its
 //! pointstamps, and its implications (one count per frontier element of its own pointstamps and
 //! of each predecessor's implications moved along the connecting transition), as in timely's
-//! `reachability::Tracker`. A batch updates pointstamps first; their frontier changes become
-//! work at `(time, location)`. [`tracker::Tracker::propagate`] settles work in increasing
-//! lexicographic time (a linear extension of the product order), and within a time in
-//! topological position ([`pending::Pending`]): identity transitions lead to later positions and
-//! every other transition strictly advances the time, so each `(time, location)` is settled
-//! exactly once with all its contributions summed, and transient support around loops cancels.
+//! `reachability::Tracker`. A batch updates pointstamps first (many updates at one location at
+//! once); their frontier changes become work at `(time, location)`.
+//! [`tracker::Tracker::propagate`] settles work in rounds: the least pending time (in the
+//! lexicographic order, a linear extension of the product order) with every pending time
+//! incomparable to all others before it, and within a round in topological position: identity
+//! transitions lead to later positions and every other transition strictly advances the time,
+//! so each `(time, location)` is settled exactly once with all its contributions summed, and
+//! transient support around loops cancels. A round of one time keeps net diffs per position
+//! ([`pending::Pending`]); a round of many (a wide antichain moving) keeps lists per position
+//! ([`round::Round`]) that each location's antichain takes at once, merging them into its
+//! counts and recomputing its frontier in one pass. Frontiers are kept sorted ([`sorted`]):
+//! with two coordinates an antichain is a staircase, and dominance is a binary search.
 //! Frontier changes are collected per time ([`groups::TimeGroups`]) and drained consolidated
 //! into flat storage ([`batch::Changes`]), from which the Python layer encodes lists or the JSON
 //! payload ([`json::Fragments`]) for all locations or a [`selection::Selection`]. Times are
 //! [`time::Time`]s: `[u64; N]` for arities 1 to 4 (no allocation), [`time::DynTime`] beyond.
+//! The tracker is generic over its antichain: [`pairwise::Pairwise`] is the one the engine had
+//! before (every dominance question a scan of the frontier, one time per round), kept as the
+//! reference of the Rust tests and for comparisons (`Engine(..., pairwise=True)`).
 //!
 //! Scopes (later). Every move of a time along a transition goes through
 //! [`topology::Step::advance`] and [`summary::Summary::results_in`]; the tracker is generic over
@@ -45,10 +54,13 @@ pub mod batch;
 pub mod births;
 pub mod groups;
 pub mod json;
+pub mod pairwise;
 pub mod pending;
 #[cfg(feature = "python")]
 mod python;
+pub mod round;
 pub mod selection;
+pub mod sorted;
 pub mod split;
 pub mod summary;
 pub mod time;

@@ -18,19 +18,27 @@ use pyo3::types::{PyBytes, PyDict, PyList, PySet, PyString, PyTuple, PyType};
 use crate::batch::{Changes, Columns, ColumnsError};
 use crate::births::Births;
 use crate::json::Fragments;
+use crate::pairwise::Pairwise;
 use crate::selection::Selection;
 use crate::split;
 use crate::time::{DynTime, Time};
 use crate::topology::TransitionSpec;
 use crate::tracker::Tracker;
 
-/// A tracker of one arity; the common arities get fixed-size times.
+/// A tracker of one arity; the common arities get fixed-size times. The `P` variants keep
+/// the pairwise antichains and one time per round (`Engine(..., pairwise=True)`), for
+/// comparisons.
 enum Inner {
     A1(Tracker<[u64; 1]>),
     A2(Tracker<[u64; 2]>),
     A3(Tracker<[u64; 3]>),
     A4(Tracker<[u64; 4]>),
     Dyn(Tracker<DynTime>),
+    P1(Tracker<[u64; 1], Pairwise<[u64; 1]>>),
+    P2(Tracker<[u64; 2], Pairwise<[u64; 2]>>),
+    P3(Tracker<[u64; 3], Pairwise<[u64; 3]>>),
+    P4(Tracker<[u64; 4], Pairwise<[u64; 4]>>),
+    PDyn(Tracker<DynTime, Pairwise<DynTime>>),
 }
 
 macro_rules! dispatch {
@@ -41,6 +49,11 @@ macro_rules! dispatch {
             Inner::A3($tracker) => $body,
             Inner::A4($tracker) => $body,
             Inner::Dyn($tracker) => $body,
+            Inner::P1($tracker) => $body,
+            Inner::P2($tracker) => $body,
+            Inner::P3($tracker) => $body,
+            Inner::P4($tracker) => $body,
+            Inner::PDyn($tracker) => $body,
         }
     };
 }
@@ -148,7 +161,9 @@ fn time_tuple<'py>(py: Python<'py>, coords: &[u64]) -> PyResult<Bound<'py, PyTup
 /// return labels; `json` (one JSON text per location, as a sequence of strings or as one
 /// string joined by `"\n"`, which no fragment may then contain, `""` joining none) lets
 /// batches encode their payload. The joined form is read without copying it while the GIL is
-/// held.
+/// held. `pairwise=True` builds the engine as it was before wide antichains were cheap
+/// (pairwise antichains, one time per propagation round): the same results, for comparisons
+/// (`python -m bench native`).
 #[pyclass(module = "progress_engine", name = "Engine")]
 pub struct Engine {
     /// Behind a lock so that a batch can be propagated by a thread without the GIL while the
@@ -203,7 +218,8 @@ impl Engine {
 #[pymethods]
 impl Engine {
     #[new]
-    #[pyo3(signature = (arity, locations, transitions, *, labels=None, json=None, index=None))]
+    #[pyo3(signature = (arity, locations, transitions, *, labels=None, json=None, index=None, pairwise=false))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         arity: usize,
@@ -212,6 +228,7 @@ impl Engine {
         labels: Option<Vec<Py<PyAny>>>,
         json: Option<Bound<'_, PyAny>>,
         index: Option<Bound<'_, PyDict>>,
+        pairwise: bool,
     ) -> PyResult<Self> {
         let specs: Vec<TransitionSpec> =
             transitions.into_iter().map(|(src, dst, summary)| TransitionSpec { src, dst, summary }).collect();
@@ -228,12 +245,17 @@ impl Engine {
         // Building is pure Rust: without the GIL, so that a registration of a large graph (built
         // in a worker thread) does not hold the service's event loop (~80 ms for 100,000 locations).
         let (built, fragments) = py.detach(|| {
-            let built = match arity {
-                1 => Tracker::new(arity, locations, &specs).map(Inner::A1),
-                2 => Tracker::new(arity, locations, &specs).map(Inner::A2),
-                3 => Tracker::new(arity, locations, &specs).map(Inner::A3),
-                4 => Tracker::new(arity, locations, &specs).map(Inner::A4),
-                _ => Tracker::new(arity, locations, &specs).map(Inner::Dyn),
+            let built = match (arity, pairwise) {
+                (1, false) => Tracker::new(arity, locations, &specs).map(Inner::A1),
+                (2, false) => Tracker::new(arity, locations, &specs).map(Inner::A2),
+                (3, false) => Tracker::new(arity, locations, &specs).map(Inner::A3),
+                (4, false) => Tracker::new(arity, locations, &specs).map(Inner::A4),
+                (_, false) => Tracker::new(arity, locations, &specs).map(Inner::Dyn),
+                (1, true) => Tracker::new(arity, locations, &specs).map(Inner::P1),
+                (2, true) => Tracker::new(arity, locations, &specs).map(Inner::P2),
+                (3, true) => Tracker::new(arity, locations, &specs).map(Inner::P3),
+                (4, true) => Tracker::new(arity, locations, &specs).map(Inner::P4),
+                (_, true) => Tracker::new(arity, locations, &specs).map(Inner::PDyn),
             };
             let fragments = match (joined_text, &listed) {
                 (Some(""), _) => Some(Fragments::new::<&str>(&[])),

@@ -1,12 +1,14 @@
-//! The incremental tracker: occurrence counts, implications, propagation in time order.
+//! The incremental tracker: occurrence counts, implications, propagation in rounds of times.
 
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 
-use crate::antichain::MutableAntichain;
+use crate::antichain::{Antichain, MutableAntichain, Scratch};
 use crate::batch::Changes;
 use crate::groups::TimeGroups;
 use crate::pending::Pending;
+use crate::round::Round;
+use crate::sorted::consolidate;
 use crate::time::Time;
 use crate::topology::{Topology, TopologyError, TransitionSpec};
 
@@ -40,37 +42,72 @@ impl<T: Time> Ord for Work<T> {
     }
 }
 
+/// Rounds of fewer incomparable times settle them one time after another (the lists per
+/// location of a round of many times cost more than they save when short).
+const ROUND_OF_MANY: usize = 16;
+
+/// How many updates of a batch go to the pointstamp counts one at a time, as they come, and
+/// how many counts a location may hold for that; the others are grouped by location (a sort),
+/// which pays off once a location may take many.
+pub const DIRECT_UPDATES: usize = 64;
+
 /// Occurrence counts and exact, incrementally maintained frontiers of one dataflow graph.
 ///
 /// Locations are the caller's indices `0..len`. [`Tracker::update`] stages count changes;
-/// [`Tracker::propagate`] settles them and writes the consolidated frontier changes.
+/// [`Tracker::propagate`] settles them and writes the consolidated frontier changes. `A` is the
+/// antichain kept per location: the engine's [`MutableAntichain`], or the pairwise one it
+/// replaced ([`crate::pairwise::Pairwise`], which also settles one time per round), for
+/// comparisons.
 #[derive(Debug)]
-pub struct Tracker<T: Time> {
+pub struct Tracker<T: Time, A: Antichain<T> = MutableAntichain<T>> {
     topology: Topology<T>,
     /// Per internal position: the occurrence counts of pointstamps.
-    pointstamps: Vec<MutableAntichain<T>>,
+    pointstamps: Vec<A>,
     /// Per internal position: one count per frontier element of its own pointstamps and per
     /// frontier element of each predecessor moved along the connecting transition.
-    implications: Vec<MutableAntichain<T>>,
-    /// Work at times after the one being settled.
+    implications: Vec<A>,
+    /// Work at times after the ones being settled.
     worklist: BinaryHeap<Work<T>>,
-    /// Work at the time being settled.
+    /// Work of a round of one time: net diffs per position.
     pending: Pending,
+    /// The updates of the batch applied so far, up to [`DIRECT_UPDATES`].
+    direct: usize,
+    /// Pointstamp updates staged for the next propagation: `(position, time, delta)`.
+    staged: Vec<(u32, T, i64)>,
+    /// The work of a round of several times: lists per position.
+    round: Round<T>,
+    /// The times of the round being settled after its first, sorted.
+    times: Vec<T>,
+    /// The work at those times, grouped by time in the same order.
+    gathered: Vec<Work<T>>,
+    /// Work looked at while gathering a round but left for a later one.
+    deferred: Vec<Work<T>>,
+    /// The list of the position being settled.
+    list: Vec<(T, i64)>,
     scratch: Vec<(T, i64)>,
+    spare: Scratch<T>,
     pushed: TimeGroups<T>,
 }
 
-impl<T: Time> Tracker<T> {
+impl<T: Time, A: Antichain<T>> Tracker<T, A> {
     /// A tracker for `locations` locations joined by `transitions`, all counts zero.
     pub fn new(arity: usize, locations: usize, transitions: &[TransitionSpec]) -> Result<Self, TopologyError> {
         let topology = Topology::new(arity, locations, transitions)?;
         Ok(Tracker {
-            pointstamps: (0..locations).map(|_| MutableAntichain::new()).collect(),
-            implications: (0..locations).map(|_| MutableAntichain::new()).collect(),
+            pointstamps: (0..locations).map(|_| A::default()).collect(),
+            implications: (0..locations).map(|_| A::default()).collect(),
             topology,
             worklist: BinaryHeap::new(),
             pending: Pending::new(locations),
+            direct: 0,
+            staged: Vec::new(),
+            round: Round::new(locations),
+            times: Vec::new(),
+            gathered: Vec::new(),
+            deferred: Vec::new(),
+            list: Vec::new(),
             scratch: Vec::new(),
+            spare: Scratch::default(),
             pushed: TimeGroups::new(),
         })
     }
@@ -92,12 +129,23 @@ impl<T: Time> Tracker<T> {
 
     /// Adds `delta` to the count of `(location, time)`; takes effect on the frontiers at the
     /// next [`Tracker::propagate`]. `location < len()` and `time` of the tracker's arity.
+    ///
+    /// The first updates of a batch go to the pointstamp counts at once, unless the location
+    /// holds many counts already; the others are staged, and each location takes its staged
+    /// updates at once when the batch is propagated (a wide antichain placed or moved in one
+    /// batch), instead of shifting its sorted counts once per update.
     pub fn update(&mut self, location: usize, time: &T, delta: i64) {
-        let position = self.topology.internal(location);
-        self.scratch.clear();
-        self.pointstamps[position].update(time, delta, &mut self.scratch);
-        for (time, diff) in self.scratch.drain(..) {
-            self.worklist.push(Work { time, position: position as u32, diff });
+        let position = self.topology.internal(location) as u32;
+        if self.direct < DIRECT_UPDATES && self.pointstamps[position as usize].counts().len() < DIRECT_UPDATES {
+            self.direct += 1;
+            let Tracker { pointstamps, worklist, scratch, .. } = self;
+            scratch.clear();
+            pointstamps[position as usize].update(time, delta, scratch);
+            for (time, diff) in scratch.drain(..) {
+                worklist.push(Work { time, position, diff });
+            }
+        } else if delta != 0 {
+            self.staged.push((position, time.clone(), delta));
         }
     }
 
@@ -110,49 +158,183 @@ impl<T: Time> Tracker<T> {
     /// exactly one `+1` or `-1` per `(location, time)` whose frontier membership changed,
     /// sorted by (time, location).
     ///
-    /// Work is taken in (time, position) order. Positions follow the identity transitions, and
-    /// every other transition strictly advances times, so every push goes to a later key: each
-    /// (time, location) is settled once, with every contribution to it already summed. Work at
-    /// the time being settled waits in [`Pending`] (positions only); later work in a heap.
+    /// A location's pointstamp counts take its staged updates at once. The frontier changes
+    /// that follow are settled in rounds: a round takes the least pending time and every other
+    /// pending time that no other pending time is `<=` (a wide antichain moves in one round),
+    /// and settles its work in position order. Positions follow the identity transitions and
+    /// every other transition strictly advances times, so work at a round's time only goes to
+    /// later positions, and everything else a round produces is at a time after one of the
+    /// round's: each (time, location) is settled once, with every contribution to it already
+    /// summed. A round of few times settles them one after another with net diffs per position
+    /// ([`Pending`]); a round of many keeps lists per position ([`Round`]), which each
+    /// location's implications take at once.
     pub fn propagate(&mut self, changes: &mut Changes) {
-        let Tracker { topology, implications, worklist, pending, scratch, pushed, .. } = self;
-        while let Some(first) = worklist.pop() {
+        self.apply_staged();
+        while let Some(first) = self.worklist.pop() {
             let now = first.time;
-            pending.add(first.position, first.diff);
-            while let Some(next) = worklist.peek() {
-                if next.time != now {
-                    break;
-                }
-                pending.add(next.position, next.diff);
-                worklist.pop();
+            self.pending.add(first.position, first.diff);
+            while let Some(next) = self.worklist.peek().filter(|next| next.time == now) {
+                self.pending.add(next.position, next.diff);
+                self.worklist.pop();
             }
-            while let Some((position, diff)) = pending.pop() {
-                if diff == 0 {
-                    continue;
+            if A::BATCHED && self.topology.arity() > 1 && self.gather(&now) + 1 >= ROUND_OF_MANY {
+                while let Some((position, diff)) = self.pending.pop() {
+                    self.round.add(position as u32, now.clone(), diff);
                 }
-                scratch.clear();
-                implications[position].update(&now, diff, scratch);
-                if scratch.is_empty() {
-                    continue;
+                for work in self.gathered.drain(..) {
+                    self.round.add(work.position, work.time, work.diff);
                 }
-                let steps = topology.steps(position);
-                let external = topology.external(position);
-                for (time, diff) in scratch.drain(..) {
-                    for step in steps {
-                        if let Some(moved) = step.advance(&time) {
-                            if moved == now {
-                                debug_assert!(step.dst as usize > position);
-                                pending.add(step.dst, diff);
-                            } else {
-                                worklist.push(Work { time: moved, position: step.dst, diff });
-                            }
-                        }
-                    }
-                    pushed.push(time, external, diff);
+                self.settle_many();
+                continue;
+            }
+            self.settle_one(&now);
+            // Few other times: one round each, in order. Each stays minimal while the others
+            // are settled, since all they produce comes after them.
+            let mut start = 0;
+            while start < self.gathered.len() {
+                let time = self.gathered[start].time.clone();
+                while let Some(work) = self.gathered.get(start).filter(|work| work.time == time) {
+                    self.pending.add(work.position, work.diff);
+                    start += 1;
                 }
+                self.settle_one(&time);
+            }
+            self.gathered.clear();
+        }
+        self.pushed.drain_into(changes);
+    }
+
+    /// The staged pointstamp updates, sorted by location: each location takes its own at
+    /// once; their frontier changes become work.
+    fn apply_staged(&mut self) {
+        let Tracker { pointstamps, worklist, staged, list, scratch, spare, .. } = self;
+        self.direct = 0;
+        staged.sort_unstable_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.cmp(&b.1)));
+        let mut start = 0;
+        while start < staged.len() {
+            let position = staged[start].0;
+            let end = start + staged[start..].partition_point(|update| update.0 == position);
+            list.clear();
+            list.extend(staged[start..end].iter().map(|(_, time, delta)| (time.clone(), *delta)));
+            start = end;
+            consolidate(list);
+            scratch.clear();
+            pointstamps[position as usize].update_batch(list, spare, scratch);
+            for (time, diff) in scratch.drain(..) {
+                worklist.push(Work { time, position, diff });
             }
         }
-        pushed.drain_into(changes);
+        staged.clear();
+    }
+
+    /// The other times of the round starting at `now` (whose work is in `self.pending`):
+    /// every pending time that no earlier one is `<=`, into `self.times`, their work into
+    /// `self.gathered`; returns how many. Lexicographic order puts a time after every time `<=`
+    /// it, so a time is incomparable with all pending ones once the round's times (which are
+    /// `<=` whatever was passed over) are not `<=` it. The scan passes over fewer times than
+    /// the round has, so that a round of one time costs one look.
+    fn gather(&mut self, now: &T) -> usize {
+        let Tracker { topology, worklist, times, gathered, deferred, .. } = self;
+        times.clear();
+        let two = topology.arity() == 2;
+        let mut least = now.coords()[1];
+        let mut passed = 0;
+        while let Some(next) = worklist.peek() {
+            let dominated = if two {
+                next.time.coords()[1] >= least
+            } else {
+                now.less_equal(&next.time) || times.iter().any(|t| t.less_equal(&next.time))
+            };
+            if dominated && passed >= times.len() {
+                break;
+            }
+            let time = next.time.clone();
+            let into = if dominated { &mut *deferred } else { &mut *gathered };
+            while worklist.peek().is_some_and(|more| more.time == time) {
+                into.extend(worklist.pop());
+            }
+            if dominated {
+                passed += 1;
+            } else {
+                least = time.coords()[1];
+                times.push(time);
+            }
+        }
+        for work in deferred.drain(..) {
+            worklist.push(work);
+        }
+        times.len()
+    }
+
+    /// A round of one time, its work in `self.pending`: positions in order, each with its net
+    /// diff.
+    fn settle_one(&mut self, now: &T) {
+        let Tracker { topology, implications, worklist, pending, scratch, pushed, .. } = self;
+        while let Some((position, diff)) = pending.pop() {
+            if diff == 0 {
+                continue;
+            }
+            scratch.clear();
+            implications[position].update(now, diff, scratch);
+            if scratch.is_empty() {
+                continue;
+            }
+            let steps = topology.steps(position);
+            let external = topology.external(position);
+            for (time, diff) in scratch.drain(..) {
+                for step in steps {
+                    if let Some(moved) = step.advance(&time) {
+                        if moved == *now {
+                            debug_assert!(step.dst as usize > position);
+                            pending.add(step.dst, diff);
+                        } else {
+                            worklist.push(Work { time: moved, position: step.dst, diff });
+                        }
+                    }
+                }
+                pushed.push(time, external, diff);
+            }
+        }
+    }
+
+    /// A round of several times: positions in order, each with its list of (time, diff),
+    /// which its implications take at once.
+    fn settle_many(&mut self) {
+        let Tracker { topology, implications, worklist, round, list, scratch, spare, pushed, .. } = self;
+        while let Some(position) = round.pop_into(list) {
+            consolidate(list);
+            scratch.clear();
+            match list.as_slice() {
+                [] => continue,
+                [(time, delta)] => {
+                    implications[position].update(time, *delta, scratch);
+                    scratch.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+                }
+                _ => implications[position].update_batch(list, spare, scratch),
+            }
+            let steps = topology.steps(position);
+            let external = topology.external(position);
+            // Changes and the list are both sorted: a change is at one of the round's times
+            // iff it is at one of this position's.
+            let mut cursor = 0;
+            for (time, diff) in scratch.drain(..) {
+                while cursor < list.len() && list[cursor].0 < time {
+                    cursor += 1;
+                }
+                let in_round = cursor < list.len() && list[cursor].0 == time;
+                for step in steps {
+                    if let Some(moved) = step.advance(&time) {
+                        if in_round && moved == time {
+                            debug_assert!(step.dst as usize > position);
+                            round.add(step.dst, moved, diff);
+                        } else {
+                            worklist.push(Work { time: moved, position: step.dst, diff });
+                        }
+                    }
+                }
+                pushed.push(time, external, diff);
+            }
+        }
     }
 
     /// The frontier of `location`, sorted.
