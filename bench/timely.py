@@ -53,7 +53,7 @@ CRATE = Path(__file__).resolve().parent.parent / "connectors" / "timely"
 """The connector crate; its target directory (``connectors/timely/target``, or ``CARGO_TARGET_DIR``) is
 ignored by git."""
 
-EXAMPLES = ("collatz", "bfs", "dd_bfs", "stuck")
+EXAMPLES = ("collatz", "bfs", "dd_bfs", "stuck", "slow")
 
 _REPORT = re.compile(r"worker (\d+): dataflow .*?, (\d+) batches, (\d+) updates \((\d+) sent by timely\)")
 

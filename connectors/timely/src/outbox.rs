@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use crate::graph::DataflowGraph;
 use crate::mapping::{consolidate_into, Counts, RawKey, RawSends};
+use crate::stats::Activity;
 
 /// What a worker hands to its sender.
 pub(crate) enum Message {
@@ -21,6 +22,8 @@ pub(crate) enum Message {
     Sends(RawSends),
     /// Progress folded while the queue was full, consolidated.
     Folded(Counts<RawKey>),
+    /// An interval's statistics (or several, merged while the sender was behind).
+    Activity(Activity),
 }
 
 #[derive(Default)]
@@ -59,6 +62,20 @@ impl Outbox {
                 let Some(Message::Folded(folded)) = state.messages.last_mut() else { unreachable!() };
                 consolidate_into(&sends, folded);
                 state.folded += updates as u64;
+            }
+            Message::Activity(activity) => {
+                // At most one queued: a sender behind (the service slow) merges intervals.
+                match state.messages.iter_mut().rev().find_map(|m| match m {
+                    Message::Activity(queued) => Some(queued),
+                    _ => None,
+                }) {
+                    Some(queued) => {
+                        for (dataflow, counted) in activity {
+                            queued.entry(dataflow).or_default().merge(counted);
+                        }
+                    }
+                    None => state.messages.push(Message::Activity(activity)),
+                }
             }
             message => {
                 state.queued += updates;
