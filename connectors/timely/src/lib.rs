@@ -244,8 +244,7 @@ impl Attach {
         {
             let mut registry =
                 worker.log_register().ok_or(AttachError("this worker has no logging registry".into()))?;
-            let mut capture =
-                Capture::new(self.name, worker.peers(), first, Arc::clone(&outbox), Arc::clone(&status));
+            let mut capture = Capture::new(self.name, worker.peers(), first, Arc::clone(&outbox), Arc::clone(&status));
             if let Some(every) = self.statistics {
                 capture = capture.with_statistics(every);
             }

@@ -185,6 +185,24 @@ mod tests {
     }
 
     #[test]
+    fn statistics_queued_behind_a_slow_sender_merge_into_one_message() {
+        use crate::stats::{Activity, DataflowActivity};
+        let outbox = Outbox::default();
+        let interval = |records: i64| -> Activity {
+            let mut d = DataflowActivity { seconds: 1.0, ..DataflowActivity::default() };
+            d.channels.insert((vec![], (1, 0), (2, 0)), (1, records));
+            [(0, d)].into_iter().collect()
+        };
+        outbox.push(Message::Activity(interval(3)), 0);
+        outbox.push(Message::Sends(sends(&[(0, -1)])), 1);
+        outbox.push(Message::Activity(interval(4)), 0);
+        let (messages, _) = outbox.take(Some(Instant::now()), Duration::ZERO);
+        assert_eq!(messages.len(), 2, "one statistics message, one of progress");
+        let Message::Activity(merged) = &messages[0] else { panic!("statistics first") };
+        assert_eq!((merged[&0].seconds, merged[&0].channels[&(vec![], (1, 0), (2, 0))]), (2.0, (2, 7)));
+    }
+
+    #[test]
     fn the_worker_ending_cuts_the_linger_short() {
         let outbox = std::sync::Arc::new(Outbox::default());
         outbox.push(Message::Sends(sends(&[(0, -1)])), 1);

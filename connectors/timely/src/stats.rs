@@ -237,9 +237,8 @@ mod tests {
     #[test]
     fn busy_time_and_records_are_summed_per_interval_and_reset() {
         let mut counters = Counters::new(ms(1000));
-        let operates = |id: usize, addr: Vec<usize>| {
-            TimelyEvent::Operates(OperatesEvent { id, addr, name: format!("op{id}") })
-        };
+        let operates =
+            |id: usize, addr: Vec<usize>| TimelyEvent::Operates(OperatesEvent { id, addr, name: format!("op{id}") });
         counters.event(ms(0), &operates(1, vec![0, 1]));
         counters.event(ms(0), &operates(2, vec![0, 2]));
         counters.event(ms(0), &operates(0, vec![0]));
