@@ -4,7 +4,8 @@ Two programs of the connector crate's examples run at once with statistics on: `
 ``Sleepy`` operator sleeps for every message, and ``stuck``, whose ``Hold`` keeps a capability.
 The page must show, for ``slow``, ``Sleepy`` first among the busy operators and the records per
 second of its channels; for ``stuck``, the stalled state with its statistics beside it (nothing
-busy). Screenshots of both go to ``test-output`` (or ``TRACKER_SHOTS``).
+busy); for a dataflow that sends no statistics, no panel at all. Screenshots of both programs go
+to ``test-output`` (or ``TRACKER_SHOTS``).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import pytest
 from playwright.sync_api import Browser, expect
 
 from bench.timely import build, start_example
-from tests.helpers import ADMIN_TOKEN, ServiceProcess, program_token, wait_for
+from tests.helpers import ADMIN_TOKEN, ServiceProcess, loop_then_stage, program_token, wait_for
 from tests.test_dashboard import OUTPUT, WAIT_MS, browser, wait_js
 
 pytestmark = pytest.mark.service(TRACKER_STALL_SECONDS="2")
@@ -53,6 +54,7 @@ def test_the_dashboard_shows_why_slow_beside_where_stuck(service: ServiceProcess
             ids = {example: wait_for(f"{example} registered", lambda name=name: [
                 d["id"] for d in client.get("/v1/dataflows", params={"name": name}).json()] or None, timeout=60)[0]
                 for example, name in names.items()}
+            quiet = client.post("/v1/dataflows", json=loop_then_stage("no-statistics")).json()["id"]
         page = browser.new_page(viewport={"width": 1400, "height": 1800})
         errors: list[str] = []
         page.on("pageerror", lambda error: errors.append(str(error)))
@@ -64,7 +66,8 @@ def test_the_dashboard_shows_why_slow_beside_where_stuck(service: ServiceProcess
         first = page.locator("#activity-operators tbody tr").first
         expect(first.locator("td").first).to_have_text("Sleepy #3", timeout=WAIT_MS)
         share = float(first.locator("td.share").inner_text().rstrip("%"))
-        assert 20 <= share <= 100, share  # it sleeps for most of each round
+        second = float(page.locator("#activity-operators tbody tr").nth(1).locator("td.share").inner_text().rstrip("%"))
+        assert 5 <= share <= 100 and second < share / 5, (share, second)  # it sleeps, the others barely work
         channel = page.locator("#activity-channels tbody tr").first
         expect(channel.locator("td").first).to_contain_text("→", timeout=WAIT_MS)
         assert channel.locator("td.num").first.inner_text().endswith("/s")
@@ -79,6 +82,12 @@ def test_the_dashboard_shows_why_slow_beside_where_stuck(service: ServiceProcess
         expect(page.locator("#activity-operators tbody tr").first).to_be_visible(timeout=WAIT_MS)
         expect(page.locator("#held tbody")).to_contain_text("Hold", timeout=WAIT_MS)
         page.screenshot(path=str(OUTPUT / "why-stuck.png"), full_page=True)
+
+        page.locator(f'#dataflows li[data-id="{quiet}"]').click(timeout=WAIT_MS)
+        expect(page.locator("#title")).to_contain_text(quiet, timeout=WAIT_MS)
+        wait_js(page, "window.dashboard.frame !== null")
+        page.wait_for_timeout(500)  # the panel's first answer (it polls as the frames do)
+        assert page.locator("#activity-panel").is_hidden()
         assert not errors, errors
         page.close()
     finally:

@@ -2,7 +2,7 @@
 // frontiers: the busiest operators first (share of the workers' time, over the last 10 s of
 // reports) and the channels carrying the most records per second. Statistics are sent by the
 // program itself (a timely program attached with `.statistics(...)`), not part of a frame: the
-// panel polls them while the dataflow is open. Loaded before dashboard.js, which starts it.
+// panel polls them while the dataflow is open, and stays hidden while there are none. Loaded before dashboard.js, which starts it.
 // See docs/dashboard.md.
 "use strict";
 
@@ -10,6 +10,7 @@ const ACTIVITY_MS = 2000;   // how often the panel asks for the statistics
 const ACTIVITY_ROWS = 15;   // operators and channels shown (the busiest)
 
 async function activityLoop(flow, signal) {
+  $("#activity-panel").hidden = true;
   while (!signal.aborted) {
     try {
       const view = await apiJson(`/v1/dataflows/${encodeURIComponent(flow.id)}/stats`, {signal});
@@ -18,6 +19,7 @@ async function activityLoop(flow, signal) {
     } catch (error) {
       if (signal.aborted) return;
       if (error instanceof AuthError) return handleError(error);
+      $("#activity-panel").hidden = false;
       $("#activity-note").textContent = `statistics unavailable: ${String(error.message || error).slice(0, 120)}`;
     }
     await new Promise((resolve) => setTimeout(resolve, ACTIVITY_MS));
@@ -47,12 +49,8 @@ function renderActivity(view) {
   const ops = $("#activity-operators tbody"), chans = $("#activity-channels tbody");
   ops.replaceChildren();
   chans.replaceChildren();
-  $("#activity-tables").hidden = !view.reports;
-  if (!view.reports) {
-    note.textContent = "This program sends no statistics. A timely program attached with " +
-      "Attach::new(...).statistics(Duration::from_secs(1)) sends each operator's busy time and each channel's records.";
-    return;
-  }
+  panel.hidden = !view.reports;
+  if (!view.reports) return;
   const ago = Math.max(0, serverNow() - view.as_of);
   note.textContent = `over the last ${view.window_seconds.toFixed(1)} s of reports from ${view.workers.length} ` +
     `worker(s) (${view.reports} reports in all; the last ${ago < 2 ? "just now" : `${ago.toFixed(0)} s ago`}); ` +
