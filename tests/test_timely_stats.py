@@ -5,10 +5,10 @@ the examples) runs with 4 workers against a service started for real: its ``Slee
 sleeps for every message it receives, the others do almost nothing, and each worker sends a
 known number of records. With statistics on, the route, the Delta tables and ``/metrics`` must
 hold what the program did: ``Sleepy`` the busiest operator, busy at least as long as it slept,
-and on each channel the records the program sent, summed over the workers. With statistics off,
-nothing is sent. The route's refusals (a body without the report's shape, an operator or
-channel the dataflow does not have, a deleted dataflow, another dataflow's token) change
-nothing.
+and on each channel the records the program sent, summed over the workers; the statistics query
+of ``docs/tables.md`` says the same. With statistics off, nothing is sent. The route's refusals
+(a body without the report's shape, an operator or channel the dataflow does not have, a deleted
+dataflow, another dataflow's token) change nothing; the window keeps the last 10 s of reports.
 """
 
 from __future__ import annotations
@@ -21,9 +21,12 @@ from typing import Any
 import httpx
 import pytest
 
+from api.live.activity import MAX_REPORTS, WINDOW_SECONDS, Activity, Shape
+from api.schema.activity import ActivityReport
 from bench.timely import build, run_example
 from spark_jobs.storage import Warehouse
 from tests.helpers import ServiceProcess, loop_then_stage, program_token, wait_for
+from tracker.graph import Edge, Graph, Location, Node
 
 pytestmark = pytest.mark.service(TRACKER_METRICS_PER_DATAFLOW="1")
 ROUNDS, RECORDS, WORKERS, SLEEP_MS = 8, 25, 4, 30
@@ -105,6 +108,14 @@ def test_statistics_name_the_sleeping_operator_and_count_every_record(service: S
     busy = sum(row["busy_ns"] for row in operator_rows if row["node"] == sleepy["node"])
     assert abs(busy / 1e9 - sleepy["total_busy_seconds"]) < 1e-5
     assert {row["worker"] for row in operator_rows} == {"w0", "w1", "w2", "w3"}
+    # docs/tables.md's query over them says the same.
+    text = (Path(__file__).parent.parent / "docs" / "tables.md").read_text()
+    found = re.search(r"## Example queries: why slow \(Polars\).*?```python\n(.*?)```", text, re.S)
+    assert found, "docs/tables.md lost its statistics query"
+    scope: dict[str, Any] = {"WAREHOUSE": str(service.warehouse), "DATAFLOW": dataflow_id}
+    exec(compile(found.group(1), "docs/tables.md", "exec"), scope)
+    assert scope["busiest"]["name"][0] == "Sleepy" and 0 < scope["busiest"]["busy_share"][0] <= 1, scope["busiest"]
+    assert scope["busiest_channels"]["records"][0] == ROUNDS * RECORDS * WORKERS, scope["busiest_channels"]
 
     # /metrics (this service labels series by dataflow, as --metrics-per-dataflow does).
     labelled = re.search(rf'^tracker_operator_busy_share{{dataflow="{dataflow_id}",operator="Sleepy #\d+"}} (\S+)$',
@@ -169,3 +180,26 @@ def test_refused_reports_change_nothing_and_the_program_token_may_report(service
         assert admin.delete(f"/v1/dataflows/{registered['id']}").status_code == 204
         assert admin.post(path, json=_report()).status_code == 410
         assert admin.get(path).json()["reports"] == 2
+
+
+def test_the_window_keeps_ten_seconds_and_the_totals_everything() -> None:
+    graph = Graph.build(1, [Node(1, 0, 1, "Input"), Node(2, 1, 0, "Sink")],
+                        [Edge(Location.source(1, 0), Location.target(2, 0))])
+    activity = Activity(Shape.of([((), graph, frozenset())]))
+
+    def report(busy: int, records: int) -> ActivityReport:
+        return ActivityReport.model_validate({"worker": "w0", "seconds": 1.0, "operators": [
+            {"node": 2, "busy_ns": busy}], "channels": [{"source": [1, 0], "target": [2, 0], "messages": 1,
+                                                         "records": records}]})
+
+    activity.add(report(900_000_000, 1000), at=0.0)  # busy, then quiet for longer than the window
+    for second in range(1, 13):
+        activity.add(report(100_000_000, 10), at=float(second))
+    view = activity.view()
+    sink = next(op for op in view["operators"] if op["name"] == "Sink")
+    assert len(activity.window) == WINDOW_SECONDS + 1  # the reports of the last 10 s before the newest
+    assert sink["busy_share"] == 0.1 and view["channels"][0]["records_per_second"] == 10.0
+    assert sink["total_busy_seconds"] == 2.1 and view["channels"][0]["total_records"] == 1120
+    for _ in range(MAX_REPORTS + 10):
+        activity.add(report(1, 1), at=20.0)
+    assert len(activity.window) == MAX_REPORTS and activity.reports == 13 + MAX_REPORTS + 10
