@@ -30,6 +30,19 @@ True
 True
 >>> 'tracker_operator_eta_seconds{dataflow="d1",operator="op #1"} 5.0' in text.decode()
 True
+
+A program's statistics (``Attach::statistics``) follow the same rule: by default the busiest
+operator's share and the records per second of every channel together; the labelled series only
+``per_dataflow``.
+
+>>> busy = lambda: [("d1", "busy_share", "Sleepy #2", 0.75), ("d1", "records_per_second", "a -> b", 40.0),
+...                 ("d2", "records_per_second", "c -> d", 2.0)]
+>>> text = Metrics().render(Scrape(activity=busy)).decode()
+>>> "tracker_operator_busy_share_max 0.75" in text, "tracker_channels_records_per_second 42.0" in text, "d1" in text
+(True, True, False)
+>>> text = Metrics(per_dataflow=True).render(Scrape(activity=busy)).decode()
+>>> 'tracker_operator_busy_share{dataflow="d1",operator="Sleepy #2"} 0.75' in text
+True
 """
 
 from __future__ import annotations
@@ -47,6 +60,9 @@ LagRow = tuple[str, str, str, float]
 EstimateRow = tuple[str, str, float | None, float | None]
 """``(dataflow id, operator, epochs per second, expected seconds to done or None)`` of an operator
 whose rate is known (:mod:`api.ops.estimate`)."""
+ActivityRow = tuple[str, str, str, float]
+"""``(dataflow id, "busy_share" or "records_per_second", operator or channel, value)`` of one
+operator or channel of a program that sends statistics (:mod:`api.live.activity`)."""
 STATES = ("running", "complete", "stalled", "violation", "deleted")
 """The lifecycle states ``tracker_dataflows_in_state`` counts (:mod:`api.live.lifecycle`)."""
 SPARK_STATES = ("disabled", "starting", "ready", "unresponsive", "down")
@@ -64,6 +80,8 @@ class Scrape:
     estimates: Callable[[], Iterable[EstimateRow]] = lambda: ()
     spark: str = "disabled"
     """The Spark process's state (:meth:`api.background.spark.SparkLink.health`)."""
+    activity: Callable[[], Iterable[ActivityRow]] = lambda: ()
+    """The programs' statistics: operators' busy shares and channels' records per second."""
 
 _LATENCY_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 
@@ -110,6 +128,9 @@ class Metrics:
                                   "the dataflow's last audit, 0 if not", ["dataflow"], registry=r)
         r.register(_ScrapeCollector(self))
         self.audits = Counter("tracker_audits", "Spark audits by result", ["result"], registry=r)
+        reports = Counter("tracker_statistics_reports", "Programs' statistics reports by outcome (refused: "
+                          "naming an operator or channel the dataflow does not have)", ["outcome"], registry=r)
+        self.activity_accepted, self.activity_refused = reports.labels("accepted"), reports.labels("refused")
         self.spark_checks = Counter("tracker_spark_registration_checks", "Spark registration checks by result",
                                     ["result"], registry=r)
 
@@ -196,6 +217,30 @@ class _ScrapeCollector(Collector):
                     eta.add_metric([dataflow_id, operator], expected)
             yield rate
             yield eta
+        yield from _activity(list(scrape.activity()), metrics.per_dataflow)
 
     def describe(self) -> Iterator[Metric]:
         return iter(())
+
+
+def _activity(rows: list[ActivityRow], per_dataflow: bool) -> Iterator[Metric]:
+    """The statistics' gauges: aggregated always, labelled by dataflow only ``per_dataflow``."""
+    shares = [row for row in rows if row[1] == "busy_share"]
+    rates = [row for row in rows if row[1] == "records_per_second"]
+    yield GaugeMetricFamily("tracker_operator_busy_share_max", "The largest share of its workers' time any operator "
+                            "spent busy over the last 10 s of its program's statistics, over all dataflows (0 if "
+                            "none sends statistics)", value=max((row[3] for row in shares), default=0.0))
+    yield GaugeMetricFamily("tracker_channels_records_per_second", "Records per second sent on every channel of "
+                            "every dataflow that sends statistics, together (last 10 s)",
+                            value=sum(row[3] for row in rates))
+    if per_dataflow:
+        busy = GaugeMetricFamily("tracker_operator_busy_share", "Share of its workers' time an operator spent busy "
+                                 "(last 10 s of statistics)", labels=["dataflow", "operator"])
+        for dataflow_id, _, operator, value in shares:
+            busy.add_metric([dataflow_id, operator], value)
+        yield busy
+        sent = GaugeMetricFamily("tracker_channel_records_per_second", "Records per second sent on a channel (last "
+                                 "10 s of statistics)", labels=["dataflow", "channel"])
+        for dataflow_id, _, channel, value in rates:
+            sent.add_metric([dataflow_id, channel], value)
+        yield sent

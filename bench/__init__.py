@@ -8,7 +8,7 @@ figures). Importing a module here starts nothing heavy; ``run`` does.
 >>> from bench.__main__ import available
 >>> sorted(available())  # doctest: +NORMALIZE_WHITESPACE
 ['ages', 'isolation', 'limits', 'native', 'recovery', 'restart', 'scopes', 'service', 'shards', 'spark', 'tenants',
- 'timely', 'workers']
+ 'timely', 'timely_stats', 'workers']
 >>> available()["native"]
 'native: the incremental tracker against a from-scratch recompute, and the compiled engine against it.'
 """

@@ -7,23 +7,24 @@ built in release mode with the crate's feature ``bench``. The full workloads run
 seconds detached, so that the fixed costs (attaching, registering, the last batch) weigh as in
 real programs; ``--quick`` runs sub-second ones.
 
-Each example runs in four variants side by side, in a rotating order, several times (medians):
-``--detached`` (no connector); ``--logging-only`` (timely's logging on, as attaching turns it
-on, into loggers that do nothing: timely's own share); ``--without-service`` (the whole
-connector, capture, consolidation, mapping and the batches' bodies, each request answered at
-once: adds the connector's own work in the program); attached to a real service (adds the
-requests and the service's CPU, which on this 2-core machine runs on the program's cores). The
-table gives each variant's wall time (the process's, which includes waiting for the last
-batches), the slowdown (attached / detached, target at most 1.1), the program's CPU time (user +
-system), the service's CPU time during the attached run (and, in brackets, during a detached
-one: its idle cost), ``drain`` (from the workers' last step to the last acknowledgement) and what
-the connector carried; a line per example splits the slowdown into those three parts. A last,
-progress-heavy run (``collatz`` with tiny epochs) measures the updates per second the connector
-sustains. Every attached run must end with its dataflow ``complete`` (checked, or the benchmark
-raises). The examples park idle workers (``step_or_park``) rather than spin, so the comparison
-is of work, not of who wins the CPU on an oversubscribed machine.
-
-The functions that build and run the examples are shared with ``tests/test_timely_connector.py``.
+Each example runs in six variants side by side, in a rotating order, several times (medians):
+``--detached`` (no connector); ``--logging-only`` (timely's logging on, as attaching turns it on,
+into loggers that do nothing: timely's own share); ``--without-service`` (the whole connector,
+capture, consolidation, mapping and the batches' bodies, each request answered at once: adds the
+connector's own work in the program); attached to a real service (adds the requests and the
+service's CPU, which on this 2-core machine runs on the program's cores); the last two again with
+the statistics on (``--statistics-ms 1000``). The table gives each variant's wall time (the
+process's, which includes waiting for the last batches), the slowdown (attached / detached, target
+at most 1.1), the program's CPU time (user + system), the service's CPU time during the attached
+run (and, in brackets, during a detached one: its idle cost), ``drain`` (from the workers' last
+step to the last acknowledgement) and what the connector carried; a line per example splits the
+slowdown into those three parts, and one gives the connector's own cost with the statistics off and
+on (``--without-service`` over ``--logging-only``, target at most 1.05) and the service's CPU per
+batch. A last, progress-heavy run (``collatz`` with tiny epochs) measures the updates per second
+the connector sustains. Every attached run must end with its dataflow ``complete`` (checked, or the
+benchmark raises). The examples park idle workers (``step_or_park``) rather than spin, so the
+comparison is of work, not of who wins the CPU on an oversubscribed machine. (The functions that
+build and run the examples are shared with the tests.)
 
 >>> parse_reports("worker 0: dataflow d (x): registered, 3 batches, 40 updates (90 sent by timely), last version 9")
 [{'worker': 0, 'batches': 3, 'updates': 40, 'raw_updates': 90}]
@@ -53,7 +54,7 @@ CRATE = Path(__file__).resolve().parent.parent / "connectors" / "timely"
 """The connector crate; its target directory (``connectors/timely/target``, or ``CARGO_TARGET_DIR``) is
 ignored by git."""
 
-EXAMPLES = ("collatz", "bfs", "dd_bfs", "stuck")
+EXAMPLES = ("collatz", "bfs", "dd_bfs", "stuck", "slow")
 
 _REPORT = re.compile(r"worker (\d+): dataflow .*?, (\d+) batches, (\d+) updates \((\d+) sent by timely\)")
 
@@ -206,14 +207,18 @@ WORKLOADS = {
 }
 STRESS = (["--rounds", "3000", "--records", "8"], ["--rounds", "1000", "--records", "8"])
 
+STATISTICS = ["--statistics-ms", "1000"]
 VARIANTS = {
     "detached": ["--detached"],
     "logging": ["--logging-only"],  # timely's logging on, into loggers that do nothing
     "connector": ["--without-service"],  # the connector, every request answered at once
+    "connector_stats": ["--without-service", *STATISTICS],  # the same with statistics every second
     "attached": [],
+    "attached_stats": STATISTICS,
 }
 """Each run of an example, side by side: what each adds over the previous one is timely's
-logging, the connector's work in the program, then the requests and the service's CPU."""
+logging, the connector's work in the program, then the requests and the service's CPU; the
+``_stats`` variants are the same with the statistics on (``Attach::statistics``, every second)."""
 
 
 def _service_cpu(service: ServiceProcess) -> float:
@@ -242,7 +247,7 @@ def _one_run(binaries: Path, service: ServiceProcess, example: str, variant: str
     if run.returncode != 0:
         raise RuntimeError(f"{example} ({variant}) failed: {run.stderr[-2000:]}")
     totals: dict[str, Any] = {}
-    if variant == "attached":
+    if variant.startswith("attached"):
         with service.client() as client:
             listed = client.get("/v1/dataflows", params={"name": name}).json()
             state = client.get(f"/v1/dataflows/{listed[-1]['id']}").json()["status"]["state"]
@@ -250,6 +255,9 @@ def _one_run(binaries: Path, service: ServiceProcess, example: str, variant: str
             raise RuntimeError(f"{example}: the service says {state}, not complete")
         reports = parse_reports(run.stderr)
         totals = {key: sum(r[key] for r in reports) for key in ("batches", "updates", "raw_updates")}
+        totals["statistics_reports"] = sum(int(n) for n in re.findall(r"(\d+) statistics reports", run.stderr))
+        if (totals["statistics_reports"] > 0) != (variant == "attached_stats"):  # on means sent, off nothing
+            raise RuntimeError(f"{example} ({variant}): {totals['statistics_reports']} statistics reports")
     return run, service_seconds, totals
 
 
@@ -267,6 +275,28 @@ def breakdown(figures: dict[str, float]) -> dict[str, float]:
     return {"timely_logging": (figures["logging_only_s"] - d) / d,
             "connector": (figures["connector_s"] - figures["logging_only_s"]) / d,
             "service": (figures["attached_s"] - figures["connector_s"]) / d}
+
+
+def statistics_figures(wall: dict[str, float], cpu: dict[str, float], service_cpu: dict[str, float],
+                       totals: dict[str, Any], stats_totals: dict[str, Any]) -> dict[str, Any]:
+    """The connector's own cost (no service / logging only, wall and CPU), statistics off and on;
+    timely's logging (logging only / detached); the service's CPU per batch, statistics off and on.
+
+    >>> wall = {"detached": 10, "logging": 12, "connector": 12.3, "connector_stats": 12.4, "attached_stats": 13}
+    >>> f = statistics_figures(wall, {**wall, "logging": 1.0}, {"attached": 1.0, "attached_stats": 1.1},
+    ...                        {"batches": 400}, {"batches": 400, "statistics_reports": 40})
+    >>> round(f["connector_ratio"], 3), round(f["connector_stats_ratio"], 3), f["service_ms_per_batch"]
+    (1.025, 1.033, 2.5)
+    """
+    return {"connector_stats_s": wall["connector_stats"], "attached_stats_s": wall["attached_stats"],
+            "timely_logging_ratio": wall["logging"] / wall["detached"], "connector_ratio": wall["connector"] /
+            wall["logging"], "connector_stats_ratio": wall["connector_stats"] / wall["logging"],
+            "cpu_connector_ratio": cpu["connector"] / cpu["logging"],
+            "cpu_connector_stats_ratio": cpu["connector_stats"] / cpu["logging"],
+            "service_cpu_stats_s": service_cpu["attached_stats"],
+            "service_ms_per_batch": 1000 * service_cpu["attached"] / max(totals["batches"], 1),
+            "service_ms_per_batch_stats": 1000 * service_cpu["attached_stats"] / max(stats_totals["batches"], 1),
+            "statistics_reports": stats_totals["statistics_reports"]}
 
 
 def run(quick: bool) -> dict[str, Any]:
@@ -287,7 +317,7 @@ def run(quick: bool) -> dict[str, Any]:
             cpu: dict[str, list[float]] = {v: [] for v in VARIANTS}
             service_cpu: dict[str, list[float]] = {v: [] for v in VARIANTS}
             drains: list[float] = []
-            totals: dict[str, Any] = {}
+            totals, stats_totals = dict[str, Any](), dict[str, Any]()
             order = list(VARIANTS)
             for repetition in range(repetitions):
                 # Rotated, so that no variant always runs first (or after the same one).
@@ -299,6 +329,7 @@ def run(quick: bool) -> dict[str, Any]:
                     if variant == "attached":
                         totals = carried
                         drains.append(one.wall_seconds - (one.elapsed_seconds or one.wall_seconds))
+                    stats_totals = carried if variant == "attached_stats" else stats_totals
             m = {v: statistics.median(wall[v]) for v in VARIANTS}
             c = {v: statistics.median(cpu[v]) for v in VARIANTS}
             sc = {v: statistics.median(service_cpu[v]) for v in VARIANTS}
@@ -310,7 +341,8 @@ def run(quick: bool) -> dict[str, Any]:
                 "cpu_detached_s": c["detached"], "cpu_logging_only_s": c["logging"],
                 "cpu_connector_s": c["connector"], "cpu_attached_s": c["attached"],
                 "service_cpu_s": sc["attached"], "service_cpu_idle_s": sc["detached"],
-                "raw_updates_per_s": totals["raw_updates"] / m["attached"], **totals}
+                "raw_updates_per_s": totals["raw_updates"] / m["attached"], **totals,
+                **statistics_figures(m, c, sc, totals, stats_totals)}
             row["breakdown"] = breakdown(row)
             figures[example] = row
         stress_run, _, stress = _one_run(binaries, service, "collatz", "attached", STRESS[which])
@@ -323,7 +355,7 @@ def run(quick: bool) -> dict[str, Any]:
         service.stop()
     figures["load_average_after"] = os.getloadavg()[0]
     _print(figures, quick, repetitions)
-    return {"name": "timely", "figures": figures, "targets": {"slowdown": 1.1}}
+    return {"name": "timely", "figures": figures, "targets": {"slowdown": 1.1, "connector_ratio": 1.05}}
 
 
 def _print(figures: dict[str, Any], quick: bool, repetitions: int) -> None:
@@ -351,6 +383,17 @@ def _print(figures: dict[str, Any], quick: bool, repetitions: int) -> None:
                                               ("connector", "the connector in the program"),
                                               ("service", "the requests and the service's CPU on the same cores")))
         print(f"{example}: slowdown {r['slowdown']:.2f}x ({r['workload']}): {shares}")
+    print("the connector's own cost (no service / logging only; target at most 1.05), statistics off and on; "
+          "timely's logging (logging only / detached); the service's CPU per batch attached, off and on:")
+    for example in WORKLOADS:
+        r = figures[example]
+        print(f"{example:8} wall {r['connector_ratio']:.3f} / {r['connector_stats_ratio']:.3f} "
+              f"(cpu {r['cpu_connector_ratio']:.3f} / {r['cpu_connector_stats_ratio']:.3f}); "
+              f"no service with statistics {r['connector_stats_s']:.2f} s, attached with statistics "
+              f"{r['attached_stats_s']:.2f} s; timely's logging {r['timely_logging_ratio']:.3f}; service "
+              f"{r['service_ms_per_batch']:.2f} / {r['service_ms_per_batch_stats']:.2f} ms cpu per batch "
+              f"({r['service_cpu_s']:.2f} / {r['service_cpu_stats_s']:.2f} s, {r['statistics_reports']} "
+              "statistics reports)")
     s = figures["sustained"]
     print(f"sustained (collatz {' '.join(STRESS[0 if not quick else 1])}): {s['raw_updates_per_s']:,.0f} timely "
           f"updates/s captured, {s['service_updates_per_s']:,.0f} updates/s and {s['batches_per_s']:,.0f} batches/s "

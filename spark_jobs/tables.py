@@ -79,6 +79,15 @@ TABLES: dict[str, pa.Schema] = {
     "frontier_changes": pa.schema(
         [("dataflow_id", _STR), ("version", _LONG), *_LOC, ("time", _ARR), ("diff", _LONG), ("at", _TS)]
     ),
+    "operator_stats": pa.schema(
+        [("dataflow_id", _STR), ("worker", _STR), ("at", _TS), ("seconds", pa.float64()), _SCOPE, ("node", _INT),
+         ("busy_ns", _LONG), ("schedules", _LONG)]
+    ),
+    "channel_stats": pa.schema(
+        [("dataflow_id", _STR), ("worker", _STR), ("at", _TS), ("seconds", pa.float64()), _SCOPE,
+         ("src_node", _INT), ("src_port", _INT), ("dst_node", _INT), ("dst_port", _INT), ("messages", _LONG),
+         ("records", _LONG)]
+    ),
 }
 """Every table's Arrow schema, exactly as stored."""
 

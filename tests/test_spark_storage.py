@@ -52,6 +52,9 @@ def test_schemas_follow_the_design_contract(tmp_path: Path) -> None:
         "pointstamps": ["dataflow_id", "scope", "node", "port", "kind", "time", "count", "born_at", "worker"],
         "frontiers": ["dataflow_id", "scope", "node", "port", "kind", "time", "since"],
         "frontier_changes": ["dataflow_id", "version", "scope", "node", "port", "kind", "time", "diff", "at"],
+        "operator_stats": ["dataflow_id", "worker", "at", "seconds", "scope", "node", "busy_ns", "schedules"],
+        "channel_stats": ["dataflow_id", "worker", "at", "seconds", "scope", "src_node", "src_port", "dst_node",
+                          "dst_port", "messages", "records"],
     }
     assert {name: schema.names for name, schema in TABLES.items()} == expected_columns
     assert TABLES["connections"].field("summary").type == pa.list_(pa.int64())

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from api.delta import columns
+from api.delta.activity import ActivityRows
 from api.delta.columns import RawBatch
 from api.delta.store import Layout, Store
 from api.delta.tidy import Tidier
@@ -131,6 +132,9 @@ class Syncer:
         """The last failed Delta write's error, while they fail."""
         self._rotation: tuple[int, dict[str, int]] | None = None
         self._segment_seen: int | None = None  # the log's segment at the last pass
+        self.activity = ActivityRows()
+        """The programs' statistics waiting for ``operator_stats`` and ``channel_stats``, appended
+        after the progress of each flush."""
 
     async def run(self, stop: asyncio.Event, *, flush_seconds: float, compact_seconds: float,
                   tidy_seconds: float) -> None:
@@ -145,6 +149,7 @@ class Syncer:
                 await asyncio.wait_for(stop.wait(), flush_seconds)
             try:
                 await self.flush()
+                await self.activity.flush(self.store, self.pool)
                 if stop.is_set() or time.monotonic() - last_compaction >= compact_seconds:
                     last_compaction = time.monotonic()
                     await self.compact()

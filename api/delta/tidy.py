@@ -35,7 +35,7 @@ from spark_jobs.tables import TABLES
 
 log = logging.getLogger("tracker.tidy")
 
-APPENDED = ("progress", "frontier_changes")
+APPENDED = ("progress", "frontier_changes", "operator_stats", "channel_stats")
 """The tables whose partitions grow by a file per commit (the others are replaced whole)."""
 TIDY_SLICE = 8
 """Dataflows whose partitions one ``OPTIMIZE`` step merges: the Delta thread also carries the

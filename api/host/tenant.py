@@ -20,6 +20,7 @@ from typing import Any
 from api.background.state import SparkState
 from api.delta.sync import DeltaLag
 from api.durability.records import Register
+from api.live.activity import Activity
 from api.live.ages import Ages
 from api.live.cost import Cost
 from api.live.lifecycle import Rules, assess, frontier_explains
@@ -55,6 +56,9 @@ class Tenant:
     """Its durable batches per second since this process hosts it (the dashboard's plot)."""
     rules: Rules = field(default_factory=Rules)
     """When its state turns ``stalled`` or ``violation`` (:mod:`api.live.lifecycle`)."""
+    activity: Activity | None = None
+    """Its program's statistics (busy time per operator, records per channel), from the first
+    report on (:mod:`api.live.activity`); ``None`` while none came."""
     deleted_at: float | None = None
     """When ``DELETE`` was answered (POSIX seconds); progress is refused from then on."""
     cost: Cost | None = None

@@ -1,5 +1,7 @@
 """What a ``/metrics`` scrape reads from the hosted dataflows: their inputs' lags, the oldest live
-pointstamp, how many are in each lifecycle state, and the operators' progress estimates.
+pointstamp, how many are in each lifecycle state, the operators' progress estimates, and the
+statistics of the programs that send them (busy share per operator, records per second per
+channel).
 
 Guarantee: everything is read on the event loop when :func:`service_scrape` is called (copies,
 and each dataflow's state once); the rows are built by the returned :class:`~api.metrics.Scrape`'s
@@ -14,7 +16,7 @@ from collections import Counter
 from collections.abc import Iterable
 
 from api.host.tenant import Tenant
-from api.metrics import EstimateRow, Scrape
+from api.metrics import ActivityRow, EstimateRow, Scrape
 from api.ops.estimate import operator_rates
 from api.ops.lag import service_lag_rows, service_oldest_age
 
@@ -31,4 +33,17 @@ def service_scrape(dataflows: Iterable[Tenant], spark: str = "disabled") -> Scra
     def estimates() -> list[EstimateRow]:
         return [(dataflow_id, *row) for dataflow_id, rows in rates for row in rows()]
 
-    return Scrape(service_lag_rows(ready), service_oldest_age(ready), Counter(states.values()), estimates, spark)
+    views = [(tenant.id, tenant.activity.view()) for tenant in ready
+             if tenant.activity is not None and tenant.activity.reports]
+
+    def activity() -> list[ActivityRow]:
+        rows: list[ActivityRow] = []
+        for dataflow_id, view in views:
+            rows += [(dataflow_id, "busy_share", op["label"], op["busy_share"]) for op in view["operators"]
+                     if not op["is_scope"]]
+            rows += [(dataflow_id, "records_per_second", f"{ch['from']}:{ch['source'][1]} -> {ch['to']}:"
+                      f"{ch['target'][1]}", ch["records_per_second"]) for ch in view["channels"]]
+        return rows
+
+    return Scrape(service_lag_rows(ready), service_oldest_age(ready), Counter(states.values()), estimates, spark,
+                  activity)

@@ -43,6 +43,7 @@ from api.host.tokens import load_program_token
 from api.ops.scrape import service_scrape
 from api.schema.models import ErrorBody, ProgressRequest, RegisterRequest
 from api.web import dashboard
+from api.web.activity import router as activity_routes
 from api.web.auth import bearer_or_none
 from api.web.dataflows import router as dataflows_routes
 from api.web.deps import admin
@@ -371,6 +372,7 @@ def create_app(settings: Settings, admin_token: str,
 
     app.include_router(dataflows_routes)
     app.include_router(frontier_routes)
+    app.include_router(activity_routes)
     app.include_router(sockets)
     app.include_router(sql_routes)
     app.include_router(dashboard.router)

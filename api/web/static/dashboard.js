@@ -1,7 +1,7 @@
 // The built-in dashboard's core: the token, the dataflow list and the frames. Plain JavaScript,
 // no build step; dashboard-layout.js places the graph, dashboard-graph.js draws it,
-// dashboard-plots.js draws the plots and dashboard-panels.js the other panels of a frame (all
-// loaded before this file, which starts the page).
+// dashboard-plots.js draws the plots and dashboard-panels.js the other panels of a frame, and
+// dashboard-activity.js the program's statistics (all loaded before this file, which starts the page).
 // Every panel is drawn from one frame (GET /dashboard/api/dataflows/{id}/frame): the state of one
 // published version, which the page names. A dataflow the service refused at recovery (damaged)
 // shows its reason instead. See docs/dashboard.md.
@@ -238,6 +238,7 @@ async function openDataflow(id) {
   const version = await loadHistory(flow, abort.signal);
   streamFrontier(flow, abort.signal, version);  // from right after the history: no gap, no duplicate
   frameLoop(flow, abort.signal);
+  activityLoop(flow, abort.signal);
 }
 
 function showDamaged(id, detail) {

@@ -19,6 +19,7 @@ use timely::logging_core::{Logger, Registry};
 use crate::graph::{Connectivity, DataflowGraph, LoggedChannel, LoggedOperator};
 use crate::mapping::RawSends;
 use crate::outbox::{Message, Outbox};
+use crate::stats::Counters;
 use crate::time::{ServiceTimestamp, TimeShape};
 use crate::Status;
 
@@ -42,6 +43,8 @@ pub(crate) struct Capture {
     registered: HashSet<&'static str>,
     outbox: Arc<Outbox>,
     status: Arc<Status>,
+    /// With statistics on: the worker's accumulators, and the log clock's last reading.
+    stats: Option<(Counters, Duration)>,
 }
 
 impl Capture {
@@ -65,6 +68,25 @@ impl Capture {
             registered: HashSet::new(),
             outbox,
             status,
+            stats: None,
+        }
+    }
+
+    /// Aggregates timely's `Schedule` and `Messages` events too, handed over every `every`.
+    pub(crate) fn with_statistics(mut self, every: Duration) -> Self {
+        self.stats = Some((Counters::new(every), Duration::ZERO));
+        self
+    }
+
+    /// Hands the interval's statistics over if it is over (or `last`: the worker is gone).
+    fn statistics_due(&mut self, now: Duration, last: bool) {
+        if let Some((counters, seen)) = &mut self.stats {
+            *seen = now.max(*seen);
+            if let Some(activity) = counters.due(*seen, last) {
+                if !activity.is_empty() {
+                    self.outbox.push(Message::Activity(activity), 0);
+                }
+            }
         }
     }
 
@@ -121,6 +143,7 @@ impl Drop for Capture {
     /// The worker is gone (its loggers dropped): hand over the rest and let the sender finish.
     fn drop(&mut self) {
         self.hand_over();
+        self.statistics_due(Duration::ZERO, true);
         self.outbox.close();
     }
 }
@@ -130,15 +153,21 @@ pub(crate) fn register_structure(registry: &mut Registry, capture: &Rc<RefCell<C
     let previous = registry.get::<TimelyEventBuilder>("timely");
     let capture = Rc::clone(capture);
     let flushers = Rc::clone(flushers);
-    registry.insert::<TimelyEventBuilder, _>("timely", move |_time, data| {
+    registry.insert::<TimelyEventBuilder, _>("timely", move |time, data| {
         forward(&previous, data);
         let built = {
             let mut c = capture.borrow_mut();
             if let Some(events) = data {
+                if let Some((counters, _)) = &mut c.stats {
+                    for (at, event) in events.iter() {
+                        counters.event(*at, event);
+                    }
+                }
                 for (_, event) in events.iter() {
                     c.event(event);
                 }
             }
+            c.statistics_due(*time, false);
             !c.built.is_empty()
         };
         if built {

@@ -45,6 +45,7 @@ mod rendezvous;
 pub mod replay;
 mod replay_check;
 mod sender;
+mod stats;
 mod status;
 pub mod time;
 
@@ -98,6 +99,7 @@ pub struct Attach {
     journal: Option<PathBuf>,
     find_by_name: bool,
     offline: bool,
+    statistics: Option<Duration>,
 }
 
 /// `R` and iterative scopes of it with `u32`, `u64` or `usize` loop counters.
@@ -140,6 +142,7 @@ impl Attach {
             journal: None,
             find_by_name: false,
             offline: false,
+            statistics: None,
         }
     }
 
@@ -192,6 +195,17 @@ impl Attach {
         self
     }
 
+    /// Also sends why the program is slow, every `every` (1 s suits most programs; off by
+    /// default): per operator, the time the worker spent in it (timely's `Schedule` events), and
+    /// per channel, the messages and records it sent (`Messages` events), summed on the worker
+    /// and sent as one small request per interval and dataflow, never per event. The service
+    /// shows them beside the frontiers (busy share per operator, records per second per
+    /// channel). Off, nothing of them is counted or sent.
+    pub fn statistics(mut self, every: Duration) -> Attach {
+        self.statistics = Some(every.max(Duration::from_millis(10)));
+        self
+    }
+
     /// Does everything but talk to the service (feature `bench`): capture, consolidation,
     /// mapping and the batches' bodies, each request answered at once. Separates the
     /// connector's own cost from the service's in `python -m bench timely`.
@@ -230,13 +244,11 @@ impl Attach {
         {
             let mut registry =
                 worker.log_register().ok_or(AttachError("this worker has no logging registry".into()))?;
-            let capture = Rc::new(RefCell::new(Capture::new(
-                self.name,
-                worker.peers(),
-                first,
-                Arc::clone(&outbox),
-                Arc::clone(&status),
-            )));
+            let mut capture = Capture::new(self.name, worker.peers(), first, Arc::clone(&outbox), Arc::clone(&status));
+            if let Some(every) = self.statistics {
+                capture = capture.with_statistics(every);
+            }
+            let capture = Rc::new(RefCell::new(capture));
             let flushers: Flushers = Rc::default();
             for register in &self.times {
                 register(&mut registry, &capture, &flushers);

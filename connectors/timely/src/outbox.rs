@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use crate::graph::DataflowGraph;
 use crate::mapping::{consolidate_into, Counts, RawKey, RawSends};
+use crate::stats::Activity;
 
 /// What a worker hands to its sender.
 pub(crate) enum Message {
@@ -21,6 +22,8 @@ pub(crate) enum Message {
     Sends(RawSends),
     /// Progress folded while the queue was full, consolidated.
     Folded(Counts<RawKey>),
+    /// An interval's statistics (or several, merged while the sender was behind).
+    Activity(Activity),
 }
 
 #[derive(Default)]
@@ -59,6 +62,20 @@ impl Outbox {
                 let Some(Message::Folded(folded)) = state.messages.last_mut() else { unreachable!() };
                 consolidate_into(&sends, folded);
                 state.folded += updates as u64;
+            }
+            Message::Activity(activity) => {
+                // At most one queued: a sender behind (the service slow) merges intervals.
+                match state.messages.iter_mut().rev().find_map(|m| match m {
+                    Message::Activity(queued) => Some(queued),
+                    _ => None,
+                }) {
+                    Some(queued) => {
+                        for (dataflow, counted) in activity {
+                            queued.entry(dataflow).or_default().merge(counted);
+                        }
+                    }
+                    None => state.messages.push(Message::Activity(activity)),
+                }
             }
             message => {
                 state.queued += updates;
@@ -165,6 +182,24 @@ mod tests {
         // Taken: the queue is empty again, and pushes queue normally.
         outbox.push(Message::Sends(sends(&[(3, 1)])), 1);
         assert!(matches!(outbox.take(None, Duration::ZERO).0.as_slice(), [Message::Sends(_)]));
+    }
+
+    #[test]
+    fn statistics_queued_behind_a_slow_sender_merge_into_one_message() {
+        use crate::stats::{Activity, DataflowActivity};
+        let outbox = Outbox::default();
+        let interval = |records: i64| -> Activity {
+            let mut d = DataflowActivity { seconds: 1.0, ..DataflowActivity::default() };
+            d.channels.insert((vec![], (1, 0), (2, 0)), (1, records));
+            [(0, d)].into_iter().collect()
+        };
+        outbox.push(Message::Activity(interval(3)), 0);
+        outbox.push(Message::Sends(sends(&[(0, -1)])), 1);
+        outbox.push(Message::Activity(interval(4)), 0);
+        let (messages, _) = outbox.take(Some(Instant::now()), Duration::ZERO);
+        assert_eq!(messages.len(), 2, "one statistics message, one of progress");
+        let Message::Activity(merged) = &messages[0] else { panic!("statistics first") };
+        assert_eq!((merged[&0].seconds, merged[&0].channels[&(vec![], (1, 0), (2, 0))]), (2.0, (2, 7)));
     }
 
     #[test]

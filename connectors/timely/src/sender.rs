@@ -19,6 +19,7 @@ use crate::journal::Journal;
 use crate::mapping::{add_raw, batch_body, split, Counts, Mapper, RawKey, TimeKey};
 use crate::outbox::{Message, Outbox};
 use crate::rendezvous::register;
+use crate::stats::{post_activity, DataflowActivity};
 use crate::{Settings, Status};
 
 /// Updates per batch at most; the service refuses bodies over 1 MiB by default.
@@ -56,6 +57,9 @@ pub(crate) struct Tracked {
     /// Worker 0: the ids registered under this name before its first attempt, so that an
     /// attempt whose answer was lost is found rather than repeated.
     pub(crate) before: Option<Vec<String>>,
+    /// Statistics not yet acknowledged (intervals merged), and whether the service refused them.
+    pub(crate) activity: Option<DataflowActivity>,
+    pub(crate) activity_refused: bool,
 }
 
 impl Tracked {
@@ -78,7 +82,10 @@ pub(crate) fn run(outbox: Arc<Outbox>, settings: Arc<Settings>, status: Arc<Stat
         if closed && closed_at.is_none() {
             closed_at = Some(Instant::now());
         }
-        for message in messages {
+        // Statistics after the rest: a dataflow registered in the same take is known by then.
+        let (activity, messages): (Vec<Message>, Vec<Message>) =
+            messages.into_iter().partition(|m| matches!(m, Message::Activity(_)));
+        for message in messages.into_iter().chain(activity) {
             receive(message, &mut tracked, &status);
         }
         for t in tracked.iter_mut() {
@@ -87,6 +94,9 @@ pub(crate) fn run(outbox: Arc<Outbox>, settings: Arc<Settings>, status: Arc<Stat
             }
             t.retry_at = None;
             advance(t, &client, &settings, &status, journal.as_mut());
+            if t.retry_at.is_none() {
+                post_activity(t, &client, &settings, &status);
+            }
         }
         outbox.settle(tracked.iter().all(Tracked::idle));
         if let Some(closed_at) = closed_at {
@@ -128,6 +138,8 @@ fn receive(message: Message, tracked: &mut Vec<Tracked>, status: &Status) {
                 since: Instant::now(),
                 said_waiting: false,
                 before: None,
+                activity: None,
+                activity_refused: false,
             });
         }
         Message::Sends(sends) => {
@@ -160,6 +172,15 @@ fn receive(message: Message, tracked: &mut Vec<Tracked>, status: &Status) {
             for (key, delta) in folded {
                 if let Some(t) = tracked.iter_mut().find(|t| live(t) && t.mapper.knows(key.identifier)) {
                     add_raw(&mut t.pending, key, delta);
+                }
+            }
+        }
+        Message::Activity(activity) => {
+            for (dataflow, counted) in activity {
+                if let Some(t) = tracked.iter_mut().find(|t| live(t) && t.graph.dataflow == dataflow) {
+                    if !t.activity_refused {
+                        t.activity.get_or_insert_with(DataflowActivity::default).merge(counted);
+                    }
                 }
             }
         }
@@ -343,6 +364,8 @@ mod tests {
             since: Instant::now(),
             said_waiting: false,
             before: None,
+            activity: None,
+            activity_refused: false,
         }
     }
 

@@ -25,6 +25,8 @@ pub struct DataflowReport {
     pub raw_updates: u64,
     /// The service's version after this worker's last batch.
     pub last_version: Option<u64>,
+    /// Statistics reports acknowledged (with [`crate::Attach::statistics`]; 0 without).
+    pub statistics_reports: u64,
     /// `registering`, `registered`, or `refused: ...` / `failed: ...` with the reason.
     pub state: String,
 }
@@ -58,6 +60,9 @@ impl fmt::Display for Report {
             )?;
             if let Some(v) = d.last_version {
                 write!(f, ", last version {v}")?;
+            }
+            if d.statistics_reports > 0 {
+                write!(f, ", {} statistics reports", d.statistics_reports)?;
             }
             writeln!(f)?;
         }
@@ -141,6 +146,12 @@ impl Status {
         d.batches += 1;
         d.updates += updates as u64;
         d.last_version = version.or(d.last_version);
+        Self::back(&mut inner);
+    }
+
+    pub(crate) fn statistics_delivered(&self, name: &str) {
+        let mut inner = self.lock();
+        Self::dataflow(&mut inner, name).statistics_reports += 1;
         Self::back(&mut inner);
     }
 

@@ -7,7 +7,8 @@
 //! the overhead that is timely's own), `--without-service` (the connector without its requests, built
 //! with the feature `bench`: the connector's own share), `--declared-only` (the connector maps only
 //! the three time types the examples use, as `--logging-only` registers them: what the default's
-//! other types cost), `--linger-ms N` (`Attach::linger`), `--find-by-name` (for timely clusters of
+//! other types cost), `--linger-ms N` (`Attach::linger`), `--statistics-ms N` (`Attach::statistics`:
+//! busy time per operator and records per channel, every N ms), `--find-by-name` (for timely clusters of
 //! several processes, `-n`/`-p`), and the example's numeric arguments as `--KEY VALUE`; timely's
 //! own options (`-w`, `-n`, `-p`, `-h`, `--progress-mode eager|demand`) go to timely. The service
 //! is `TRACKER_URL` (default `http://127.0.0.1:8000`) with the program token
@@ -115,6 +116,9 @@ impl Options {
         }
         if let Some(ms) = self.numbers.get("linger-ms") {
             attach = attach.linger(std::time::Duration::from_millis(*ms));
+        }
+        if let Some(ms) = self.numbers.get("statistics-ms") {
+            attach = attach.statistics(std::time::Duration::from_millis(*ms));
         }
         Some(attach.attach(worker).expect("attach"))
     }
