@@ -72,9 +72,9 @@ class RegistrationError(Exception):
 BATCH_SECONDS = 0.001
 """The most one pointstamp may cost the compiled engine (CPU seconds, measured by
 :func:`compiled_cost`): a batch moving a capability (two pointstamps) then holds the event loop
-about 2 ms, what another tenant's batches cost already (a chain of 40 diamonds of ``[1, 0]`` and
-``[0, 1]`` is accepted, 1.7 ms per batch moving its input; 48 are refused, 3.2 ms). The
-reference engine's budget is :data:`tracker.structure.SUMMARY_COST_BASE`, about 25 ms."""
+about 2 ms, what another tenant's batches cost already (a chain of 44 diamonds of ``[1, 0]`` and
+``[0, 1]`` is accepted, 0.56 ms per pointstamp; 48 are at the limit, 0.7-1.1 ms as the machine
+is busy). The reference engine's budget is :data:`tracker.structure.SUMMARY_COST_BASE`, about 25 ms."""
 TRIAL_SECONDS = 5.0
 """How long the compiled engine's trial of a graph (:func:`compiled_cost`) may take in all."""
 
