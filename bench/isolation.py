@@ -9,7 +9,8 @@ subscribers reading a busy dataflow (whose own poster is timed too), batches mov
 input's capability on an 8,000-operator chain (8,000 frontier changes each) back to back, the
 same on the most expensive graph the service accepts of a family it refuses when larger (a
 chain of ``k`` diamonds of arity 2, branches ``[1, 0]`` and ``[0, 1]``: the largest ``k`` of
-48, 44, 40, ... registered, ``k + 1`` times in the last frontiers), the
+48, 44, 40, ... registered, ``k + 1`` times in the last frontiers), 1,001 incomparable times
+moved at once along a 200-operator chain of arity 2 (each costly batch after a cheap one), the
 answers that span a whole 50,000-node chain (its graph, frontier, lag, an explanation and the
 summaries from its input) back to back, runaway SQL queries over that chain's live lag (two
 clients, each query a cross join stopped by the time limit, ``TRACKER_SQL_SECONDS=1``), and
@@ -54,6 +55,8 @@ from websockets.asyncio.client import ClientConnection, connect
 from api.run.process import ADMIN_TOKEN, ServiceProcess
 from bench.workloads import diamonds_graph, loop_graph
 
+WIDE = 1_000
+"""The wide-antichain tenant moves ``WIDE + 1`` incomparable times ``[i, WIDE - i]`` at once."""
 RSS_BOUND_MB = 1024
 """The bound the service's resident memory must stay under through every abuse (MiB), plus
 :data:`RSS_PER_LOCATION_KB` for every location of the dataflows it hosts."""
@@ -368,6 +371,36 @@ async def _run(service: ServiceProcess, quick: bool) -> dict[str, dict[str, Any]
 
         results["expensive_graph"] = await _scenario(service, probe, seconds, expensive_batches)
 
+        antichain = await _Tenant.register(service, client, {**_chain_body(200, "wide-antichains"),
+                                                             "timestamp_arity": 2})
+
+        async def wide_antichains(stop: asyncio.Event, ready: asyncio.Event, counter: list[int]) -> dict[str, Any]:
+            """1,001 incomparable times moved whole along a 200-operator chain (arity 2), back to
+            back, each batch after a cheap one: every costly batch is known before it runs and
+            propagates in its dataflow's lane."""
+            took: list[float] = []
+            async with antichain.ws() as ws:
+                ready.set()
+                held = [(0, 0)]
+                while not stop.is_set():
+                    shift = counter[0] + 1
+                    moved = [(i + shift, WIDE - i) for i in range(WIDE + 1)]
+                    updates = [{"location": {"node": 0, "port": 0, "kind": "source"}, "time": list(t), "delta": d}
+                               for times, d in ((held, -1), (moved, 1)) for t in times]
+                    for body in ({"worker": "w", "seq": antichain.seq, "updates": updates},
+                                 {"worker": "w", "seq": antichain.seq + 1, "updates": []}):
+                        started = time.perf_counter()
+                        await ws.send(json.dumps(body))
+                        while '"ack"' not in str(await ws.recv())[:24]:
+                            pass
+                        took.append(time.perf_counter() - started)
+                        antichain.seq += 1
+                    held = moved
+                    counter[0] += 1
+            return {"wide_batch_max_ms": max(took[0::2]) * 1e3}
+
+        results["wide_antichains"] = await _scenario(service, probe, seconds, wide_antichains)
+
         wide = await _Tenant.register(service, client, _chain_body(10_000 if quick else 50_000, "chain-reads"))
         reads = [f"/v1/dataflows/{wide.id}{path}" for path in (
             "", "/frontier", "/lag", "/frontier/explain?node=1&port=0&kind=target&time=0",
@@ -466,6 +499,10 @@ def run(quick: bool) -> dict[str, Any]:
     accepted = results["expensive_graph"]
     print(f"expensive_graph: {accepted['diamonds_accepted']} diamonds accepted and moved back to back "
           f"(refused first: {', '.join(map(str, accepted['diamonds_refused'])) or 'none'})")
+    wide = results["wide_antichains"]
+    print(f"wide_antichains: {wide['abuse_count']} moves of {WIDE + 1} incomparable times, the slowest acknowledged "
+          f"in {wide['wide_batch_max_ms']:.0f} ms; the probe's slowest ack {wide['max_ms']:.0f} ms (target <= 250 ms)")
     targets = {f"{name}_p99_ms": {"max": limit} for name in results if name != "baseline"}
+    targets["wide_antichains_max_ms"] = {"max": 250.0}
     targets.update({f"{name}_rss_max_mb": {"max": bound} for name, bound in bounds.items()})
     return {"name": "isolation", "figures": figures, "targets": targets}
