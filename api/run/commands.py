@@ -173,7 +173,8 @@ def _service_options(serve: argparse.ArgumentParser) -> None:
                             "engine (progress_engine; refuses to start without it), reference = the Python "
                             "tracker, spark = Spark micro-batches; default native")
     serve.add_argument("--master", default=os.environ.get("SPARK_MASTER"),
-                       help="Spark master URL (env SPARK_MASTER; default local[*])")
+                       help="Spark master URL of the Spark process (env SPARK_MASTER; default local[N], N = "
+                            "--spark-cores: the machine's cores less one, so the hot path keeps a core)")
     serve.add_argument("--spark-timeout", type=rate, default=None, metavar="SECONDS",
                        help="cancel a Spark registration check or audit after this long and record it as timed "
                             "out (env TRACKER_SPARK_TIMEOUT; default 300; 0 = no limit)")
