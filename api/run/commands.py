@@ -1,5 +1,5 @@
-"""``tracker serve``, ``tracker watch`` and ``tracker sql``: the service's commands, registered under the
-``tracker.commands`` entry points.
+"""``tracker serve``, ``tracker watch``, ``tracker sql`` and ``tracker plan``: the service's commands,
+registered under the ``tracker.commands`` entry points.
 
 Only :mod:`argparse` here; the service (FastAPI, uvicorn, Spark) is imported when the command
 runs, so listing commands stays instant and works without the ``[service]`` extra.
@@ -157,6 +157,9 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     from api.sql.cli import add_sql_command  # argparse and httpx only, like watch
 
     add_sql_command(commands)
+    from api.ops.plan import add_plan_command  # arithmetic only: no service, no Spark
+
+    add_plan_command(commands)
 
 
 def _service_options(serve: argparse.ArgumentParser) -> None:
