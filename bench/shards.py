@@ -1,18 +1,22 @@
 """shards: ingest with 1, 2 and 4 shards, the proxy's hop, and one shard's load seen from another.
 
-Everything in one run on this machine, each service started by ``tracker serve --shards N``
-(Spark off, Delta on) on loopback behind HAProxy:
+Everything in one run on this machine (``--parts`` picks some of :data:`PARTS`), each service
+started by ``tracker serve --shards N`` (Spark off, Delta on) on loopback behind HAProxy:
+
+* **Costs**: what ``tracker plan`` counts per unit, on one shard (:mod:`bench.unit_costs`).
 
 * **Ingest**: :data:`DATAFLOWS` dataflows (100-operator rings) registered through the front, so
   spread over the shards; two pipelined WebSocket workers each (8 batches of 128 updates in
   flight) connected at the dataflow's ``endpoint`` (its shard, no hop), all at once: updates per
   second with N shards against one shard. On a machine with fewer cores than shards the shards
-  share the cores, and the ratio says what that costs.
+  share the cores, and the ratio says what that costs. Beside it, ``tracker plan``'s event
+  loop and CPU per batch for that load against the measured ones (:mod:`bench.plan_check`).
 * **The proxy's hop**: a worker's WebSocket batch to its acknowledgement, one at a time,
   through HAProxy (the public address) and direct to the shard (``endpoint``), in alternating
   rounds on the same dataflow: the p50 and p99 the hop adds (target: <= 0.1 ms at p50).
 * **Many dataflows**: :data:`MANY` dataflows of 100 operators registered through the front
-  over 4 shards (8 at a time): the registration rate, each shard's resident memory, and, after
+  over 4 shards (8 at a time): the registration rate, each shard's resident memory after half
+  of them and after all (beside ``tracker plan``'s), and, after
   a ``kill -9`` of one shard, the seconds until every one of its dataflows answers again
   (target: <= 10 s).
 * **Isolation**: a probe's batches (one every 5 ms, timed to their ack) on one shard while the
@@ -41,7 +45,10 @@ from websockets.asyncio.client import connect
 
 from api.run.process import ServiceProcess
 from api.shards.ids import shard_of
+from bench import plan_check, unit_costs
 from bench.service import BATCH, OPERATORS, _ingest, _throughput_work
+from bench.unit_costs import register_ring as _register
+from bench.unit_costs import ring_locations as _locations
 from bench.workloads import loop_graph, update
 
 DATAFLOWS = 4
@@ -59,24 +66,12 @@ def _pct(samples: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def _register(service: ServiceProcess, name: str, initial: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    body = {**loop_graph(operators=OPERATORS, name=name), **({"initial": initial} if initial else {})}
-    answer = httpx.post(service.url + "/v1/dataflows", json=body, headers=service.admin_headers, timeout=60)
-    answer.raise_for_status()
-    found: dict[str, Any] = answer.json()
-    return found
-
-
-def _locations() -> list[tuple[int, int, str]]:
-    body = loop_graph(operators=OPERATORS)
-    return [(n["id"], p, kind) for n in body["nodes"]
-            for kind, count in (("source", n["outputs"]), ("target", n["inputs"])) for p in range(count)]
-
-
-def _ingest_rate(service: ServiceProcess, per_worker: int, only_shard: int | None = None
-                 ) -> tuple[float, dict[int, int]]:
+def _ingest_rate(service: ServiceProcess, per_worker: int, only_shard: int | None = None,
+                 usage: dict[str, float] | None = None) -> tuple[float, dict[int, int]]:
     """Updates per second for :data:`DATAFLOWS` dataflows of two workers each (on ``only_shard``
-    if given: the others are registered elsewhere and left idle), and the dataflows per shard."""
+    if given: the others are registered elsewhere and left idle), and the dataflows per shard;
+    ``usage``, if given, gets the cores the shards' processes and their event loops used during
+    the ingest and the cores this process's clients used."""
     initial, work = _throughput_work(2, per_worker, _locations())
     made = [_register(service, f"ingest-{i}", initial) for i in range(DATAFLOWS)]
     per_shard: dict[int, int] = {}
@@ -92,8 +87,23 @@ def _ingest_rate(service: ServiceProcess, per_worker: int, only_shard: int | Non
         await asyncio.gather(*runs)
         return time.perf_counter() - started
 
+    pids = [service.pid_of("hot", shard=k) for k in range(service.shards)]
+    if usage is not None:  # the registrations' Delta writes done first
+        unit_costs.quiet(service)
+        idle = unit_costs.settle(pids)
+    cpu_before, client_before, started = unit_costs.cpu_of(pids), time.process_time(), time.perf_counter()
     seconds = asyncio.run(all_at_once())
-    return len(fed) * 2 * per_worker * BATCH / seconds, per_shard
+    batches = len(fed) * 2 * per_worker
+    if usage is not None:
+        loop = unit_costs.cpu_of(pids)[1] - cpu_before[1] - idle[1] * seconds
+        client = time.process_time() - client_before
+        unit_costs.quiet(service)  # the batches' Delta writes, included in their cost
+        time.sleep(6.0)
+        unit_costs.settle(pids)
+        spent = unit_costs.cpu_of(pids)[0] - cpu_before[0] - idle[0] * (time.perf_counter() - started)
+        usage |= {"loop_ms_per_batch": loop / batches * 1e3, "cpu_ms_per_batch": spent / batches * 1e3,
+                  "loop_cores": loop / seconds, "client_cores": client / seconds}
+    return batches * BATCH / seconds, per_shard
 
 
 async def _acks(base: str, dataflow_id: str, token: str, seq0: int, n: int, period: float = 0.0) -> list[float]:
@@ -157,11 +167,11 @@ def _rss_mb(pid: int) -> float:
 
 
 def _many(service: ServiceProcess, count: int) -> dict[str, Any]:
-    """Register ``count`` dataflows (8 at a time), read each shard's RSS, then kill shard 1 and
-    time until all its dataflows answer at its endpoint."""
+    """Register ``count`` dataflows (8 at a time), reading each shard's RSS after half of them and
+    after all, then kill shard 1 and time until all its dataflows answer at its endpoint."""
     body = loop_graph(operators=OPERATORS, name="many")
 
-    async def register_all() -> list[dict[str, Any]]:
+    async def register_all(count: int) -> list[dict[str, Any]]:
         made: list[dict[str, Any]] = []
         async with httpx.AsyncClient(base_url=service.url, headers=service.admin_headers, timeout=120) as client:
             async def one() -> None:
@@ -177,8 +187,12 @@ def _many(service: ServiceProcess, count: int) -> dict[str, Any]:
         return made
 
     started = time.perf_counter()
-    made = asyncio.run(register_all())
-    rate = len(made) / (time.perf_counter() - started)
+    made = asyncio.run(register_all(count // 2))
+    seconds = time.perf_counter() - started
+    half = {k: round(_rss_mb(service.pid_of("hot", shard=k))) for k in range(service.shards)}
+    started = time.perf_counter()
+    made += asyncio.run(register_all(count - len(made)))
+    rate = len(made) / (seconds + time.perf_counter() - started)
     rss = {k: round(_rss_mb(service.pid_of("hot", shard=k))) for k in range(service.shards)}
     victims = [m for m in made if shard_of(m["id"]) == 1]
     os.kill(service.pid_of("hot", shard=1), signal.SIGKILL)
@@ -209,63 +223,93 @@ def _many(service: ServiceProcess, count: int) -> dict[str, Any]:
     first: list[float] = []
     asyncio.run(all_answer())
     return {"registered": len(made), "registrations_per_s": round(rate, 1), "rss_mb_per_shard": rss,
+            "rss_mb_per_shard_at_half": half,
             "restart_dataflows": len(victims), "restart_seconds": round(time.perf_counter() - killed, 2),
             "restart_first_answer_seconds": round(min(first) - killed, 2)}
 
 
-def run(quick: bool) -> dict[str, Any]:
+PARTS = ("costs", "ingest", "many", "hop", "isolation")
+"""The parts, in the order they run (``--parts`` picks some)."""
+
+
+def run(quick: bool, parts: list[str] | None = None) -> dict[str, Any]:
     """Measure, print a table, return the figures."""
+    chosen = list(parts or PARTS)
+    unknown = [p for p in chosen if p not in PARTS]
+    if unknown:
+        raise SystemExit(f"unknown part(s) {', '.join(unknown)}; the parts are {', '.join(PARTS)}")
     per_worker = 40 if quick else 200
     root = Path(tempfile.mkdtemp(prefix="bench-shards-"))
     env = {"TRACKER_SPARK": "0", "TRACKER_REGISTER_RATE": "0"}
-    rates: dict[int, float] = {}
-    spread: dict[int, dict[int, int]] = {}
-    for shards in (1, 2, 4):
-        service = ServiceProcess(root / f"warehouse-{shards}", env=env, shards=shards).start()
+    figures: dict[str, Any] = {"cores": os.cpu_count()}
+    print(f"shards benchmark: parts {', '.join(chosen)}; load average {' '.join(f'{x:.1f}' for x in os.getloadavg())} "
+          f"at the start, {os.cpu_count()} cores")
+    if "costs" in chosen:
+        print("-- costs: one shard's CPU, log, Delta and memory per unit (what tracker plan uses)")
+        figures["costs"] = unit_costs.measure(root, quick)
+    if "ingest" in chosen:
+        rates: dict[int, float] = {}
+        spread: dict[int, dict[int, int]] = {}
+        usage: dict[int, dict[str, float]] = {}
+        for shards in (1, 2, 4):
+            service = ServiceProcess(root / f"warehouse-{shards}", env=env, shards=shards).start()
+            try:
+                usage[shards] = {}
+                rates[shards], spread[shards] = _ingest_rate(service, per_worker, usage=usage[shards])
+            finally:
+                service.stop()
+        figures |= {**{f"ingest_updates_per_s_{k}": round(v) for k, v in rates.items()},
+                    **{f"ingest_ratio_{k}_vs_1": round(v / rates[1], 2) for k, v in rates.items()},
+                    "dataflows_per_shard": {str(k): v for k, v in spread.items()}}
+        print(f"-- ingest: {DATAFLOWS} dataflows of {OPERATORS} operators, 2 pipelined WebSocket workers each at "
+              "their endpoint")
+        print(f"{'shards':>6} {'updates/s':>12} {'vs 1 shard':>10}  dataflows per shard")
+        for k, v in rates.items():
+            print(f"{k:>6} {v:>12,.0f} {v / rates[1]:>9.2f}x  {spread[k]}")
+        figures["plan_ingest"] = plan_check.compare_ingest(rates, usage)
+    if "many" in chosen:
+        service = ServiceProcess(root / "warehouse-many", env={**env, "TRACKER_MAX_DATAFLOWS": "0"}, shards=4).start()
         try:
-            rates[shards], spread[shards] = _ingest_rate(service, per_worker)
+            many = _many(service, MANY // 10 if quick else MANY)
         finally:
             service.stop()
-    service = ServiceProcess(root / "warehouse-many", env={**env, "TRACKER_MAX_DATAFLOWS": "0"}, shards=4).start()
-    try:
-        many = _many(service, MANY // 10 if quick else MANY)
-    finally:
-        service.stop()
-    service = ServiceProcess(root / "warehouse-hop", env=env, shards=2).start()
-    try:
-        hop = _hop(service, 100 if quick else 500, 3 if quick else 5)
-        isolation = _isolation(service, 200 if quick else 1000, per_worker * (3 if quick else 2), 1 if quick else 3)
-    finally:
-        service.stop()
-    load = os.getloadavg()
-    figures: dict[str, Any] = {
-        "load_average": [round(x, 2) for x in load], "cores": os.cpu_count(),
-        **{f"ingest_updates_per_s_{k}": round(v) for k, v in rates.items()},
-        **{f"ingest_ratio_{k}_vs_1": round(v / rates[1], 2) for k, v in rates.items()},
-        "dataflows_per_shard": {str(k): v for k, v in spread.items()},
-        "hop_p50_added_ms": round((_pct(hop["proxy"], 0.5) - _pct(hop["direct"], 0.5)) * 1e3, 3),
-        "hop_p99_added_ms": round((_pct(hop["proxy"], 0.99) - _pct(hop["direct"], 0.99)) * 1e3, 3),
-        **{f"ack_{way}_p{q}_ms": round(_pct(s, q / 100) * 1e3, 3) for way, s in hop.items() for q in (50, 99)},
-        **{f"probe_{what}_p{q}_ms": round(_pct(s, q / 100) * 1e3, 3)
-           for what, s in isolation.items() for q in (50, 99)},
-        "probe_p99_ratio": round(_pct(isolation["loaded"], 0.99) / _pct(isolation["alone"], 0.99), 2),
-        **{f"many_{k}": v for k, v in many.items()},
-    }
-    print(f"shards benchmark: load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f} on {os.cpu_count()} cores; "
-          f"{DATAFLOWS} dataflows of {OPERATORS} operators, 2 pipelined WebSocket workers each at their endpoint")
-    print(f"{'shards':>6} {'updates/s':>12} {'vs 1 shard':>10}  dataflows per shard")
-    for k, v in rates.items():
-        print(f"{k:>6} {v:>12,.0f} {v / rates[1]:>9.2f}x  {spread[k]}")
-    print(f"{many['registered']:,} dataflows of {OPERATORS} operators over 4 shards: {many['registrations_per_s']:.0f} "
-          f"registrations/s; RSS per shard (MB) {many['rss_mb_per_shard']}; shard 1 killed: its "
-          f"{many['restart_dataflows']} dataflows all answer again after {many['restart_seconds']:.2f} s (the first "
-          f"after {many['restart_first_answer_seconds']:.2f} s)")
-    print(f"WebSocket batch to ack: through HAProxy p50 {figures['ack_proxy_p50_ms']:.3f} ms p99 "
-          f"{figures['ack_proxy_p99_ms']:.3f} ms; direct p50 {figures['ack_direct_p50_ms']:.3f} ms p99 "
-          f"{figures['ack_direct_p99_ms']:.3f} ms; the hop adds {figures['hop_p50_added_ms']:.3f} ms at p50")
-    print(f"probe on one shard: alone p50 {figures['probe_alone_p50_ms']:.3f} "
-          f"p99 {figures['probe_alone_p99_ms']:.3f} ms; the other shard loaded "
-          f"p50 {figures['probe_loaded_p50_ms']:.3f} p99 {figures['probe_loaded_p99_ms']:.3f} ms "
-          f"({figures['probe_p99_ratio']:.2f}x at p99)")
+        figures |= {f"many_{k}": v for k, v in many.items()}
+        print(f"-- many: {many['registered']:,} dataflows of {OPERATORS} operators over 4 shards: "
+              f"{many['registrations_per_s']:.0f} registrations/s; RSS per shard (MB) {many['rss_mb_per_shard']}; "
+              f"shard 1 killed: its {many['restart_dataflows']} dataflows all answer again after "
+              f"{many['restart_seconds']:.2f} s (the first after {many['restart_first_answer_seconds']:.2f} s)")
+        figures["plan_memory"] = plan_check.compare_memory(many["registered"] // 4, many["rss_mb_per_shard"],
+                                                           many["rss_mb_per_shard_at_half"])
+    if "hop" in chosen or "isolation" in chosen:
+        service = ServiceProcess(root / "warehouse-hop", env=env, shards=2).start()
+        try:
+            if "hop" in chosen:
+                hop = _hop(service, 100 if quick else 500, 3 if quick else 5)
+                figures |= {
+                    "hop_p50_added_ms": round((_pct(hop["proxy"], 0.5) - _pct(hop["direct"], 0.5)) * 1e3, 3),
+                    "hop_p99_added_ms": round((_pct(hop["proxy"], 0.99) - _pct(hop["direct"], 0.99)) * 1e3, 3),
+                    **{f"ack_{way}_p{q}_ms": round(_pct(s, q / 100) * 1e3, 3) for way, s in hop.items()
+                       for q in (50, 99)}}
+                print(f"-- hop: WebSocket batch to ack: through HAProxy p50 {figures['ack_proxy_p50_ms']:.3f} ms p99 "
+                      f"{figures['ack_proxy_p99_ms']:.3f} ms; direct p50 {figures['ack_direct_p50_ms']:.3f} ms p99 "
+                      f"{figures['ack_direct_p99_ms']:.3f} ms; the hop adds {figures['hop_p50_added_ms']:.3f} ms "
+                      "at p50")
+            if "isolation" in chosen:
+                isolation = _isolation(service, 200 if quick else 1000, per_worker * (3 if quick else 2),
+                                       1 if quick else 3)
+                figures |= {**{f"probe_{what}_p{q}_ms": round(_pct(s, q / 100) * 1e3, 3)
+                               for what, s in isolation.items() for q in (50, 99)},
+                            "probe_p99_ratio": round(_pct(isolation["loaded"], 0.99)
+                                                     / _pct(isolation["alone"], 0.99), 2)}
+                print(f"-- isolation: probe on one shard: alone p50 {figures['probe_alone_p50_ms']:.3f} "
+                      f"p99 {figures['probe_alone_p99_ms']:.3f} ms; the other shard loaded "
+                      f"p50 {figures['probe_loaded_p50_ms']:.3f} p99 {figures['probe_loaded_p99_ms']:.3f} ms "
+                      f"({figures['probe_p99_ratio']:.2f}x at p99)")
+        finally:
+            service.stop()
+    figures["load_average"] = [round(x, 2) for x in os.getloadavg()]
+    print(f"load average {' '.join(f'{x:.1f}' for x in os.getloadavg())} at the end")
     return {"name": "shards", "figures": figures,
-            "targets": {"hop_p50_added_ms": "<= 0.1", "probe_p99_ratio": "<= 1.2", "many_restart_seconds": "<= 10"}}
+            "targets": {"hop_p50_added_ms": "<= 0.1", "probe_p99_ratio": "<= 1.2", "many_restart_seconds": "<= 10",
+                        "plan_ingest": "measured within the plan's stated tolerance",
+                        "plan_memory": "measured within the plan's stated tolerance"}}

@@ -3,6 +3,8 @@ line and exit code 2, before anything starts (no service, no Spark session, no t
 
 from __future__ import annotations
 
+import argparse
+import os
 from pathlib import Path
 
 import pytest
@@ -59,3 +61,15 @@ def test_jobs_refuse_a_bad_master_and_list_few_ids(tmp_path: Path, capsys: pytes
     assert "not a Spark master URL" in err
     err = _refused(capsys, ["jobs", "cycles", "--warehouse", str(tmp_path), "--dataflow", "nope"])
     assert "known00" in err and "and 7 more" in err and "known11" not in err
+
+
+def test_serve_help_names_the_spark_master_it_runs() -> None:
+    """``--master``'s help says what the Spark process runs without it (``local[N]``, N from
+    ``--spark-cores``, the machine's cores less one), not ``tracker jobs``' ``local[*]``."""
+    from api.config import Settings
+    from tracker.cli import build_parser
+
+    commands = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    master = next(a for a in commands.choices["serve"]._actions if "--master" in a.option_strings).help or ""
+    assert "local[*]" not in master and "default local[N], N = --spark-cores" in master
+    assert Settings(spark_cores=0).spark_cores_used() == max(1, (os.cpu_count() or 1) - 1)

@@ -1,5 +1,5 @@
-"""``tracker serve``, ``tracker watch`` and ``tracker sql``: the service's commands, registered under the
-``tracker.commands`` entry points.
+"""``tracker serve``, ``tracker watch``, ``tracker sql`` and ``tracker plan``: the service's commands,
+registered under the ``tracker.commands`` entry points.
 
 Only :mod:`argparse` here; the service (FastAPI, uvicorn, Spark) is imported when the command
 runs, so listing commands stays instant and works without the ``[service]`` extra.
@@ -157,6 +157,9 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     from api.sql.cli import add_sql_command  # argparse and httpx only, like watch
 
     add_sql_command(commands)
+    from api.ops.plan import add_plan_command  # arithmetic only: no service, no Spark
+
+    add_plan_command(commands)
 
 
 def _service_options(serve: argparse.ArgumentParser) -> None:
@@ -173,7 +176,8 @@ def _service_options(serve: argparse.ArgumentParser) -> None:
                             "engine (progress_engine; refuses to start without it), reference = the Python "
                             "tracker, spark = Spark micro-batches; default native")
     serve.add_argument("--master", default=os.environ.get("SPARK_MASTER"),
-                       help="Spark master URL (env SPARK_MASTER; default local[*])")
+                       help="Spark master URL of the Spark process (env SPARK_MASTER; default local[N], N = "
+                            "--spark-cores: the machine's cores less one, so the hot path keeps a core)")
     serve.add_argument("--spark-timeout", type=rate, default=None, metavar="SECONDS",
                        help="cancel a Spark registration check or audit after this long and record it as timed "
                             "out (env TRACKER_SPARK_TIMEOUT; default 300; 0 = no limit)")
