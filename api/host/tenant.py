@@ -136,7 +136,7 @@ class Tenant:
             "graph_stored": self.lag.graph_stored,
             "delta_version": self.lag.delta_version,
             "workers": {w: s for w, (s, _) in sorted(self.live.durable_workers.items())},
-            "lane": {"in_lane": self.live.in_lane, "queued": self.live.busy()},
+            "lane": {"in_lane": self.live.in_lane, "queued": self.live.busy(), "batches": self.live.lane_batches},
         }
 
     def summary(self, state: str | None = None) -> dict[str, Any]:

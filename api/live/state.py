@@ -110,6 +110,8 @@ class LiveState:
     :mod:`api.live.lane`); ``None`` until a batch was."""
     _in_lane: bool = field(init=False, default=False)
     _counts_read: Counts = field(init=False, default_factory=dict)
+    lane_batches: int = field(init=False, default=0)
+    """Batches given to the lane since the service started."""
     counts_version: int = field(init=False, default=-1)
     """The durable version of the counts :meth:`counts` last returned (-1 before any)."""
     last_in_lane: Any = field(init=False, default=None)
@@ -185,6 +187,7 @@ class LiveState:
         assert self.lane is not None
         self._pending[pending.version] = pending
         self.last_batch_at = pending.received
+        self.lane_batches += 1
         return self.lane.submit(pending.version, pending.updates, then)
 
     def lane_applied(self, pending: Pending, result: Propagated) -> bool:

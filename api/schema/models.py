@@ -238,7 +238,8 @@ class DataflowStatus(BaseModel):
     workers: dict[str, int] = Field(default_factory=dict, description="last seq per worker")
     lane: dict[str, Any] = Field(default_factory=dict, description=(
         "`in_lane`: its batches propagate in a thread of its own (they are costly); `queued`: batches waiting "
-        "there (at TRACKER_LANE_BACKLOG, new batches are refused 429 dataflow_busy)"))
+        "there (at TRACKER_LANE_BACKLOG, new batches are refused 429 dataflow_busy); `batches`: batches "
+        "propagated there since the service started"))
 
 
 class DataflowSummary(BaseModel):
