@@ -46,6 +46,7 @@ from api.web.params import (
     NodeQ,
     ScopeQ,
     chunked,
+    json_chunks,
     location_filter,
     scope_path,
 )
@@ -92,7 +93,7 @@ async def frontier_explain(
     kind: Annotated[Literal["source", "target"], Query()],
     time: Annotated[str, Query(max_length=1000, description="comma-separated coordinates, e.g. 2,7")],
     scope: ScopeQ = None,
-) -> JSONResponse:
+) -> Response:
     """The active pointstamps that hold ``(location, time)`` back, each with its summary and
     one path, and a sentence saying what it means. In a nested dataflow the path may cross scope
     boundaries (its steps say ``via`` ingress or egress); ``time`` is in the location's scope."""
@@ -108,11 +109,11 @@ async def frontier_explain(
     # A search per blocking origin: off the loop, on a consistent copy of the state.
     blame = blamer(dataflow, time_now())
 
-    def search() -> dict[str, Any]:
+    def search() -> list[bytes]:
         with collector_paused():  # a search's ~3 objects per location drew collector passes of ~40 ms
-            return explain(dataflow.graph, counts, frontier, version, location, tuple(parts), blame)
+            return json_chunks(explain(dataflow.graph, counts, frontier, version, location, tuple(parts), blame))
 
-    return JSONResponse(await asyncio.to_thread(search))
+    return chunked(await asyncio.to_thread(search))
 
 
 @router.get("/dataflows/{id}/lag", response_model=LagResponse, responses=ERRORS,
@@ -196,7 +197,7 @@ def _time(text: str, arity: int) -> tuple[int, ...]:
     return parts
 
 
-async def _explain_nested(dataflow: Tenant, hosting: Hosting, location: ScopedLocation, text: str) -> JSONResponse:
+async def _explain_nested(dataflow: Tenant, hosting: Hosting, location: ScopedLocation, text: str) -> Response:
     try:
         here = hosting.flat(location)
     except KeyError:
@@ -207,6 +208,6 @@ async def _explain_nested(dataflow: Tenant, hosting: Hosting, location: ScopedLo
     counts = {(hosting.scoped(loc), t): c for (loc, t), c in dataflow.counts().items()}
     frontier = sorted(view.get(here, ()))
     flat_blame = blamer(dataflow, time_now())
-    return JSONResponse(await asyncio.to_thread(lambda: explain_nested(
+    return chunked(await asyncio.to_thread(lambda: json_chunks(explain_nested(
         hosting.steps, counts, frontier, version, location, when,
-        lambda origin, at: flat_blame(hosting.flat(origin), at))))
+        lambda origin, at: flat_blame(hosting.flat(origin), at)))))
