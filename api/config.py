@@ -108,7 +108,7 @@ class Settings:
     stall_seconds: float = 60.0  # TRACKER_STALL_SECONDS: live pointstamps, no frontier change this long: stalled
     lane_ms: float = 1.0  # TRACKER_LANE_MS: a batch propagating longer sends its dataflow's next ones to its own thread
     lane_backlog: int = 256  # TRACKER_LANE_BACKLOG: a dataflow's batches waiting for its thread; beyond: 429
-    # Limits (docs/service.md, "Limits"); 0 means none.
+    # Limits (docs/running.md, "Limits and protections"); 0 means none.
     register_rate: float = 10.0  # TRACKER_REGISTER_RATE: registrations per second per token (refill)
     register_burst: int = 100  # TRACKER_REGISTER_BURST: registrations per token at once
     max_dataflows: int = 1000  # TRACKER_MAX_DATAFLOWS: live dataflows
@@ -117,7 +117,7 @@ class Settings:
     max_header_bytes: int = 64 * 1024  # TRACKER_MAX_HEADER_BYTES: request line + headers (431 beyond)
     header_timeout: float = 10.0  # TRACKER_HEADER_TIMEOUT: seconds to receive a request's head
     send_buffer: int = SEND_BUFFER  # TRACKER_SEND_BUFFER: each connection's kernel send buffer (0: autotuned)
-    # Shards (docs/service.md, "Shards").
+    # Shards (docs/running.md, "Shards").
     shards: int | None = None  # TRACKER_SHARDS: shards run here (None: one per two cores, at least one)
     shard_hosts: str = ""  # TRACKER_SHARD_HOSTS: shards on other hosts, "K=http://HOST:PORT,..."
     shard_port: int | None = None  # TRACKER_SHARD_PORT: the first local shard's port (None: --port + 101; 0: any)

@@ -21,7 +21,7 @@ if ! command -v java >/dev/null || ! command -v javac >/dev/null; then
 fi
 
 # HAProxy routes each dataflow's requests to its shard when `tracker serve` runs several
-# (docs/service.md, "Shards"); Debian installs it in /usr/sbin.
+# (docs/running.md, "Shards"); Debian installs it in /usr/sbin.
 if ! command -v haproxy >/dev/null && [ ! -x /usr/sbin/haproxy ]; then
   _apt_install haproxy || true
 fi

@@ -1,5 +1,5 @@
 """The violation rule against simulated protocol-following programs (``docs/core.md``, "Negative
-counts").
+counts and violations").
 
 Workers are simulated as timely's are: each holds capabilities at operator outputs, sends
 messages along edges under them (``+1`` at the target), consumes messages (``-1``, maybe taking

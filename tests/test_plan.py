@@ -54,29 +54,29 @@ def test_every_figure_is_the_documented_one() -> None:
 
 
 def test_figures_the_service_manual_reports_are_the_same() -> None:
-    """Where docs/service.md or docs/tables.md report the measurement a figure comes from, it is
-    that one."""
-    service, tables = doc("service.md"), doc("tables.md")
+    """Where docs/performance.md, docs/durability.md or docs/tables.md report the measurement a
+    figure comes from, it is that one."""
+    performance, durability, tables = doc("performance.md"), doc("durability.md"), doc("tables.md")
     assert re.search(rf"\| registrations per second through the front \| "
-                     rf"{capacity.REGISTRATIONS_PER_SECOND.value:g} \|", service)
-    assert re.search(rf"about {capacity.LOG_HEADER_BYTES_PER_LOCATION.value:g} bytes per\s+location", service)
-    assert f"took {capacity.SPARK_BUSY_CORES.value:g} of the machine's 2 cores" in service
+                     rf"{capacity.REGISTRATIONS_PER_SECOND.value:g} \|", performance)
+    assert re.search(rf"about {capacity.LOG_HEADER_BYTES_PER_LOCATION.value:g} bytes per\s+location", durability)
+    assert f"took {capacity.SPARK_BUSY_CORES.value:g} of the machine's 2 cores" in performance
     assert f"{capacity.SPARK_CHECK_SECONDS.value:g} s on a quiet machine" in tables
     assert re.search(rf"\| propagation, 1,026 locations: GraphX helper / DataFrame path \(84 rounds\) \| "
                      rf"{capacity.SPARK_AUDIT_SECONDS.value:.2f} s \|", tables)
-    # The many part's shards of 2,500 rings (202 locations each), as docs/service.md reports them.
-    shard = re.search(r"resident memory per shard \(2,500 dataflows each\) \| ([\d,]+) /", service)
+    # The many part's shards of 2,500 rings (202 locations each), as docs/performance.md reports them.
+    shard = re.search(r"resident memory per shard \(2,500 dataflows each\) \| ([\d,]+) /", performance)
     assert shard
     planned = capacity.BASE_RSS_MIB.value + 2500 * 202 * capacity.MEMORY_KIB_PER_LOCATION.value / 1024
     assert planned == pytest.approx(int(shard.group(1).replace(",", "")), rel=0.1)
 
 
 def test_the_shards_benchmark_configuration() -> None:
-    """The ingest the shards benchmark measured on one shard of this machine (docs/service.md) is
+    """The ingest the shards benchmark measured on one shard of this machine (docs/performance.md) is
     more than the plan promises there (its event loop at 70%, the host's cores at 70%), and not
     several times more; the plan lays the many part's 10,000 idle rings on its 4 shards, each
     with the memory measured there within 25%."""
-    measured = re.search(r"\| ingest, updates/s \(ratio to 1 shard\) \| ([\d,]+) \(1\.00\)", doc("service.md"))
+    measured = re.search(r"\| ingest, updates/s \(ratio to 1 shard\) \| ([\d,]+) \(1\.00\)", doc("performance.md"))
     assert measured
     ingest = int(measured.group(1).replace(",", ""))
     promised = promised_updates_per_second(RING, shards=1)
@@ -85,7 +85,7 @@ def test_the_shards_benchmark_configuration() -> None:
                      operators=101, changes_per_batch=0, subscribers_per_dataflow=0, spark=False, cores_per_host=8,
                      memory_per_host_gib=4096))
     assert idle.shards == 4 and idle.dataflows_per_shard == 2500
-    shard = re.search(r"resident memory per shard \(2,500 dataflows each\) \| ([\d,]+) /", doc("service.md"))
+    shard = re.search(r"resident memory per shard \(2,500 dataflows each\) \| ([\d,]+) /", doc("performance.md"))
     assert shard and idle.memory_per_shard_mib == pytest.approx(int(shard.group(1).replace(",", "")), rel=0.25)
 
 

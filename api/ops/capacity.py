@@ -3,8 +3,9 @@ into shards, hosts, memory, disk and Spark, from per-unit costs the benchmarks m
 
 Every per-unit figure is a :class:`Measured` constant naming the benchmark command that measured
 it; ``docs/operations.md`` ("Capacity planning") lists the same figures, and
-``tests/test_plan.py`` holds the two (and the figures the service manual reports) equal. The
-policy choices (how busy a shard's event loop or a host may be planned) are plain constants.
+``tests/test_plan.py`` holds the two (and the figures ``docs/performance.md`` and
+``docs/durability.md`` report) equal. The policy choices (how busy a shard's event loop or a host
+may be planned) are plain constants.
 
 Guarantees: :func:`plan` is pure arithmetic on Python numbers (no overflow at any size it
 accepts: a billion dataflows of a million workers still plan), every quantity it returns is in
@@ -92,7 +93,7 @@ HOST_CPU_BUDGET = 0.7
 HOST_MEMORY_BUDGET = 0.8
 """The share of a host's memory the plan fills."""
 CORES_PER_SHARD = 2
-"""The service's default layout (docs/service.md, "Shards"): one shard per two cores, its event
+"""The service's default layout (docs/running.md, "Shards"): one shard per two cores, its event
 loop on one, its log's sync process, its Delta thread, the host's Spark process and front on the
 other."""
 LOCATIONS_PER_OPERATOR = 2
@@ -283,8 +284,9 @@ def plan(load: Load) -> Plan:
         notes.append(f"graphs of {locations:,} locations are over TRACKER_SPARK_MAX_LOCATIONS "
                      f"({DEFAULTS.spark_max_locations:,}): Spark neither checks nor audits them")
     # Disk. A busy dataflow gets a progress file per flush, and a frontier_changes file and new
-    # pointstamps and frontiers files per compaction (docs/service.md, "Durability"); files
-    # superseded (by the tidy pass's merges, or replaced) stay for TRACKER_VACUUM_HOURS.
+    # pointstamps and frontiers files per compaction (docs/durability.md,
+    # "Delta trails by about a second"); files superseded (by the tidy pass's merges, or replaced)
+    # stay for TRACKER_VACUUM_HOURS.
     flushes = load.dataflows * min(1.0, per_dataflow_batches * DEFAULTS.flush_seconds) * DAY / DEFAULTS.flush_seconds
     compactions = (load.dataflows * min(1.0, per_dataflow_batches * DEFAULTS.compact_seconds) * DAY
                    / DEFAULTS.compact_seconds)

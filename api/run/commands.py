@@ -119,7 +119,7 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     serve = commands.add_parser("serve", help="run the service: a supervisor of its hot-path processes (FastAPI + "
                                 "uvicorn, one per shard), the front and HAProxy when sharded, and its Spark process")
     _service_options(serve)
-    sharding = serve.add_argument_group("shards", "see docs/service.md, \"Shards\"")
+    sharding = serve.add_argument_group("shards", "see docs/running.md, \"Shards\"")
     sharding.add_argument("--shards", type=count, default=None, metavar="N",
                           help="hot-path processes (shards) run here, each owning its dataflows, its log and its "
                                "port (env TRACKER_SHARDS; default one per two cores, at least 1)")
@@ -194,6 +194,6 @@ def _service_options(serve: argparse.ArgumentParser) -> None:
                        help="also export /metrics series labelled with dataflow ids (lag per operator input, "
                             "audit results); off by default because /metrics needs no token "
                             "(env TRACKER_METRICS_PER_DATAFLOW=1)")
-    limits = serve.add_argument_group("limits", "0 means no limit; see docs/service.md, \"Limits\"")
+    limits = serve.add_argument_group("limits", "0 means no limit; see docs/running.md, \"Limits and protections\"")
     for flag, kind, text in _LIMIT_OPTIONS:
         limits.add_argument(flag, type=kind, default=None, help=text)  # type: ignore[arg-type]

@@ -274,7 +274,7 @@ def create_app(settings: Settings, admin_token: str,
         title="Timely progress tracker",
         version="1.0.0",
         description="Progress tracking for timely dataflow as a service: register a graph, report atomic "
-                    "progress batches, query and stream exact frontiers. See docs/service.md." + _WEBSOCKET_DOC,
+                    "progress batches, query and stream exact frontiers. See docs/reference.md." + _WEBSOCKET_DOC,
         lifespan=lifespan,
         docs_url=None,  # served below from vendored assets: FastAPI's default page loads them from a CDN
         redoc_url=None,

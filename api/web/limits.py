@@ -184,7 +184,7 @@ class Subscriptions:
 
 @dataclass
 class Limits:
-    """Every admission limit of one service (see ``docs/service.md``, "Limits")."""
+    """Every admission limit of one service (see ``docs/running.md``, "Limits and protections")."""
 
     registrations: Registrations
     subscriptions: Subscriptions
