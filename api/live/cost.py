@@ -23,12 +23,13 @@ it never runs on the event loop.
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from api.schema.parsing import Indexed
 from tracker.graph import Location, Update
+from tracker.structure import strong_components
 
 LANE_UNITS = 50_000.0
 """A batch estimated over this many units propagates in its dataflow's lane, whatever came before."""
@@ -36,58 +37,40 @@ WIDTH_UNITS = 64.0
 """``k`` updates at one location cost ``k * (1 + k / WIDTH_UNITS)`` times its reach."""
 
 
+class Arc(NamedTuple):
+    """One step of a graph, as :func:`reach_bounds` takes it."""
+
+    src: Location
+    dst: Location
+
+
 def reach_bounds(locations: Sequence[Location], steps: Iterable[tuple[Location, Location]]) -> dict[Location, int]:
     """For each location, an upper bound of the locations reachable from it (itself included):
-    the strongly connected components of the steps (Tarjan's, without recursion), then, from
-    the sinks back, each component's size plus its successors' bounds, at most every location.
-    Linear in the graph.
+    the strongly connected components of the steps (:func:`tracker.structure.strong_components`),
+    then, from the sinks back, each component's size plus its successors' bounds, at most every
+    location. Linear in the graph.
     """
-    index = {loc: i for i, loc in enumerate(locations)}
-    successors: list[list[int]] = [[] for _ in locations]
-    for src, dst in steps:
-        successors[index[src]].append(index[dst])
+    arcs = [Arc(src, dst) for src, dst in steps]
+    component = strong_components(list(locations), arcs)  # type: ignore[arg-type]  # Transition's src and dst
+    size = Counter(component.values())
+    successors: dict[int, set[int]] = defaultdict(set)
+    indegree = dict.fromkeys(size, 0)
+    for arc in arcs:
+        a, b = component[arc.src], component[arc.dst]
+        if a != b and b not in successors[a]:
+            successors[a].add(b)
+            indegree[b] += 1
+    order = [k for k, n in indegree.items() if n == 0]
+    for k in order:  # Kahn's order over the components, grown while it is read
+        for b in successors[k]:
+            indegree[b] -= 1
+            if indegree[b] == 0:
+                order.append(b)
     n = len(locations)
-    order, low, on_stack, stack, component = [-1] * n, [0] * n, [False] * n, [], [-1] * n
-    components: list[list[int]] = []
-    counter = 0
-    for root in range(n):
-        if order[root] >= 0:
-            continue
-        work = [(root, 0)]
-        while work:
-            node, child = work.pop()
-            if child == 0:
-                order[node] = low[node] = counter
-                counter += 1
-                stack.append(node)
-                on_stack[node] = True
-            if child < len(successors[node]):
-                work.append((node, child + 1))
-                nxt = successors[node][child]
-                if order[nxt] < 0:
-                    work.append((nxt, 0))
-                elif on_stack[nxt]:
-                    low[node] = min(low[node], order[nxt])
-                continue
-            if low[node] == order[node]:
-                members = []
-                while True:
-                    top = stack.pop()
-                    on_stack[top] = False
-                    component[top] = len(components)
-                    members.append(top)
-                    if top == node:
-                        break
-                components.append(members)
-            if work:
-                parent = work[-1][0]
-                low[parent] = min(low[parent], low[node])
-    # Tarjan's components come out sinks first: each one's successors are already bounded.
-    bound = [0] * len(components)
-    for c, members in enumerate(components):
-        reached = {component[s] for m in members for s in successors[m]} - {c}
-        bound[c] = min(n, len(members) + sum(bound[d] for d in reached))
-    return {loc: bound[component[i]] for loc, i in index.items()}
+    bound: dict[int, int] = {}
+    for k in reversed(order):  # the sinks first
+        bound[k] = min(n, size[k] + sum(bound[b] for b in successors[k]))
+    return {loc: bound[component[loc]] for loc in locations}
 
 
 class Cost:
