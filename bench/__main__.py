@@ -1,5 +1,6 @@
-"""``python -m bench`` lists the benchmarks; ``python -m bench NAME [--quick] [--sizes ...] [--parts ...]``
-runs one (``--sizes``/``--parts`` for the benchmarks whose ``run`` takes ``sizes``/``parts``).
+"""``python -m bench`` lists the benchmarks; ``python -m bench NAME [--quick] [--sizes ...] [--parts ...]
+[--seed N] [--minutes M]`` runs one (``--sizes``/``--parts``/``--seed``/``--minutes`` for the benchmarks
+whose ``run`` takes ``sizes``/``parts``/``seed``/``minutes``).
 
 A benchmark is a module ``bench/NAME.py`` with ``run(quick: bool) -> dict`` that prints a
 readable table and returns ``{"name": ..., "figures": {...}, "targets": {...}}``; this runner
@@ -17,6 +18,7 @@ import json
 import pkgutil
 import sys
 from pathlib import Path
+from typing import Any
 
 _NOT_BENCHMARKS = {"__main__", "workloads", "spark_workloads", "watcher"}
 
@@ -34,7 +36,7 @@ def available() -> dict[str, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m bench [NAME] [--quick]``: list the benchmarks, or run one; the exit code."""
+    """``python -m bench [NAME] [--quick] [options]``: list the benchmarks, or run one; the exit code."""
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
     parser.add_argument("name", nargs="?", help="benchmark to run; omit to list them")
     parser.add_argument("--quick", action="store_true", help="a short run (smaller workloads, fewer repetitions)")
@@ -43,6 +45,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--parts", default=None,
                         help="comma-separated parts to run, for the benchmarks that have them (spark: core,engines,"
                              "jobs,cluster)")
+    parser.add_argument("--seed", type=int, default=None, help="the random choices' seed, for the benchmarks that "
+                                                                "make them (chaos; printed when not given)")
+    parser.add_argument("--minutes", type=float, default=None, help="how long to run, for the benchmarks that run "
+                                                                    "for a time (chaos)")
     args = parser.parse_args(argv)
     benchmarks = available()
     if not args.name:
@@ -53,7 +59,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"unknown benchmark {args.name!r}; available: {', '.join(sorted(benchmarks))}", file=sys.stderr)
         return 2
     run = importlib.import_module(f"bench.{args.name}").run
-    options = {name: getattr(args, name).split(",") for name in ("sizes", "parts") if getattr(args, name)}
+    options: dict[str, Any] = {name: getattr(args, name).split(",") for name in ("sizes", "parts")
+                               if getattr(args, name)}
+    options.update({name: getattr(args, name) for name in ("seed", "minutes") if getattr(args, name) is not None})
     unknown = [f"--{name}" for name in options if name not in inspect.signature(run).parameters]
     if unknown:
         print(f"benchmark {args.name!r} takes no {', '.join(unknown)}", file=sys.stderr)

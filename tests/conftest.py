@@ -83,7 +83,7 @@ def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
 # of them starting a long module at the end.
 _LONG_FIRST = ("test_spark_cluster", "test_spark_cli", "test_api_engine_spark", "test_api_spark_bounds",
                "test_spark_storage", "test_api_spark", "test_spark_jobs", "test_spark_scopes",
-               "test_spark_incremental", "test_dashboard", "test_shards_hosts")
+               "test_spark_incremental", "test_dashboard", "test_shards_hosts", "test_chaos")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -38,6 +38,7 @@ from tests.helpers import (
     as_updates,
     core_graph,
     counts_map,
+    free_port,
     frontier_map,
     loop_graph,
     stop_writers,
@@ -299,29 +300,54 @@ def test_a_damaged_or_missing_delta_file_is_reported_and_the_service_starts_from
         shutil.copytree(pristine, service.warehouse)
 
 
-def test_with_the_log_down_registration_is_503_and_an_unacknowledged_seq_is_not_used(
-        start_service: ServiceStarter) -> None:
+def test_with_the_log_down_registration_is_503_and_an_unacknowledged_seq_is_not_used(tmp_path: Path) -> None:
+    """The app served by uvicorn alone (``app_from_env``, no supervisor to restart it), its log
+    failed: its sync process killed (under ``tracker serve`` the hot path would exit there and be
+    restarted, ``tests/test_api_crash.py``; a failed write or ``fdatasync`` fails the log alike)."""
     import os
     import signal
 
-    service = start_service(TRACKER_DELTA="0")
-    dataflow_id, token = register_flow(service, loop_graph(operators=2))
-    url = f"/v1/dataflows/{dataflow_id}/progress"
-    with service.client(token) as client:
-        assert client.post(url, json={"worker": "w", "seq": 0, "updates": []}).status_code == 200
-        [syncer] = [int(c) for task in Path(f"/proc/{service.pid_of('hot')}/task").iterdir()
-                    for c in (task / "children").read_text().split()]
-        os.kill(syncer, signal.SIGKILL)
-        # The loss is noticed when the sync process's pipe closes; until then a quiet log may
-        # still commit on the event loop (its own fdatasync: durable, so acknowledged).
-        deadline = time.monotonic() + 10
-        while client.get("/healthz").status_code != 503:
-            assert time.monotonic() < deadline, "the sync process's loss was never noticed"
-            time.sleep(0.05)
-        refused = client.post(url, json={"worker": "w", "seq": 1, "updates": []})
-        assert refused.status_code == 503 and refused.json()["error"] == "log_failed"
-        assert client.get(f"/v1/dataflows/{dataflow_id}").json()["status"]["workers"] == {"w": 0}
-    with service.client() as admin:
+    port = free_port()
+    env = {**os.environ, "TRACKER_ADMIN_TOKEN": ADMIN_TOKEN, "TRACKER_WAREHOUSE": str(tmp_path / "warehouse"),
+           "TRACKER_PORT": str(port), "TRACKER_SPARK": "0", "TRACKER_DELTA": "0", "PYTHONUNBUFFERED": "1"}
+    with open(tmp_path / "uvicorn.log", "ab") as log:
+        process = subprocess.Popen([sys.executable, "-m", "uvicorn", "--factory", "api.run.server:app_from_env",
+                                    "--host", "127.0.0.1", "--port", str(port)], cwd=ROOT, env=env, stdout=log,
+                                   stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert process.poll() is None and time.monotonic() < deadline, (tmp_path / "uvicorn.log").read_text()
+            try:
+                if httpx.get(base + "/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.05)
+        admin = httpx.Client(base_url=base, headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}, timeout=30)
+        answer = admin.post("/v1/dataflows", json=loop_graph(operators=2))
+        assert answer.status_code == 201, answer.text
+        dataflow_id, token = answer.json()["id"], answer.json()["token"]
+        url = f"/v1/dataflows/{dataflow_id}/progress"
+        with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {token}"}, timeout=30) as client:
+            assert client.post(url, json={"worker": "w", "seq": 0, "updates": []}).status_code == 200
+            [syncer] = [int(c) for task in Path(f"/proc/{process.pid}/task").iterdir()
+                        for c in (task / "children").read_text().split()]
+            os.kill(syncer, signal.SIGKILL)
+            # The loss is noticed when the sync process's pipe closes; until then a quiet log may
+            # still commit on the event loop (its own fdatasync: durable, so acknowledged).
+            deadline = time.monotonic() + 10
+            while client.get("/healthz").status_code != 503:
+                assert time.monotonic() < deadline, "the sync process's loss was never noticed"
+                time.sleep(0.05)
+            refused = client.post(url, json={"worker": "w", "seq": 1, "updates": []})
+            assert refused.status_code == 503 and refused.json()["error"] == "log_failed"
+            assert client.get(f"/v1/dataflows/{dataflow_id}").json()["status"]["workers"] == {"w": 0}
         registered = admin.post("/v1/dataflows", json=loop_graph(operators=2))
         assert registered.status_code == 503 and registered.json()["error"] == "log_failed", registered.text
         assert [d["id"] for d in admin.get("/v1/dataflows").json()] == [dataflow_id]
+        admin.close()
+        assert process.poll() is None  # nobody would restart it: it stays, refusing writes
+    finally:
+        process.kill()
+        process.wait(10)

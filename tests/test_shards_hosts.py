@@ -17,9 +17,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,74 +27,10 @@ import polars as pl
 import pytest
 
 from api.shards.ids import shard_of
-from tests.helpers import ADMIN_TOKEN, ROOT, ServiceStarter, loop_graph, update, wait_for
+from bench.hosts import Host
+from tests.helpers import ServiceStarter, loop_graph, update, wait_for
 
 pytestmark = pytest.mark.service
-
-SUBNET = 232
-"""``10.SUBNET.K.0/30`` links host K to this machine (``.1`` here, ``.2`` there)."""
-
-
-def _ip(*args: str) -> None:
-    subprocess.run(["ip", *args], check=True, capture_output=True, timeout=10)
-
-
-class Host:
-    """A network namespace with a veth pair to this machine, running ``tracker shard K``."""
-
-    def __init__(self, shard: int, warehouse: Path, log: Path) -> None:
-        self.shard = shard
-        self.name = f"tsh{os.getpid()}-{shard}"
-        self.outside, self.inside = f"tsh{os.getpid() % 100000}o{shard}", f"tsh{os.getpid() % 100000}i{shard}"
-        self.address = f"10.{SUBNET}.{shard}.2"
-        self.url = f"http://{self.address}:8101"
-        self.blackholed = False
-        _ip("netns", "add", self.name)
-        _ip("link", "add", self.outside, "type", "veth", "peer", "name", self.inside)
-        _ip("link", "set", self.inside, "netns", self.name)
-        _ip("addr", "add", f"10.{SUBNET}.{shard}.1/30", "dev", self.outside)
-        _ip("link", "set", self.outside, "up")
-        for command in (("addr", "add", f"{self.address}/30", "dev", self.inside), ("link", "set", self.inside, "up"),
-                        ("link", "set", "lo", "up")):
-            _ip("netns", "exec", self.name, "ip", *command)
-        env = {**os.environ, "TRACKER_ADMIN_TOKEN": ADMIN_TOKEN, "TRACKER_SPARK": "0", "TRACKER_FLUSH_SECONDS": "0.2",
-               "PYTHONUNBUFFERED": "1"}
-        with open(log, "ab") as out:
-            self.process = subprocess.Popen(
-                ["ip", "netns", "exec", self.name, sys.executable, "-m", "tracker.cli", "shard", str(shard), "--host",
-                 self.address, "--port", "8101", "--warehouse", str(warehouse)],
-                cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
-
-    def gone(self) -> None:
-        """The host disappears: its shard is killed, its link goes down and nothing sent to its
-        address comes back (a blackhole route: with no route at all, this machine's default route
-        could reach some other box answering for it)."""
-        _ip("route", "add", "blackhole", f"{self.address}/32")  # first: no moment without a route to it
-        self.blackholed = True
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGKILL)
-            self.process.wait(10)
-        _ip("link", "set", self.outside, "down")
-
-    def drop(self, on: bool = True) -> None:
-        """Drop every packet arriving for its shard's port (an ``iptables`` rule in its
-        namespace), or (``on`` false) stop dropping them."""
-        subprocess.run(["ip", "netns", "exec", self.name, "iptables", "-A" if on else "-D", "INPUT", "-p", "tcp",
-                        "--dport", "8101", "-j", "DROP"], check=True, capture_output=True, timeout=10)
-
-    def remove(self) -> None:
-        """Stop the shard (gracefully: its last Delta flush) and remove the namespace and link."""
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(20)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(10)
-        if self.blackholed:
-            subprocess.run(["ip", "route", "del", "blackhole", f"{self.address}/32"], capture_output=True, timeout=10)
-        subprocess.run(["ip", "link", "del", self.outside], capture_output=True, timeout=10)
-        subprocess.run(["ip", "netns", "del", self.name], capture_output=True, timeout=10)
 
 
 @pytest.fixture

@@ -257,3 +257,41 @@ def test_link_failures_surface_instead_of_retrying_forever(service: ServiceProce
         asyncio.run(bad_token())
     with pytest.raises(LinkFailure, match="invalid_update"):
         asyncio.run(bad_update())
+
+
+def test_a_server_error_is_retried_like_a_lost_connection() -> None:
+    """A 5xx answer to a batch (503 ``log_failed`` from a service whose log failed, until it is
+    restarted) is the service's trouble, not the batch's: the WebSocket link reconnects and
+    resends the batch with the same seq, as the POST link does; a 4xx stays fatal (above)."""
+    from websockets.asyncio.server import ServerConnection, serve
+
+    answered: list[str] = []
+
+    async def service(ws: ServerConnection) -> None:  # the first batch gets a 503, every later one an ack
+        async for raw in ws:
+            batch = json.loads(raw)
+            if not answered:
+                answered.append("503")
+                await ws.send(json.dumps({"type": "error", "status": 503, "error": "log_failed", "seq": batch["seq"],
+                                          "detail": "the write-ahead log failed; the service must restart"}))
+            else:
+                answered.append("ack")
+                await ws.send(json.dumps({"type": "ack", "applied": True, "duplicate": False, "version": 1,
+                                          "worker": batch["worker"], "seq": batch["seq"]}))
+
+    async def scenario() -> ServiceLink:
+        async with serve(service, "127.0.0.1", 0) as server:
+            port = server.sockets[0].getsockname()[1]
+            link = ServiceLink(f"http://127.0.0.1:{port}", "df", "token", "w0")
+            runner = asyncio.create_task(link.run())
+            link.submit([(Location.source(0, 0), (1,), 1)])
+            while not link.idle():
+                if runner.done():
+                    runner.result()  # a LinkFailure surfaces here
+                await asyncio.sleep(0.01)
+            await link.close()
+            await asyncio.wait_for(runner, 5)
+            return link
+
+    link = asyncio.run(asyncio.wait_for(scenario(), 30))
+    assert answered == ["503", "ack"] and link.stats["connections"] == 2 and link.stats["resent"] == 1, link.stats

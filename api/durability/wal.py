@@ -2,7 +2,9 @@
 
 Guarantees: a record's future resolves only after the ``fdatasync`` covering it returned, and
 its ``on_durable`` callback runs before that, in log order; after a failed write or sync,
-nothing more is acknowledged (:class:`LogFailed`) until the service restarts and recovers.
+nothing more is acknowledged (:class:`LogFailed`) until the service restarts and recovers. The
+loss of the sync process fails the log too, its owner told first
+(:attr:`WriteAheadLog.on_sync_process_lost`: a supervised hot path exits there, to be restarted).
 Records are typed (:mod:`api.durability.records`) and framed into numbered segments (:mod:`api.durability.segments`).
 
 Group commit: :meth:`WriteAheadLog.enqueue` appends a record to an in-memory group and returns
@@ -163,6 +165,10 @@ class WriteAheadLog:
         self.header_end = 0
         """Where the current segment's header (its mark block and first records) ends."""
         self.failed: BaseException | None = None
+        self.on_sync_process_lost: Callable[[], None] | None = None
+        """Called once the sync process is found gone, before anything waiting is failed: a
+        process fault, unlike a failed write or sync, so its owner may restart rather than wait
+        for someone to (the hot path under ``tracker serve`` exits)."""
         self.kept: set[int] = set()
         """Segments holding damaged records: never deleted (their bytes are evidence)."""
         self.hold = False
@@ -423,7 +429,7 @@ class WriteAheadLog:
             return
         if self._syncer.poll() is not None:  # its loss stops acknowledgements, whichever path syncs
             self._unwatch()
-            self._fail(OSError("the write-ahead log's sync process exited"))
+            self._sync_process_lost()
             return
         group, self._group = self._group, []
         heavy, self._heavy = self._heavy, False
@@ -469,7 +475,7 @@ class WriteAheadLog:
         answer = os.read(self._syncer.stdout.fileno(), ANSWER.size)
         if len(answer) != ANSWER.size:  # the syncer is gone: nothing can be acknowledged any more
             self._unwatch()
-            self._fail(OSError("the write-ahead log's sync process exited"))
+            self._sync_process_lost()
             return
         errno, micros = ANSWER.unpack(answer)
         self._synced(errno, micros / 1e6)
@@ -548,6 +554,11 @@ class WriteAheadLog:
             self._request(self._segment)
         except OSError as error:
             self._fail(error)
+
+    def _sync_process_lost(self) -> None:
+        if self.on_sync_process_lost is not None:
+            self.on_sync_process_lost()
+        self._fail(OSError("the write-ahead log's sync process exited"))
 
     def _fail(self, error: BaseException) -> None:
         self.failed = error

@@ -217,6 +217,19 @@ def _admin(service: Service, authorization: str | None) -> bool:
     return caller is not None and caller.admin
 
 
+SYNC_PROCESS_LOST = 75
+"""The hot path's exit code when its log's sync process is gone (``EX_TEMPFAIL``: start it again)."""
+
+
+def _exit_to_be_restarted() -> None:
+    """The log's sync process is gone (killed): exit at once, answering nothing more, so that the
+    supervisor starts this process again and it recovers from the log as after a crash; workers
+    resend what was not acknowledged. Otherwise every batch would be refused (503 ``log_failed``)
+    until someone restarted the service."""
+    log.critical("the write-ahead log's sync process is gone; exiting to be restarted")
+    os._exit(SYNC_PROCESS_LOST)
+
+
 def create_app(settings: Settings, admin_token: str,
                supervised: Callable[[], Coroutine[Any, Any, None]] | None = None) -> FastAPI:
     """The application for ``settings`` (``uvicorn`` serves it; tests start it the same way);
@@ -250,6 +263,7 @@ def create_app(settings: Settings, admin_token: str,
         tasks = []
         if supervised is not None:
             tasks.append(asyncio.create_task(supervised()))
+            service.wal.on_sync_process_lost = _exit_to_be_restarted
         service.background.start()
         service.after_recovery()
         stop = asyncio.Event()

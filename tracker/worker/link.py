@@ -4,7 +4,9 @@
 it sends atomic batches ``{"worker", "seq", "updates"}`` in FIFO order, keeps every batch until
 it is acknowledged, and on any disconnection reconnects (with backoff) and resends the
 unacknowledged batches *with the same seq*, so the service applies each exactly once (it
-acknowledges a duplicate without applying it). Every (re)connection starts with a ``snapshot``
+acknowledges a duplicate without applying it). A 5xx answer to a batch (the service's own
+trouble, such as 503 ``log_failed``) is taken the same way; a refusal of the batch itself is
+fatal (:class:`LinkFailure`). Every (re)connection starts with a ``snapshot``
 that replaces the local :class:`FrontierView`; ``changes`` events then keep it current.
 
 :class:`LocalHub` is an in-process stand-in (the core's :class:`~tracker.reachability.Tracker`
@@ -310,7 +312,7 @@ class ServiceLink(Link):
                 self._more.set()
             elif kind == "error":
                 self._refused(message)
-                return  # reconnect: the service's view of our sequence is ahead of this socket
+                return  # reconnect: the service's view of our sequence is ahead, or it had trouble
             self.wake()
 
     def _refused(self, message: dict[str, Any]) -> None:
@@ -319,6 +321,9 @@ class ServiceLink(Link):
                 and self.unacked[0][0] <= expected <= self.unacked[-1][0]:
             self._acked(expected - 1)  # the service has everything before `expected`
             self.stats["gaps"] += 1
+            return
+        if int(message.get("status") or 0) >= 500:  # its trouble, not the batch's: resend, as the POST link does
+            self.stats["server_errors"] += 1
             return
         raise LinkFailure(f"service refused batch {message.get('seq')} of {self.worker}: {message}")
 
