@@ -293,3 +293,23 @@ def test_a_frontier_copy_takes_only_its_own_engines_batches_that_follow_it() -> 
         stale.fold(retired)  # it never saw (3,) enter
     copy.fold(retired)
     assert copy.to_dict() == {loc: set() for loc in order}
+
+
+@pytest.mark.parametrize("width", [3, 40])  # one departure at a time, and through a set
+def test_a_frontier_copy_folds_a_wide_antichain_moved_whole(width: int) -> None:
+    chain = Graph.build(2, [Node(0, 0, 1), Node(1, 1, 1), Node(2, 1, 0)],
+                        [Edge(Location.source(i, 0), Location.target(i + 1, 0)) for i in range(2)])
+    engine, order = engine_for(chain)
+    source = order.index(Location.source(0, 0))
+    wide = [(i, width - i) for i in range(width + 1)]
+    engine.apply_indexed([source] * len(wide), [c for t in wide for c in t], [1] * len(wide))
+    copy, stale = engine.frontier_copy(), engine.frontier_copy()
+    moved = [(i + 1, width - i) for i in range(width + 1)]
+    batch = engine.apply_indexed([source] * 2 * len(wide), [c for t in wide + moved for c in t],
+                                 [-1] * len(wide) + [1] * len(moved))
+    copy.fold(batch)
+    assert copy.to_dict() == engine.frontier_copy().to_dict()
+    assert sorted(copy.frontier(order.index(Location.target(2, 0)))) == moved
+    stale.fold(batch)
+    with pytest.raises(ValueError, match=r"has no time .* to retire"):
+        stale.fold(batch)  # the departures are gone already

@@ -4,6 +4,7 @@
 //! sequences (lists or buffers such as `array('q')`), and changes go out as a compiled
 //! `ChangeBatch` that encodes its JSON payload in one pass, for all locations or a selection.
 
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -724,6 +725,10 @@ impl ChangeBatch {
 /// until asked ([`Frontiers::to_dict`]); folding a version's `ChangeBatch` moves it to that
 /// version. A publisher keeps one per dataflow instead of a dict of sets it must update in
 /// Python (16 ms for an 8,000-operator chain).
+/// Departures from one location in a batch from which [`Frontiers::fold`] applies them through a
+/// set rather than one search each.
+const FOLD_BY_SET: usize = 16;
+
 #[pyclass(module = "progress_engine", name = "Frontiers")]
 pub struct Frontiers {
     arity: usize,
@@ -740,24 +745,59 @@ impl Frontiers {
 
     /// Apply one version's changes (`+1`: the time entered the location's frontier, `-1`: it
     /// left); the batch must come from the engine this copy was taken from.
+    ///
+    /// A batch's changes are consolidated (no time both enters and leaves a location), so each
+    /// location's departures are applied before its arrivals: few of them one at a time, many
+    /// (a wide antichain moved whole) through a set in one pass over the location's times,
+    /// linear in the width where one search per departure was quadratic (a 1,001-wide move
+    /// along 200 locations took 0.3 s of the event loop).
     fn fold(&mut self, batch: &ChangeBatch) -> PyResult<()> {
         if !Arc::ptr_eq(&self.shared, &batch.shared) {
             return Err(PyValueError::new_err("the batch comes from another engine"));
         }
         let arity = self.arity;
+        let mut leaving: HashMap<u32, Vec<&[u64]>> = HashMap::new();
         for (location, time, diff) in batch.changes.iter() {
+            if diff < 0 {
+                leaving.entry(location).or_default().push(time);
+            }
+        }
+        for (location, gone) in leaving {
             let times = &mut self.antichains[location as usize];
-            if diff > 0 {
-                times.extend_from_slice(time);
-            } else if let Some(at) = times.chunks_exact(arity).position(|t| t == time) {
-                // Order within an antichain does not matter: move the last time into the gap.
-                let last = times.len() - arity;
-                times.copy_within(last.., at * arity);
-                times.truncate(last);
+            let missing = if gone.len() < FOLD_BY_SET {
+                gone.iter().find(|time| {
+                    let Some(at) = times.chunks_exact(arity).position(|t| t == **time) else { return true };
+                    // Order within an antichain does not matter: move the last time into the gap.
+                    let last = times.len() - arity;
+                    times.copy_within(last.., at * arity);
+                    times.truncate(last);
+                    false
+                })
+                .copied()
             } else {
+                let set: HashSet<&[u64]> = gone.iter().copied().collect();
+                let mut found: HashSet<&[u64]> = HashSet::with_capacity(set.len());
+                let mut kept = Vec::with_capacity(times.len());
+                for time in times.chunks_exact(arity) {
+                    match set.get(time) {
+                        Some(&leaving) => {
+                            found.insert(leaving);
+                        }
+                        None => kept.extend_from_slice(time),
+                    }
+                }
+                *times = kept;
+                gone.iter().find(|time| !found.contains(**time)).copied()
+            };
+            if let Some(time) = missing {
                 return Err(PyValueError::new_err(format!(
                     "location {location} has no time {time:?} to retire: the batch does not follow this copy"
                 )));
+            }
+        }
+        for (location, time, diff) in batch.changes.iter() {
+            if diff > 0 {
+                self.antichains[location as usize].extend_from_slice(time);
             }
         }
         Ok(())
