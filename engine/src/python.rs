@@ -765,15 +765,16 @@ impl Frontiers {
         for (location, gone) in leaving {
             let times = &mut self.antichains[location as usize];
             let missing = if gone.len() < FOLD_BY_SET {
-                gone.iter().find(|time| {
-                    let Some(at) = times.chunks_exact(arity).position(|t| t == **time) else { return true };
-                    // Order within an antichain does not matter: move the last time into the gap.
-                    let last = times.len() - arity;
-                    times.copy_within(last.., at * arity);
-                    times.truncate(last);
-                    false
-                })
-                .copied()
+                gone.iter()
+                    .find(|time| {
+                        let Some(at) = times.chunks_exact(arity).position(|t| t == **time) else { return true };
+                        // Order within an antichain does not matter: move the last time into the gap.
+                        let last = times.len() - arity;
+                        times.copy_within(last.., at * arity);
+                        times.truncate(last);
+                        false
+                    })
+                    .copied()
             } else {
                 let set: HashSet<&[u64]> = gone.iter().copied().collect();
                 let mut found: HashSet<&[u64]> = HashSet::with_capacity(set.len());
