@@ -131,6 +131,7 @@ class Settings:
     sql_rows: int = 10_000  # TRACKER_SQL_ROWS: rows answered at most (beyond: truncated)
     sql_memory_mb: int = 512  # TRACKER_SQL_MEMORY_MB: DuckDB's memory limit per query (413 beyond)
     sql_queries: int = 2  # TRACKER_SQL_QUERIES: queries run at once (429 beyond)
+    sql_nice: int = 19  # TRACKER_SQL_NICE: the SQL threads' niceness increment (0: the event loop's priority)
 
     @classmethod
     def from_env(cls, args: argparse.Namespace | None = None) -> Settings:
@@ -186,6 +187,7 @@ class Settings:
             sql_rows=_env_int("TRACKER_SQL_ROWS", 10_000),
             sql_memory_mb=_env_int("TRACKER_SQL_MEMORY_MB", 512),
             sql_queries=_env_int("TRACKER_SQL_QUERIES", 2),
+            sql_nice=_env_int("TRACKER_SQL_NICE", 19),
         )
         if args is not None:
             settings.host = args.host
@@ -225,6 +227,8 @@ class Settings:
             raise ValueError("--spark-nice / TRACKER_SPARK_NICE must be from 0 to 19")
         if not 0 <= settings.delta_nice <= 19:
             raise ValueError("TRACKER_DELTA_NICE must be from 0 to 19")
+        if not 0 <= settings.sql_nice <= 19:
+            raise ValueError("TRACKER_SQL_NICE must be from 0 to 19")
         if settings.lane_backlog < 1:
             raise ValueError("TRACKER_LANE_BACKLOG must be at least 1")
         if settings.file_mode not in ("owner", "group"):

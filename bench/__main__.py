@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="comma-separated workload sizes, for the benchmarks that take them (spark: 1k,10k,100k)")
     parser.add_argument("--parts", default=None,
                         help="comma-separated parts to run, for the benchmarks that have them (spark: core,engines,"
-                             "jobs,cluster)")
+                             "jobs,cluster; isolation: its scenarios)")
     parser.add_argument("--seed", type=int, default=None, help="the random choices' seed, for the benchmarks that "
                                                                 "make them (chaos; printed when not given)")
     parser.add_argument("--minutes", type=float, default=None, help="how long to run, for the benchmarks that run "

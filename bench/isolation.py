@@ -67,6 +67,9 @@ abuse that registers graphs is bounded by the registration limits, not by this b
 _hosted = [0]
 """Locations of the dataflows registered so far in this run."""
 PROBE_PERIOD = 0.005
+SCENARIOS = ("old_versions", "far_resumes", "idle_websockets", "sse_subscribers", "huge_batch", "expensive_graph",
+             "wide_antichains", "graph_reads", "sql_heavy", "huge_registration")
+"""The abuses, in the order they run (``--parts`` picks some; the baseline always runs)."""
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -265,8 +268,11 @@ async def _idle(stop: asyncio.Event, ready: asyncio.Event, counter: list[int]) -
     await stop.wait()
 
 
-async def _run(service: ServiceProcess, quick: bool) -> dict[str, dict[str, Any]]:
+async def _run(service: ServiceProcess, quick: bool, parts: set[str] | None) -> dict[str, dict[str, Any]]:
     seconds = 3.0 if quick else 8.0
+
+    def wanted(*names: str) -> bool:
+        return parts is None or bool(parts & set(names))
     _hosted[0] = 0
     async with httpx.AsyncClient(base_url=service.url, timeout=120.0,
                                  headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}) as client:
@@ -275,7 +281,8 @@ async def _run(service: ServiceProcess, quick: bool) -> dict[str, dict[str, Any]
         results["baseline"] = await _scenario(service, probe, seconds, _idle)
 
         long = await _Tenant.register(service, client, loop_graph(10, name="long-history"))
-        await long.history(20_000 if quick else 50_000)
+        if wanted("old_versions", "far_resumes"):
+            await long.history(20_000 if quick else 50_000)
 
         async def old_versions(stop: asyncio.Event, ready: asyncio.Event, counter: list[int]) -> dict[str, Any]:
             """``?version=1`` (410 once it is too far back) and the oldest version still answered
@@ -294,7 +301,8 @@ async def _run(service: ServiceProcess, quick: bool) -> dict[str, dict[str, Any]
             await asyncio.gather(*(_repeat(query, stop, counter) for _ in range(3)))
             return {"answered_200": statuses.get(200, 0), "answered_410": statuses.get(410, 0), "oldest": oldest}
 
-        results["old_versions"] = await _scenario(service, probe, seconds, old_versions)
+        if wanted("old_versions"):
+            results["old_versions"] = await _scenario(service, probe, seconds, old_versions)
 
         async def far_resumes(stop: asyncio.Event, ready: asyncio.Event, counter: list[int]) -> None:
             connections = [await _raw_sse(service, long, "1", read=False) for _ in range(40)]
@@ -303,7 +311,8 @@ async def _run(service: ServiceProcess, quick: bool) -> dict[str, dict[str, Any]
             await stop.wait()
             await _close(connections)
 
-        results["far_resumes"] = await _scenario(service, probe, seconds, far_resumes)
+        if wanted("far_resumes"):
+            results["far_resumes"] = await _scenario(service, probe, seconds, far_resumes)
 
         busy = await _Tenant.register(service, client, loop_graph(100, name="busy"))
 
@@ -326,7 +335,8 @@ async def _run(service: ServiceProcess, quick: bool) -> dict[str, dict[str, Any]
             finally:
                 await _close(sockets)
 
-        results["idle_websockets"] = await _scenario(service, probe, seconds, idle_websockets)
+        if wanted("idle_websockets"):
+            results["idle_websockets"] = await _scenario(service, probe, seconds, idle_websockets)
 
         async def sse_subscribers(stop: asyncio.Event, ready: asyncio.Event, counter: list[int]
                                   ) -> dict[str, float]:
@@ -337,7 +347,8 @@ async def _run(service: ServiceProcess, quick: bool) -> dict[str, dict[str, Any]
             finally:
                 await _close(connections)
 
-        results["sse_subscribers"] = await _scenario(service, probe, seconds, sse_subscribers)
+        if wanted("sse_subscribers"):
+            results["sse_subscribers"] = await _scenario(service, probe, seconds, sse_subscribers)
 
         chain = await _Tenant.register(service, client, _chain_body(8_000, "chain-8000"))
 
@@ -348,7 +359,8 @@ async def _run(service: ServiceProcess, quick: bool) -> dict[str, dict[str, Any]
                     await chain.acked(ws)
                     counter[0] += 1
 
-        results["huge_batch"] = await _scenario(service, probe, seconds, huge_batches)
+        if wanted("huge_batch"):
+            results["huge_batch"] = await _scenario(service, probe, seconds, huge_batches)
 
         diamonds, too_costly = None, []
         for k in (48, 44, 40, 36, 32, 24, 16):  # the largest the service accepts
@@ -369,7 +381,8 @@ async def _run(service: ServiceProcess, quick: bool) -> dict[str, dict[str, Any]
                     counter[0] += 1
             return {"diamonds_accepted": k, "diamonds_refused": too_costly}
 
-        results["expensive_graph"] = await _scenario(service, probe, seconds, expensive_batches)
+        if wanted("expensive_graph"):
+            results["expensive_graph"] = await _scenario(service, probe, seconds, expensive_batches)
 
         antichain = await _Tenant.register(service, client, {**_chain_body(200, "wide-antichains"),
                                                              "timestamp_arity": 2})
@@ -399,7 +412,8 @@ async def _run(service: ServiceProcess, quick: bool) -> dict[str, dict[str, Any]
                     counter[0] += 1
             return {"wide_batch_max_ms": max(took[0::2]) * 1e3}
 
-        results["wide_antichains"] = await _scenario(service, probe, seconds, wide_antichains)
+        if wanted("wide_antichains"):
+            results["wide_antichains"] = await _scenario(service, probe, seconds, wide_antichains)
 
         wide = await _Tenant.register(service, client, _chain_body(10_000 if quick else 50_000, "chain-reads"))
         reads = [f"/v1/dataflows/{wide.id}{path}" for path in (
@@ -415,7 +429,8 @@ async def _run(service: ServiceProcess, quick: bool) -> dict[str, dict[str, Any]
                     assert answer.status_code == 200, answer.text[:200]
                     counter[0] += 1
 
-        results["graph_reads"] = await _scenario(service, probe, seconds, graph_reads)
+        if wanted("graph_reads"):
+            results["graph_reads"] = await _scenario(service, probe, seconds, graph_reads)
 
         heavy = ("SELECT count(*) FROM live_lag a, live_lag b WHERE a.dataflow_id = $id AND b.dataflow_id = $id "
                  "AND a.node + b.node = 7")
@@ -436,7 +451,8 @@ async def _run(service: ServiceProcess, quick: bool) -> dict[str, dict[str, Any]
             await asyncio.gather(*(_repeat(query, stop, counter) for _ in range(2)))
             return {"sql_408": statuses.get(408, 0), "sql_429": statuses.get(429, 0), "sql_200": statuses.get(200, 0)}
 
-        results["sql_heavy"] = await _scenario(service, probe, seconds, sql_heavy)
+        if wanted("sql_heavy"):
+            results["sql_heavy"] = await _scenario(service, probe, seconds, sql_heavy)
 
         big_body = _chain_body(20_000 if quick else 50_000, "chain-big")
         big = json.dumps(big_body)
@@ -453,12 +469,17 @@ async def _run(service: ServiceProcess, quick: bool) -> dict[str, dict[str, Any]
                     _hosted[0] += _locations(big_body) if status == 201 else 0
                     counter[0] += 1
 
-        results["huge_registration"] = await _scenario(service, probe, seconds, registrations)
+        if wanted("huge_registration"):
+            results["huge_registration"] = await _scenario(service, probe, seconds, registrations)
     return results
 
 
-def run(quick: bool) -> dict[str, Any]:
-    """Measure, print a table, return the figures."""
+def run(quick: bool, parts: list[str] | None = None) -> dict[str, Any]:
+    """Measure, print a table, return the figures: every scenario, or the baseline and those
+    named in ``parts``."""
+    unknown = set(parts or ()) - set(SCENARIOS)
+    if unknown:
+        raise SystemExit(f"bench isolation: no scenario {', '.join(sorted(unknown))}; known: {', '.join(SCENARIOS)}")
     warehouse = Path(tempfile.mkdtemp(prefix="bench-isolation-")) / "warehouse"
     # The service's limits (subscribers per dataflow, registrations per second, the log segment
     # whose header holds every registration: 50,000-node chains registered back to back) would
@@ -473,7 +494,7 @@ def run(quick: bool) -> dict[str, Any]:
                                              "TRACKER_SQL_SECONDS": "1"})
     try:
         service.start()
-        results = asyncio.run(_run(service, quick))
+        results = asyncio.run(_run(service, quick, set(parts) if parts else None))
     finally:
         service.stop()
     baseline = results["baseline"]["p99_ms"]
@@ -493,16 +514,21 @@ def run(quick: bool) -> dict[str, Any]:
               f"{row['samples']:5} {row['rss_max_mb']:7.0f}M {row['rss_after_mb']:8.0f}M {bound:8.0f}M {poster:>18} "
               f"{'yes' if ok else 'NO'}")
         figures.update({f"{name}_{key}": value for key, value in row.items()})
-    heavy = results["sql_heavy"]
-    print(f"sql_heavy: {heavy['sql_408']} queries stopped at the time limit (408), {heavy['sql_429']} refused while "
-          f"both SQL threads were busy (429), {heavy['sql_200']} answered")
-    accepted = results["expensive_graph"]
-    print(f"expensive_graph: {accepted['diamonds_accepted']} diamonds accepted and moved back to back "
-          f"(refused first: {', '.join(map(str, accepted['diamonds_refused'])) or 'none'})")
-    wide = results["wide_antichains"]
-    print(f"wide_antichains: {wide['abuse_count']} moves of {WIDE + 1} incomparable times, the slowest acknowledged "
-          f"in {wide['wide_batch_max_ms']:.0f} ms; the probe's slowest ack {wide['max_ms']:.0f} ms (target <= 250 ms)")
+    if "sql_heavy" in results:
+        heavy = results["sql_heavy"]
+        print(f"sql_heavy: {heavy['sql_408']} queries stopped at the time limit (408), "
+              f"{heavy['sql_429']} refused while both SQL threads were busy (429), {heavy['sql_200']} answered")
+    if "expensive_graph" in results:
+        accepted = results["expensive_graph"]
+        print(f"expensive_graph: {accepted['diamonds_accepted']} diamonds accepted and moved back to back "
+              f"(refused first: {', '.join(map(str, accepted['diamonds_refused'])) or 'none'})")
+    if "wide_antichains" in results:
+        wide = results["wide_antichains"]
+        print(f"wide_antichains: {wide['abuse_count']} moves of {WIDE + 1} incomparable times, the slowest "
+              f"acknowledged in {wide['wide_batch_max_ms']:.0f} ms; "
+              f"the probe's slowest ack {wide['max_ms']:.0f} ms (target <= 250 ms)")
     targets = {f"{name}_p99_ms": {"max": limit} for name in results if name != "baseline"}
-    targets["wide_antichains_max_ms"] = {"max": 250.0}
+    if "wide_antichains" in results:
+        targets["wide_antichains_max_ms"] = {"max": 250.0}
     targets.update({f"{name}_rss_max_mb": {"max": bound} for name, bound in bounds.items()})
     return {"name": "isolation", "figures": figures, "targets": targets}

@@ -290,3 +290,47 @@ def test_the_memory_limit_is_a_413_and_the_engine_reaches_nothing_else() -> None
     with pytest.raises(QueryError) as unknown:
         run("SELECT * FROM secret", None, {}, Limits())
     assert unknown.value.status == 400 and "secret does not exist" in unknown.value.detail
+
+
+def test_the_query_runs_below_the_event_loop_and_the_python_work_at_its_priority() -> None:
+    """The rows (Python, holding the GIL) are built at the loop's priority, or the loop would wait
+    for a descheduled GIL holder; DuckDB (GIL released) runs TRACKER_SQL_NICE below it; the
+    gate's limit counts a query through both steps."""
+    import asyncio
+    import os
+
+    from api.sql.engine import QueryError
+    from api.sql.queries import Gate
+
+    def priority() -> int:
+        return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+    base = os.getpriority(os.PRIO_PROCESS, 0)
+
+    async def main() -> tuple[Any, int]:
+        gate = Gate(1, nice=7)
+        release = threading.Event()
+
+        def prepare() -> dict[str, Any]:
+            return {"prepare": priority()}
+
+        def work(views: dict[str, Any]) -> Any:
+            started_at = priority()
+            release.wait(10)
+            return views["prepare"], started_at
+
+        first = asyncio.create_task(gate.run(prepare, work))
+        while gate.running == 0:
+            await asyncio.sleep(0.01)
+        try:
+            await gate.run(prepare, work)
+            refused = 0
+        except QueryError as error:
+            refused = error.status
+        release.set()
+        return await first, refused
+
+    (prepared, ran), refused = asyncio.run(main())
+    assert prepared == base, "the rows were built below the event loop's priority"
+    assert ran == min(19, base + 7), "DuckDB did not run below the event loop"
+    assert refused == 429

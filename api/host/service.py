@@ -19,11 +19,8 @@ import asyncio
 import contextlib
 import gc
 import logging
-import os
-import threading
 import time
 from collections.abc import Mapping
-from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import NamedTuple, NoReturn
 
@@ -41,6 +38,7 @@ from api.durability.wal import LogFailed, WriteAheadLog, framed
 from api.host.build import Builder
 from api.host.ingest import Refused
 from api.host.keys import Keys, dataflow_token, load_secret
+from api.host.priority import background_pool
 from api.host.tenant import Tenant
 from api.host.tokens import Principal, matches, program_dataflow_token, token_hash
 from api.live.scopes import Hosting
@@ -86,8 +84,11 @@ class Service:
         self.wal = WriteAheadLog(wal_directory(settings.warehouse, settings.shard), on_sync=self.metrics.on_sync,
                                  header=self.log_header)
         self.store = store
-        self.delta_pool = ThreadPoolExecutor(1, thread_name_prefix="delta", initializer=_background_priority,
-                                        initargs=(settings.delta_nice,))
+        # The lowest priority by default, not +10: each shard's catch-up runs on several delta-rs
+        # threads, whose weights add up; at +10 three shards' catch-up still took about as much
+        # CPU as a restarted shard's event loop (after a burst of 10,000 registrations over 4
+        # shards: 8.6-9.6 s until the restarted shard's dataflows all answered, 7.0-7.3 s at +19).
+        self.delta_pool = background_pool("delta", settings.delta_nice)
         self.background = SparkLink(settings, self.metrics, self.dataflows, self._remember_check)
         self.started = time.time()
         self.loop: asyncio.AbstractEventLoop | None = None  # the event loop serving requests
@@ -507,19 +508,6 @@ class Service:
             header.append(Checkpoint(df=d.id, v=d.live.durable_version, workers=dict(d.live.durable_workers)))
         header += [self.deletions[d] for d in self.dataflows if d in self.deletions]
         return header + [self.checks[d] for d in self.dataflows if d in self.checks]
-
-
-def _background_priority(nice: int) -> None:
-    """Run the calling thread (the Delta thread) ``nice`` (``TRACKER_DELTA_NICE``, default 19)
-    below the process (Linux sets it per thread; the delta-rs threads it starts inherit it): when
-    the cores are short, the event loops (requests, and a restarting shard's recovery) go before
-    the Delta catch-up of other shards. The lowest priority by default, not +10: each shard's
-    catch-up runs on several threads, whose weights add up, so at +10 three shards' catch-up still
-    took about as much CPU as a restarted shard's event loop (after a burst of 10,000
-    registrations over 4 shards: 8.6-9.6 s until the restarted shard's dataflows all answered,
-    7.0-7.3 s at +19)."""
-    with contextlib.suppress(OSError):
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), os.getpriority(os.PRIO_PROCESS, 0) + nice)
 
 
 # Tests build graphs exactly as the service does through these names.

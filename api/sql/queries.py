@@ -3,10 +3,12 @@ the event loop, the rest in the SQL threads.
 
 A query goes through three steps: it is parsed on the loop (one ``SELECT``, the views it names:
 microseconds); the live views it names are copied on the loop (:func:`api.sql.live.read_live`);
-then, in one of the SQL threads (``TRACKER_SQL_QUERIES``, 2 by default), their rows are built,
-the history views it names are opened and DuckDB runs the query (:func:`api.sql.engine.run`).
-A query beyond the threads is refused at once (429 ``too_many_queries``) rather than queued
-behind a long one.
+then their rows are built and the history views it names are opened in a worker thread (Python,
+holding the GIL: at the event loop's priority), and DuckDB runs the query in one of the SQL
+threads (:func:`api.sql.engine.run`; GIL released), which run ``TRACKER_SQL_NICE`` (19) below
+the event loop: a runaway query takes the cores the loop leaves, never the loop's own. At most
+``TRACKER_SQL_QUERIES`` (2) queries at once; one beyond is refused at once (429
+``too_many_queries``) rather than queued behind a long one.
 
 Confinement: the admin sees every dataflow of this process and every row of the Delta tables;
 a dataflow token sees its own dataflow only, in every view, live and history alike.
@@ -16,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from typing import Any
 import pyarrow as pa
 
 from api.config import Settings
+from api.host.priority import background_pool
 from api.host.service import Service
 from api.host.tokens import Principal
 from api.sql.engine import Answer, Limits, Params, QueryError, check, run
@@ -32,6 +34,8 @@ from api.sql.live import LIVE, read_live
 
 VIEWS = frozenset(LIVE) | HISTORY
 """Every view a query may name."""
+Views = dict[str, Any]
+"""The views a query names, by name: Arrow tables (live) and datasets (history)."""
 
 
 def limits_of(settings: Settings, max_rows: int | None = None) -> Limits:
@@ -41,21 +45,24 @@ def limits_of(settings: Settings, max_rows: int | None = None) -> Limits:
 
 
 class Gate:
-    """At most ``size`` queries at once, each on a thread of its own (429 beyond)."""
+    """At most ``size`` queries at once, each run on a SQL thread of its own, ``nice`` below the
+    event loop (429 beyond)."""
 
-    def __init__(self, size: int) -> None:
+    def __init__(self, size: int, nice: int = 0) -> None:
         self.size = max(1, size)
         self.running = 0
-        self.pool = ThreadPoolExecutor(self.size, thread_name_prefix="sql")
+        self.pool = background_pool("sql", nice, self.size)
 
-    async def run(self, work: Callable[[], Answer]) -> Answer:
-        """``work`` in a SQL thread; 429 ``too_many_queries`` when every thread is busy."""
+    async def run(self, prepare: Callable[[], Views], work: Callable[[Views], Answer]) -> Answer:
+        """``prepare()`` in a worker thread at the loop's priority, then ``work`` on its result in
+        a SQL thread; 429 ``too_many_queries`` when every SQL thread is taken."""
         if self.running >= self.size:
             raise QueryError(429, "too_many_queries", f"{self.running} SQL queries are running, the most this "
                                                       "service runs at once (TRACKER_SQL_QUERIES); try again shortly")
         self.running += 1
         try:
-            return await asyncio.get_running_loop().run_in_executor(self.pool, work)
+            views = await asyncio.to_thread(prepare)
+            return await asyncio.get_running_loop().run_in_executor(self.pool, work, views)
         finally:
             self.running -= 1
 
@@ -101,14 +108,16 @@ async def answer(service: Service, gate: Gate, caller: Principal, query: str, pa
     build = read_live(service.dataflows.values(), service.damaged.values(), names, only=scope.dataflow_id,
                       shard=settings.shard)
 
-    def work() -> Answer:
-        views: dict[str, Any] = {**build(), **history_views(settings.warehouse, names, scope)}
+    def prepare() -> Views:
+        return {**build(), **history_views(settings.warehouse, names, scope)}
+
+    def work(views: Views) -> Answer:
         try:
             return run(query, params, views, limits_of(settings, max_rows))
         except QueryError as error:
             raise hinted(error) from None
 
-    return (await gate.run(work)).json()
+    return (await gate.run(prepare, work)).json()
 
 
 def live_stream(service: Service, caller: Principal, table: str) -> Callable[[], bytes]:

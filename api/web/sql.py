@@ -33,6 +33,7 @@ from api.sql.live import LIVE
 from api.sql.queries import (
     Gate,
     Scope,
+    Views,
     answer,
     arrow_table,
     hinted,
@@ -64,7 +65,7 @@ _ANSWERS: dict[int | str, dict[str, Any]] = {
 def _gate(app: FastAPI, settings: Settings) -> Gate:
     gate = getattr(app.state, "sql_gate", None)
     if gate is None:
-        gate = app.state.sql_gate = Gate(settings.sql_queries)
+        gate = app.state.sql_gate = Gate(settings.sql_queries, settings.sql_nice)
     return gate
 
 
@@ -141,7 +142,7 @@ def add_front_sql(app: FastAPI, shards: list[Shard], client: httpx.AsyncClient, 
                   for i, view in enumerate(views) if view in names}
         return scope, merged(tables)
 
-    gate = Gate(settings.sql_queries)
+    gate = Gate(settings.sql_queries, settings.sql_nice)
 
     @app.post("/v1/sql", include_in_schema=False)
     async def front_sql(body: SqlRequest, request: Request) -> JSONResponse:
@@ -152,15 +153,17 @@ def add_front_sql(app: FastAPI, shards: list[Shard], client: httpx.AsyncClient, 
             raise _refused(error) from None
         scope, live = await gather(request, names)
 
-        def work() -> Any:
-            views = {**live, **history_views(settings.warehouse, names, scope)}
+        def prepare() -> Views:
+            return {**live, **history_views(settings.warehouse, names, scope)}
+
+        def work(views: Views) -> Any:
             try:
                 return run(body.query, body.params, views, limits_of(settings, body.max_rows))
             except QueryError as error:
                 raise hinted(error) from None
 
         try:
-            return JSONResponse((await gate.run(work)).json())
+            return JSONResponse((await gate.run(prepare, work)).json())
         except QueryError as error:
             raise _refused(error) from None
 

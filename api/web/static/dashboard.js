@@ -19,6 +19,7 @@ const $ = (sel) => document.querySelector(sel);
 const state = {
   token: localStorage.getItem(TOKEN_KEY),
   dataflow: null,           // GET /v1/dataflows/{id} (or the list's entry of a damaged one)
+  opening: null,            // the id of the dataflow shown or being opened (null after a failed open)
   listed: [],               // the list's entries (GET /v1/dataflows, deleted ones too)
   scopes: [],               // GET /v1/dataflows/{id}/scopes
   abort: null,              // AbortController of the current dataflow's requests and stream
@@ -126,8 +127,9 @@ async function start() {
   $("#forget-token").hidden = false;
   try {
     await loadList();
+    // The hash may have changed while the list loaded (a click on it): opened once, by whichever came first.
     const wanted = decodeURIComponent(location.hash.slice(1));
-    if (wanted) await openDataflow(wanted);
+    if (wanted && state.opening !== wanted) await openDataflow(wanted);
   } catch (error) {
     handleError(error);
   }
@@ -144,6 +146,7 @@ $("#token-form").addEventListener("submit", (event) => {
 $("#forget-token").addEventListener("click", () => {
   localStorage.removeItem(TOKEN_KEY);
   state.token = null;
+  state.opening = null;
   if (state.abort) state.abort.abort();
   showLogin();
 });
@@ -151,7 +154,7 @@ $("#forget-token").addEventListener("click", () => {
 $("#refresh").addEventListener("click", () => loadList().catch(handleError));
 window.addEventListener("hashchange", () => {
   const id = decodeURIComponent(location.hash.slice(1));
-  if (id && (!state.dataflow || state.dataflow.id !== id)) openDataflow(id).catch(handleError);
+  if (id && state.opening !== id) openDataflow(id).catch(handleError);
 });
 setInterval(() => { if (state.token && !$("#app").hidden) loadList().catch(() => {}); }, 5000);
 
@@ -205,6 +208,7 @@ function listMeta(item, stateName, version, flow) {
 }
 
 async function openDataflow(id) {
+  state.opening = id;  // the dataflow shown (or on its way): opening it again would reset its drawing
   if (state.abort) state.abort.abort();
   const abort = new AbortController();
   state.abort = abort;
@@ -212,12 +216,16 @@ async function openDataflow(id) {
   state.rows = new Map();
   state.selected = null;
   for (const item of document.querySelectorAll("#dataflows li")) item.classList.toggle("selected", item.dataset.id === id);
-  const response = await api(`/v1/dataflows/${encodeURIComponent(id)}`, {signal: abort.signal});
+  const response = await api(`/v1/dataflows/${encodeURIComponent(id)}`, {signal: abort.signal})
+    .catch((error) => { if (state.opening === id) state.opening = null; throw error; });
   if (response.status === 503) {
     const body = await response.json().catch(() => ({}));
     if (body.error === "dataflow_damaged") return showDamaged(id, body.detail);
   }
-  if (!response.ok) throw new Error(`/v1/dataflows/${id}: HTTP ${response.status} ${await response.text()}`);
+  if (!response.ok) {
+    if (state.opening === id) state.opening = null;
+    throw new Error(`/v1/dataflows/${id}: HTTP ${response.status} ${await response.text()}`);
+  }
   const flow = await response.json();
   state.dataflow = flow;
   state.scopes = flow.nodes.some((n) => n.scope)
