@@ -292,45 +292,51 @@ def test_the_memory_limit_is_a_413_and_the_engine_reaches_nothing_else() -> None
     assert unknown.value.status == 400 and "secret does not exist" in unknown.value.detail
 
 
-def test_the_query_runs_below_the_event_loop_and_the_python_work_at_its_priority() -> None:
-    """The rows (Python, holding the GIL) are built at the loop's priority, or the loop would wait
-    for a descheduled GIL holder; DuckDB (GIL released) runs TRACKER_SQL_NICE below it; the
-    gate's limit counts a query through both steps."""
+def test_a_query_runs_in_a_sql_process_below_the_service_whose_death_fails_that_query_alone() -> None:
+    """DuckDB runs in SQL processes TRACKER_SQL_NICE below the service (their own interpreter:
+    nothing of a query holds the hot path's GIL); a SQL process killed mid-query fails that
+    query with 503 sql_unavailable and the next query is answered by a new one; the limit of
+    queries at once counts a query from its live views to its answer."""
     import asyncio
+    import json
     import os
+    import signal
 
-    from api.sql.engine import QueryError
-    from api.sql.queries import Gate
+    import pyarrow as pa
 
-    def priority() -> int:
-        return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    from api.sql.engine import Limits, QueryError
+    from api.sql.process import Job, SqlProcesses
 
+    def niceness(pid: int) -> int:
+        return int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[16])
+
+    table = pa.table({"x": list(range(3000))})
+    runaway = Job("SELECT count(*) FROM t a, t b, t c WHERE a.x + b.x + c.x = 7", None, "/nonexistent", (), None,
+                  Limits(seconds=30))
+    quick = Job("SELECT sum(x) AS s FROM t", None, "/nonexistent", (), None, Limits())
     base = os.getpriority(os.PRIO_PROCESS, 0)
 
-    async def main() -> tuple[Any, int]:
-        gate = Gate(1, nice=7)
-        release = threading.Event()
-
-        def prepare() -> dict[str, Any]:
-            return {"prepare": priority()}
-
-        def work(views: dict[str, Any]) -> Any:
-            started_at = priority()
-            release.wait(10)
-            return views["prepare"], started_at
-
-        first = asyncio.create_task(gate.run(prepare, work))
-        while gate.running == 0:
-            await asyncio.sleep(0.01)
+    async def main() -> None:
+        processes = SqlProcesses(1, nice=7)
         try:
-            await gate.run(prepare, work)
-            refused = 0
-        except QueryError as error:
-            refused = error.status
-        release.set()
-        return await first, refused
+            assert json.loads(await processes.run(lambda: {"t": table}, quick))["rows"] == [[sum(range(3000))]]
+            pids = processes.pids()
+            assert len(pids) == 1 and niceness(pids[0]) == min(19, base + 7)
+            long = asyncio.create_task(processes.run(lambda: {"t": table}, runaway))
+            await asyncio.sleep(1.0)
+            with pytest.raises(QueryError) as busy:  # the one process is taken
+                await processes.run(lambda: {"t": table}, quick)
+            assert busy.value.status == 429
+            os.kill(pids[0], signal.SIGKILL)
+            with pytest.raises(QueryError) as died:
+                await asyncio.wait_for(long, 30)
+            assert (died.value.status, died.value.error) == (503, "sql_unavailable")
+            assert json.loads(await processes.run(lambda: {"t": table}, quick))["rows"] == [[sum(range(3000))]]
+            assert processes.pids() and processes.pids() != pids
+            with pytest.raises(QueryError) as refused:  # a query's own error comes back as itself
+                await processes.run(lambda: {"t": table}, Job("SELECT nope FROM t", None, "/x", (), None, Limits()))
+            assert (refused.value.status, refused.value.error) == (400, "invalid_query")
+        finally:
+            processes.close()
 
-    (prepared, ran), refused = asyncio.run(main())
-    assert prepared == base, "the rows were built below the event loop's priority"
-    assert ran == min(19, base + 7), "DuckDB did not run below the event loop"
-    assert refused == 429
+    asyncio.run(main())

@@ -1,10 +1,11 @@
 """Thread priorities in a hot-path process: the event loop first.
 
-The event loop serves every tenant; a thread that does one caller's heavy work in native code
-with the GIL released (delta-rs writing Delta, DuckDB running a query) runs below it, so that
-when the cores are short the loop gets them. Only such threads: a thread that holds the GIL
-while it runs Python must keep the loop's priority, or the loop, waiting for the GIL, would wait
-for a thread the kernel is not running (priority inversion).
+The event loop serves every tenant; a thread that does background work in native code with the
+GIL released (delta-rs writing Delta) runs below it, so that when the cores are short the loop
+gets them. Only such threads: a thread that holds the GIL while it runs Python must keep the
+loop's priority, or the loop, waiting for the GIL, would wait for a thread the kernel is not
+running (priority inversion). Work that is both (a SQL query) goes to a process of its own
+(:mod:`api.sql.process`).
 
 >>> pool = background_pool("example", 19)
 >>> pool.submit(lambda: os.getpriority(os.PRIO_PROCESS, threading.get_native_id())).result() >= 0

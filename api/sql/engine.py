@@ -74,6 +74,9 @@ class QueryError(Exception):
         super().__init__(f"{status} {error}: {detail}")
         self.status, self.error, self.detail = status, error, detail
 
+    def __reduce__(self) -> tuple[type[QueryError], tuple[int, str, str]]:  # raised in a SQL process
+        return QueryError, (self.status, self.error, self.detail)
+
     @property
     def body(self) -> dict[str, Any]:
         """The JSON body of the answer."""

@@ -25,6 +25,7 @@ read, and only the dataflows the caller may see.
 from __future__ import annotations
 
 import time
+import weakref
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
@@ -159,6 +160,11 @@ class _Columns:
         if self.count >= SLICE:
             self._flush()
 
+    def add_batch(self, batch: pa.RecordBatch) -> None:
+        """Rows already in Arrow (after the rows appended so far)."""
+        self._flush()
+        self.batches.append(batch)
+
     def _flush(self) -> None:
         if self.count:
             self.batches.append(pa.record_batch(list(self.columns.values()), schema=self.schema))
@@ -170,8 +176,36 @@ class _Columns:
         return pa.Table.from_batches(self.batches, schema=self.schema)
 
 
-SLICE = 2_048
-"""Rows of a live view built in Python before they are turned into Arrow."""
+SLICE = 512
+"""Rows of a live view built in Python before they are turned into Arrow (one conversion holds
+the GIL, and so the event loop: ~0.25 ms for 512 rows of ``live_lag``, 1.1 ms for 2,048)."""
+
+
+class _Places:
+    """A dataflow's location columns (``scope``, ``node``, ``port``, ``kind``, ``operator``,
+    ``port_name``) in :func:`~api.ops.lag.locations_of` order, as Arrow arrays: made once per
+    dataflow (its graph never changes), so that a query builds only what changes."""
+
+    def __init__(self, tenant: Tenant) -> None:
+        names = names_of(tenant)
+        self.locations = locations_of(tenant)
+        scoped = [names.scoped(location) for location in self.locations]
+        self.columns = {
+            "scope": pa.array([list(s.scope) for s in scoped], pa.list_(pa.int32())),
+            "node": pa.array([s.node for s in scoped], _INT), "port": pa.array([s.port for s in scoped], _INT),
+            "kind": pa.array([s.kind for s in scoped], _STR),
+            "operator": pa.array([names.operator(location) for location in self.locations], _STR),
+            "port_name": pa.array([names.port(location) for location in self.locations], _STR)}
+
+
+_PLACES: weakref.WeakKeyDictionary[Tenant, _Places] = weakref.WeakKeyDictionary()
+
+
+def _places_of(tenant: Tenant) -> _Places:
+    places = _PLACES.get(tenant)
+    if places is None:
+        places = _PLACES[tenant] = _Places(tenant)
+    return places
 
 
 def _rows(copied: _Copied, rows: dict[str, _Columns], now: float) -> None:
@@ -190,28 +224,19 @@ def _rows(copied: _Copied, rows: dict[str, _Columns], now: float) -> None:
 
     frontiers, lag = rows.get("live_frontiers"), rows.get("live_lag")
     if copied.frontier is not None and copied.moved is not None:
-        for location in locations_of(tenant):
-            times = copied.frontier(location)
-            moved = copied.moved(location)
-            if frontiers is not None and times:
-                scope, node, port, kind = where(location)
-                operator = names.operator(location)
-                for time_ in times:
-                    frontiers.append(dataflow_id=tenant.id, scope=scope, node=node, port=port, kind=kind,
-                                     operator=operator, time=list(time_), since=_micros(moved))
-            if lag is not None:
-                scope, node, port, kind = where(location)
-                first = copied.oldest.get(location) if copied.oldest is not None else None
-                lag.append(dataflow_id=tenant.id, scope=scope, node=node, port=port, kind=kind,
-                           operator=names.operator(location), port_name=names.port(location),
-                           frontier=[list(t) for t in times],
-                           lag_seconds=round(max(now - moved, 0.0), 3) if times else None,
-                           lag_at_least=bool(times) and at_least(moved), changed_at=_micros(moved),
-                           oldest_time=None if first is None else list(first[0]),
-                           oldest_worker=None if first is None else first[2],
-                           oldest_born_at=None if first is None else _micros(first[1]),
-                           oldest_age_seconds=None if first is None else round(max(now - first[1], 0.0), 3),
-                           oldest_age_at_least=None if first is None else at_least(first[1]))
+        places = _places_of(tenant)
+        if frontiers is not None:
+            for location in places.locations:
+                times, moved = copied.frontier(location), copied.moved(location)
+                if times:
+                    scope, node, port, kind = where(location)
+                    operator = names.operator(location)
+                    for time_ in times:
+                        frontiers.append(dataflow_id=tenant.id, scope=scope, node=node, port=port, kind=kind,
+                                         operator=operator, time=list(time_), since=_micros(moved))
+        if lag is not None:
+            for start in range(0, len(places.locations), SLICE):
+                _lag_slice(copied, places, start, now, lag)
     points = rows.get("live_pointstamps")
     if points is not None and copied.counts is not None and copied.born is not None:
         for (location, time_), count in copied.counts.items():
@@ -221,3 +246,34 @@ def _rows(copied: _Copied, rows: dict[str, _Columns], now: float) -> None:
                           operator=names.operator(location), time=list(time_), count=count,
                           born_at=None if born is None else _micros(born[0]), worker=None if born is None else born[1])
 
+
+def _lag_slice(copied: _Copied, places: _Places, start: int, now: float, lag: _Columns) -> None:
+    """The ``live_lag`` rows of the locations from ``start``, :data:`SLICE` of them, as one
+    record batch: columns built by comprehensions, each turned into Arrow in one call of at
+    most :data:`SLICE` rows (each call holds the GIL)."""
+    assert copied.frontier is not None and copied.moved is not None
+    tenant, unknown = copied.tenant, copied.unknown_before
+    located = places.locations[start:start + SLICE]
+    times = [copied.frontier(location) for location in located]
+    moved = [copied.moved(location) for location in located]
+    oldest = copied.oldest or {}
+    firsts = [oldest.get(location) for location in located]
+    count = len(located)
+    static = {name: column.slice(start, count) for name, column in places.columns.items()}
+    columns: dict[str, Any] = {
+        "dataflow_id": pa.array([tenant.id] * count, _STR), **static,
+        "frontier": pa.array(times, pa.list_(_TIME)),
+        "lag_seconds": pa.array([round(max(now - at, 0.0), 3) if found else None for found, at in zip(times, moved,
+                                                                                                        strict=True)],
+                                pa.float64()),
+        "lag_at_least": pa.array([bool(found) and unknown is not None and at <= unknown
+                                  for found, at in zip(times, moved, strict=True)], pa.bool_()),
+        "changed_at": pa.array([_micros(at) for at in moved], _TS),
+        "oldest_time": pa.array([None if first is None else first[0] for first in firsts], _TIME),
+        "oldest_worker": pa.array([None if first is None else first[2] for first in firsts], _STR),
+        "oldest_born_at": pa.array([None if first is None else _micros(first[1]) for first in firsts], _TS),
+        "oldest_age_seconds": pa.array([None if first is None else round(max(now - first[1], 0.0), 3)
+                                        for first in firsts], pa.float64()),
+        "oldest_age_at_least": pa.array([None if first is None else unknown is not None and first[1] <= unknown
+                                         for first in firsts], pa.bool_())}
+    lag.add_batch(pa.record_batch([columns[name] for name in lag.schema.names], schema=lag.schema))

@@ -283,6 +283,9 @@ def create_app(settings: Settings, admin_token: str,
             log.exception("final Delta flush failed; the log still holds every batch")
         service.wal.close()
         service.delta_pool.shutdown(wait=False, cancel_futures=True)
+        processes = getattr(app.state, "sql_processes", None)
+        if processes is not None:
+            processes.close()
 
     app = FastAPI(
         title="Timely progress tracker",

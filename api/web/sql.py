@@ -22,22 +22,20 @@ from typing import Any
 
 import httpx
 from fastapi import APIRouter, FastAPI, HTTPException, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import Response
 
 from api.config import Settings
 from api.schema.models import ErrorBody
 from api.schema.sql import SqlRequest, SqlResponse
 from api.shards.layout import Shard
-from api.sql.engine import QueryError, run
+from api.sql.engine import QueryError
+from api.sql.history import HISTORY
 from api.sql.live import LIVE
+from api.sql.process import Job, SqlProcesses, arrow_table
 from api.sql.queries import (
-    Gate,
     Scope,
-    Views,
     answer,
-    arrow_table,
     hinted,
-    history_views,
     limits_of,
     live_stream,
     merged,
@@ -58,15 +56,17 @@ _ANSWERS: dict[int | str, dict[str, Any]] = {
     413: {"model": ErrorBody, "description": "`query_too_large`: the query needs more memory than its limit "
                                              "(or the body is too large)"},
     421: {"model": ErrorBody, "description": "`misdirected`: the admin's query sent to one shard of several"},
-    503: {"model": ErrorBody, "description": "`shard_unavailable`: a shard did not answer (front of several)"},
+    503: {"model": ErrorBody, "description": "`shard_unavailable`: a shard did not answer (front of several); "
+                                             "`sql_unavailable`: the SQL process running the query died"},
 }
 
 
-def _gate(app: FastAPI, settings: Settings) -> Gate:
-    gate = getattr(app.state, "sql_gate", None)
-    if gate is None:
-        gate = app.state.sql_gate = Gate(settings.sql_queries, settings.sql_nice)
-    return gate
+def sql_processes(app: FastAPI, settings: Settings) -> SqlProcesses:
+    """The application's SQL processes (made at the first query; closed with the application)."""
+    processes = getattr(app.state, "sql_processes", None)
+    if processes is None:
+        processes = app.state.sql_processes = SqlProcesses(settings.sql_queries, settings.sql_nice)
+    return processes
 
 
 def _refused(error: QueryError) -> HTTPException:
@@ -75,7 +75,7 @@ def _refused(error: QueryError) -> HTTPException:
 
 
 @router.post("/sql", response_model=SqlResponse, responses=_ANSWERS, summary="SQL over the live state and history")
-async def sql(body: SqlRequest, request: Request, service: ServiceDep, caller: PrincipalDep) -> JSONResponse:
+async def sql(body: SqlRequest, request: Request, service: ServiceDep, caller: PrincipalDep) -> Response:
     """One read-only SQL query (DuckDB) over the live views (``live_dataflows``,
     ``live_frontiers``, ``live_pointstamps``, ``live_lag``: now, not seconds behind) and the
     Delta tables under their own names. The admin sees every dataflow; a dataflow token, its
@@ -87,8 +87,8 @@ async def sql(body: SqlRequest, request: Request, service: ServiceDep, caller: P
             "this is one shard of several and holds only its own dataflows: send the admin's SQL to the "
             "service's address (its front)")})
     try:
-        return JSONResponse(await answer(service, _gate(request.app, settings), caller, body.query, body.params,
-                                         body.max_rows))
+        return Response(await answer(service, sql_processes(request.app, settings), caller, body.query, body.params,
+                                     body.max_rows), media_type="application/json")
     except QueryError as error:
         raise _refused(error) from None
 
@@ -142,30 +142,21 @@ def add_front_sql(app: FastAPI, shards: list[Shard], client: httpx.AsyncClient, 
                   for i, view in enumerate(views) if view in names}
         return scope, merged(tables)
 
-    gate = Gate(settings.sql_queries, settings.sql_nice)
-
     @app.post("/v1/sql", include_in_schema=False)
-    async def front_sql(body: SqlRequest, request: Request) -> JSONResponse:
+    async def front_sql(body: SqlRequest, request: Request) -> Response:
         """The query over every shard's live views and the Delta tables."""
         try:
-            names = named_views(body.query)
+            names = await asyncio.to_thread(named_views, body.query)
         except QueryError as error:
             raise _refused(error) from None
         scope, live = await gather(request, names)
 
-        def prepare() -> Views:
-            return {**live, **history_views(settings.warehouse, names, scope)}
-
-        def work(views: Views) -> Any:
-            try:
-                return run(body.query, body.params, views, limits_of(settings, body.max_rows))
-            except QueryError as error:
-                raise hinted(error) from None
-
+        job = Job(body.query, body.params, str(settings.warehouse), tuple(sorted(names & HISTORY)),
+                  scope.dataflow_id, limits_of(settings, body.max_rows))
         try:
-            return JSONResponse((await gate.run(prepare, work)).json())
+            return Response(await sql_processes(app, settings).run(lambda: live, job), media_type="application/json")
         except QueryError as error:
-            raise _refused(error) from None
+            raise _refused(hinted(error)) from None
 
 
 def _unavailable(indices: list[int]) -> HTTPException:

@@ -1,0 +1,163 @@
+"""The SQL processes: DuckDB runs each query in a process of its own, below the hot path.
+
+Why processes, not threads: a query's own Python (registering its views, turning its rows to
+JSON) holds the GIL, and DuckDB's work takes a core; in a thread of the hot path both come out
+of what the event loop serves every tenant with. Lowering such a thread's priority does not
+help: the loop, waiting for the GIL, then waits for a thread the kernel is not running. A
+process has its interpreter to itself, runs ``TRACKER_SQL_NICE`` (19) below the service, and
+whatever happens to it (DuckDB crashing, the kernel's OOM killer) ends that process only: the
+query in it answers 503 ``sql_unavailable`` and the next query starts a new one.
+
+The processes start with the first query (a second or so: they import DuckDB and delta-rs),
+and stay; at most ``TRACKER_SQL_QUERIES`` (2) queries run at once, one beyond is refused at
+once (429 ``too_many_queries``). Each dies with the hot path (``PR_SET_PDEATHSIG``).
+
+May import: api.sql.engine, api.sql.history (this module is what a SQL process imports).
+
+>>> job = Job("SELECT count(*) AS n FROM t", None, "/nonexistent", (), None, Limits())
+>>> import json, pyarrow as pa
+>>> json.loads(answer_in_process(job, {"t": arrow_bytes(pa.table({"x": [1, 2]}))}))["rows"]
+[[2]]
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import multiprocessing
+import os
+import signal
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+import pyarrow as pa
+
+from api.sql.engine import Limits, Params, QueryError, run
+from api.sql.history import HISTORY, history_view
+
+
+@dataclass(frozen=True)
+class Job:
+    """What a SQL process needs to answer a query besides its live views."""
+
+    query: str
+    params: Params | None
+    warehouse: str
+    history: tuple[str, ...]
+    """The history views the query names (opened in the SQL process)."""
+    dataflow_id: str | None
+    """Only this dataflow's rows of the history views, or every row."""
+    limits: Limits
+
+
+def answer_in_process(job: Job, live: dict[str, bytes]) -> bytes:
+    """The JSON body of the query's answer (what runs in a SQL process), over the live views
+    given as Arrow IPC streams.
+
+    Raises:
+        QueryError: as :func:`api.sql.engine.run`.
+    """
+    views: dict[str, Any] = {name: arrow_table(data) for name, data in live.items()}
+    for name in sorted(set(job.history) & HISTORY):
+        views[name] = history_view(job.warehouse, name, job.dataflow_id)
+    return msgspec.json.encode(run(job.query, job.params, views, job.limits).json())
+
+
+def _started(nice: int) -> None:
+    """A SQL process's start: below the service, and gone with it."""
+    if nice:
+        with contextlib.suppress(OSError):
+            os.nice(nice)
+    with contextlib.suppress(OSError, AttributeError):  # Linux: killed when the hot path dies, however it dies
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    if os.getppid() == 1:  # the parent died before prctl: nothing to serve
+        os._exit(0)
+
+
+def arrow_bytes(table: pa.Table) -> bytes:
+    """A table as an Arrow IPC stream."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return bytes(sink.getvalue().to_pybytes())
+
+
+def arrow_table(data: bytes) -> pa.Table:
+    """An Arrow IPC stream's table (:func:`arrow_bytes`'s inverse).
+
+    >>> arrow_table(arrow_bytes(pa.table({"x": [1]}))).to_pylist()
+    [{'x': 1}]
+    """
+    with pa.ipc.open_stream(data) as reader:
+        return reader.read_all()
+
+
+class SqlProcesses:
+    """At most ``size`` queries at once, each in one of ``size`` SQL processes ``nice`` below
+    this one (429 beyond); a process that dies is replaced by the next query."""
+
+    def __init__(self, size: int, nice: int = 0) -> None:
+        self.size = max(1, size)
+        self.nice = nice
+        self.running = 0
+        self._pool: ProcessPoolExecutor | None = None
+        self._making = asyncio.Lock()
+
+    async def _executor(self) -> ProcessPoolExecutor:
+        async with self._making:
+            if self._pool is None:  # made off the loop: it starts multiprocessing's resource tracker (a process)
+                self._pool = await asyncio.to_thread(
+                    ProcessPoolExecutor, self.size, mp_context=multiprocessing.get_context("spawn"),
+                    initializer=_started, initargs=(self.nice,))
+            return self._pool
+
+    def pids(self) -> list[int]:
+        """The SQL processes running now."""
+        processes = getattr(self._pool, "_processes", None) or {}
+        return [p.pid for p in processes.values() if p.is_alive() and p.pid is not None]
+
+    async def run(self, prepare: Callable[[], dict[str, pa.Table]], job: Job) -> bytes:
+        """The answer's JSON body: ``prepare()`` (the live views' tables: Python work, in a
+        worker thread at the loop's priority), then the query in a SQL process.
+
+        Raises:
+            QueryError: 429 ``too_many_queries``; 503 ``sql_unavailable`` if the process died;
+                the query's own (:func:`api.sql.engine.run`).
+        """
+        if self.running >= self.size:
+            raise QueryError(429, "too_many_queries", f"{self.running} SQL queries are running, the most this "
+                                                      "service runs at once (TRACKER_SQL_QUERIES); try again shortly")
+        self.running += 1
+        try:
+            # As Arrow IPC bytes, encoded here: the pool's feeder thread pickles what it sends
+            # in one call holding the GIL, and a table of many small batches took it 50-90 ms.
+            live = await asyncio.to_thread(lambda: {name: arrow_bytes(table) for name, table in prepare().items()})
+            pool = await self._executor()
+            try:
+                # Submitted from a worker thread: a submission may start a SQL process (a fork of
+                # this big one, ~10-30 ms).
+                future = await asyncio.to_thread(pool.submit, answer_in_process, job, live)
+                return await asyncio.wrap_future(future)
+            except BrokenProcessPool:
+                if self._pool is pool:
+                    self._pool = None
+                    pool.shutdown(wait=False, cancel_futures=True)
+                raise QueryError(503, "sql_unavailable", "the SQL process running the query ended (killed, or out "
+                                                         "of memory); nothing changed: send the query again") from None
+        finally:
+            self.running -= 1
+
+    def close(self) -> None:
+        """Stop the SQL processes (queries running in them are cut short)."""
+        pids = self.pids()
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            for pid in pids:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+            pool.shutdown(wait=False, cancel_futures=True)
