@@ -7,8 +7,8 @@ figures, ``chaos`` what held under faults). Importing a module here starts nothi
 
 >>> from bench.__main__ import available
 >>> sorted(available())  # doctest: +NORMALIZE_WHITESPACE
-['ages', 'chaos', 'isolation', 'limits', 'native', 'recovery', 'restart', 'scopes', 'service', 'shards', 'spark',
- 'tenants', 'timely', 'timely_stats', 'workers']
+['ages', 'chaos', 'isolation', 'limits', 'native', 'recovery', 'replicated_log', 'restart', 'scopes', 'service',
+ 'shards', 'spark', 'tenants', 'timely', 'timely_stats', 'workers']
 >>> available()["native"]
 'native: the incremental tracker against a from-scratch recompute, and the compiled engine against it.'
 """
