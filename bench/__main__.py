@@ -52,8 +52,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     benchmarks = available()
     if not args.name:
+        width = max(map(len, benchmarks))
         for name, summary in sorted(benchmarks.items()):
-            print(f"{name:12} {summary}")
+            print(f"{name:{width}} {summary}")
         return 0
     if args.name not in benchmarks:
         print(f"unknown benchmark {args.name!r}; available: {', '.join(sorted(benchmarks))}", file=sys.stderr)
