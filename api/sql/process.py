@@ -10,7 +10,9 @@ query in it answers 503 ``sql_unavailable`` and the next query starts a new one.
 
 The processes start with the first query (a second or so: they import DuckDB and delta-rs),
 and stay; at most ``TRACKER_SQL_QUERIES`` (2) queries run at once, one beyond is refused at
-once (429 ``too_many_queries``). Each dies with the hot path (``PR_SET_PDEATHSIG``).
+once (429 ``too_many_queries``). Each dies with the hot path (``PR_SET_PDEATHSIG``, which
+follows the thread that started the process: one of the event loop's worker threads, which
+last as long as the loop).
 
 May import: api.sql.engine, api.sql.history (this module is what a SQL process imports).
 
