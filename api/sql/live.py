@@ -215,9 +215,6 @@ def _rows(copied: _Copied, rows: dict[str, _Columns], now: float) -> None:
     if copied.summary is not None:
         rows["live_dataflows"].append(**copied.summary)
 
-    def at_least(at: float) -> bool:
-        return copied.unknown_before is not None and at <= copied.unknown_before
-
     def where(location: Any) -> tuple[list[int], int, int, str]:
         scoped = names.scoped(location)
         return list(scoped.scope), scoped.node, scoped.port, scoped.kind
