@@ -131,7 +131,7 @@ class Settings:
     sql_rows: int = 10_000  # TRACKER_SQL_ROWS: rows answered at most (beyond: truncated)
     sql_memory_mb: int = 512  # TRACKER_SQL_MEMORY_MB: DuckDB's memory limit per query (413 beyond)
     sql_queries: int = 2  # TRACKER_SQL_QUERIES: queries run at once (429 beyond)
-    sql_nice: int = 19  # TRACKER_SQL_NICE: the SQL threads' niceness increment (0: the event loop's priority)
+    sql_nice: int = 19  # TRACKER_SQL_NICE: the SQL processes' niceness increment (0: the service's priority)
 
     @classmethod
     def from_env(cls, args: argparse.Namespace | None = None) -> Settings:

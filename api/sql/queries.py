@@ -1,5 +1,5 @@
 """Answering ``POST /v1/sql`` in a hot-path process: who may see what, the live views copied on
-the event loop, the rest in the SQL threads.
+the event loop, their rows built in a worker thread, the query run in a SQL process.
 
 A query goes through three steps: it is parsed on the loop (one ``SELECT``, the views it names:
 microseconds); the live views it names are copied on the loop (:func:`api.sql.live.read_live`);

@@ -12,7 +12,7 @@ only its own dataflows); a dataflow token's is answered there too.
 
 Guarantees: the route is thin (parse, who may see what, one call into :mod:`api.sql`); every
 refusal is ``{"error", "detail"}``: 400 a query DuckDB or the read-only rule refuses, 408 the
-time limit, 413 the memory limit, 429 every SQL thread busy.
+time limit, 413 the memory limit, 429 every SQL process busy.
 """
 
 from __future__ import annotations
