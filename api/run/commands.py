@@ -116,6 +116,8 @@ _LIMIT_OPTIONS: list[tuple[str, object, str]] = [
 
 def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``serve``, ``shard``, ``watch`` and ``sql`` to the ``tracker`` command's sub-parsers."""
+    from tracker.worker.client import add_service_options  # httpx, a base dependency, as tracker sql's
+
     serve = commands.add_parser("serve", help="run the service: a supervisor of its hot-path processes (FastAPI + "
                                 "uvicorn, one per shard), the front and HAProxy when sharded, and its Spark process")
     _service_options(serve)
@@ -145,12 +147,7 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     shard.set_defaults(func=_shard)
     watch = commands.add_parser("watch", help="a live terminal view of a dataflow: frontiers, lag, what holds them")
     watch.add_argument("dataflow", metavar="ID_OR_NAME", help="the dataflow's id (or a prefix of 6+) or its name")
-    watch.add_argument("--url", help="the service (env TRACKER_URL, else the URL in <warehouse>/service-url; default "
-                       "http://127.0.0.1:8000)")
-    watch.add_argument("--token", help="the admin token or the dataflow's (default: env TRACKER_TOKEN, else "
-                       "TRACKER_ADMIN_TOKEN, else <warehouse>/admin-token)")
-    watch.add_argument("--warehouse", help="where to find the service's URL and the generated admin token when "
-                       "not given (env TRACKER_WAREHOUSE; default ./warehouse)")
+    add_service_options(watch)
     watch.add_argument("--interval", type=_interval, default=1.0, help="seconds between refreshes (default 1)")
     watch.add_argument("--once", action="store_true", help="print one frame and exit")
     watch.set_defaults(func=_watch)

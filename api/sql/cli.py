@@ -29,7 +29,7 @@ from typing import Any
 
 import httpx
 
-from tracker.worker.client import ClientError, admin_token, service_url
+from tracker.worker.client import ClientError, add_service_options, admin_token, service_url
 
 
 def param(text: str) -> tuple[str, str | int | float]:
@@ -135,11 +135,6 @@ def add_sql_command(commands: argparse._SubParsersAction[argparse.ArgumentParser
     shown = parser.add_mutually_exclusive_group()
     shown.add_argument("--json", action="store_true", help="print the service's JSON answer")
     shown.add_argument("--csv", action="store_true", help="print CSV (lists and structs as JSON)")
-    parser.add_argument("--url", help="the service (env TRACKER_URL, else the URL in <warehouse>/service-url; "
-                        "default http://127.0.0.1:8000)")
-    parser.add_argument("--token", help="the admin token or a dataflow's (default: env TRACKER_TOKEN, else "
-                        "TRACKER_ADMIN_TOKEN, else <warehouse>/admin-token); a dataflow's token sees its dataflow only")
-    parser.add_argument("--warehouse", help="where to find the service's URL and the generated admin token when not "
-                        "given (env TRACKER_WAREHOUSE; default ./warehouse)")
+    add_service_options(parser, "; a dataflow's token sees its dataflow only")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for the answer (default 120)")
     parser.set_defaults(func=sql)

@@ -32,6 +32,7 @@ tracker.worker.client.ClientError: no program token: ... (--warehouse; /nonexist
 
 from __future__ import annotations
 
+import argparse
 import os
 import time
 import uuid
@@ -47,6 +48,17 @@ DEFAULT_URL = "http://127.0.0.1:8000"
 
 class ClientError(RuntimeError):
     """A one-line reason why a client command cannot go on (exit code 2)."""
+
+
+def add_service_options(parser: argparse.ArgumentParser, token_note: str = "") -> None:
+    """``--url``, ``--token`` and ``--warehouse`` as :func:`service_url` and :func:`admin_token`
+    resolve them (``token_note``: what else a command says of its token)."""
+    parser.add_argument("--url", help="the service (env TRACKER_URL, else the URL in <warehouse>/service-url; "
+                        "default http://127.0.0.1:8000)")
+    parser.add_argument("--token", help="the admin token or a dataflow's (default: env TRACKER_TOKEN, else "
+                        f"TRACKER_ADMIN_TOKEN, else <warehouse>/admin-token){token_note}")
+    parser.add_argument("--warehouse", help="where to find the service's URL and the generated admin token when not "
+                        "given (env TRACKER_WAREHOUSE; default ./warehouse)")
 
 
 def service_url(explicit: str | None, warehouse: str | Path | None = None, env: Mapping[str, str] = os.environ
