@@ -295,7 +295,8 @@ def test_the_memory_limit_is_a_413_and_the_engine_reaches_nothing_else() -> None
 def test_a_query_runs_in_a_sql_process_below_the_service_whose_death_fails_that_query_alone() -> None:
     """DuckDB runs in SQL processes TRACKER_SQL_NICE below the service (their own interpreter:
     nothing of a query holds the hot path's GIL); a SQL process killed mid-query fails that
-    query with 503 sql_unavailable and the next query is answered by a new one; the limit of
+    query with 503 sql_unavailable and the next query is answered by a new one (one killed
+    while idle fails no query); the limit of
     queries at once counts a query from its live views to its answer."""
     import asyncio
     import json
@@ -333,6 +334,10 @@ def test_a_query_runs_in_a_sql_process_below_the_service_whose_death_fails_that_
             assert (died.value.status, died.value.error) == (503, "sql_unavailable")
             assert json.loads(await processes.run(lambda: {"t": table}, quick))["rows"] == [[sum(range(3000))]]
             assert processes.pids() and processes.pids() != pids
+            for pid in processes.pids():  # killed idle: the next query runs in a new process at once
+                os.kill(pid, signal.SIGKILL)
+            await asyncio.sleep(0.5)
+            assert json.loads(await processes.run(lambda: {"t": table}, quick))["rows"] == [[sum(range(3000))]]
             with pytest.raises(QueryError) as refused:  # a query's own error comes back as itself
                 await processes.run(lambda: {"t": table}, Job("SELECT nope FROM t", None, "/x", (), None, Limits()))
             assert (refused.value.status, refused.value.error) == (400, "invalid_query")

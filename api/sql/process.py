@@ -31,7 +31,7 @@ import multiprocessing
 import os
 import signal
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import Any
@@ -139,20 +139,30 @@ class SqlProcesses:
             # As Arrow IPC bytes, encoded here: the pool's feeder thread pickles what it sends
             # in one call holding the GIL, and a table of many small batches took it 50-90 ms.
             live = await asyncio.to_thread(lambda: {name: arrow_bytes(table) for name, table in prepare().items()})
-            pool = await self._executor()
+            future = await self._submit(job, live)
             try:
-                # Submitted from a worker thread: a submission may start a SQL process (a fork of
-                # this big one, ~10-30 ms).
-                future = await asyncio.to_thread(pool.submit, answer_in_process, job, live)
                 return await asyncio.wrap_future(future)
             except BrokenProcessPool:
-                if self._pool is pool:
-                    self._pool = None
-                    pool.shutdown(wait=False, cancel_futures=True)
                 raise QueryError(503, "sql_unavailable", "the SQL process running the query ended (killed, or out "
                                                          "of memory); nothing changed: send the query again") from None
         finally:
             self.running -= 1
+
+    async def _submit(self, job: Job, live: dict[str, bytes]) -> Future[bytes]:
+        """The query submitted to a SQL process; a pool broken meanwhile (a process that died
+        idle) is replaced first, since nothing of this query ran in it. From a worker thread:
+        a submission may start a SQL process (a fork of this big one, ~10-30 ms)."""
+        for attempt in range(2):
+            pool = await self._executor()
+            try:
+                return await asyncio.to_thread(pool.submit, answer_in_process, job, live)
+            except BrokenProcessPool:
+                if self._pool is pool:
+                    self._pool = None
+                    pool.shutdown(wait=False, cancel_futures=True)
+                if attempt:
+                    raise QueryError(503, "sql_unavailable", "the SQL processes cannot start; try again") from None
+        raise AssertionError("unreachable")
 
     def close(self) -> None:
         """Stop the SQL processes (queries running in them are cut short)."""
