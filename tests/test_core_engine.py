@@ -228,6 +228,28 @@ def test_prepared_encodings_beyond_the_bound_and_dropped_ones_change_nothing() -
         engine.apply_indexed([source, source], [20, 0], [-1, 1])  # back to the start
 
 
+def test_texts_over_a_mebibyte_are_the_same_strings() -> None:
+    # Long ASCII texts are copied into their str without the GIL (progress_engine's
+    # detached_string); a non-ASCII fragment takes the ordinary path. Both must be exact.
+    for kind in ("a", "\u00e9"):
+        fragments = ['{"node": 0}', f'{{"node": 1, "kind": "{kind}"}}']
+        engine = Engine(2, 2, [(0, 1, None)], json=fragments)
+        wide = list(range(45_000))
+        engine.apply_indexed([0] * len(wide), [c for i in wide for c in (i, 90_000 - i)], [1] * len(wide))
+        batch = engine.apply_indexed([0] * (2 * len(wide)),
+                                     [c for i in wide for c in (i, 90_000 - i, i + 1, 90_000 - i)],
+                                     [d for _ in wide for d in (-1, 1)])
+        expected = json.dumps([{"location": json.loads(fragments[loc]), "time": list(t), "diff": d}
+                               for loc, t, d in batch.to_list()], separators=(",", ":"), ensure_ascii=False)
+        assert len(expected) > 1 << 20
+        text = batch.to_json(compact=True)
+        assert text == expected and text.isascii() == (kind == "a") and hash(text) == hash(expected)
+        assert json.loads(text)[0]["diff"] in (-1, 1)
+        copy = engine.frontier_copy()
+        rows = copy.rows_json(list(range(2)))
+        assert len(rows) > 1 << 20 and json.loads(f"[{rows}]")[0]["frontier"][0] == [1, 90_000]
+
+
 def test_engine_without_labels_or_json() -> None:
     engine = Engine(2, 3, [(0, 1, None), (1, 2, [0, 1])])
     batch = engine.apply_indexed([0], [4, 0], [1])

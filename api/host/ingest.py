@@ -51,7 +51,7 @@ from tracker.graph import GraphError, Update
 from tracker.reachability import FrontierChange
 
 if TYPE_CHECKING:
-    from progress_engine import ChangeBatch
+    from progress_engine import ChangeBatch, Frontiers
 
 log = logging.getLogger("tracker.ingest")
 
@@ -59,6 +59,12 @@ PREPARE_JSON_MIN = 4096
 """A version with at least this many frontier changes has its ``changes`` payload encoded by a
 thread of the compiled engine from the moment it is applied (starting a thread costs tens of
 microseconds; encoding 4,096 changes ~0.15 ms)."""
+PREPARE_IN_LANE_MIN = 16_384
+"""A version propagated in its lane with at least this many frontier changes is encoded, and
+the engine's frontiers copied, on the lane's thread without the GIL
+(:meth:`~api.streams.publish.Publication.publish`'s ``prepared``; the text only if someone
+subscribes): folding 400,000 changes of a 1,001-wide antichain moved along 200 operators into
+the published copy, and waiting for their text, held the event loop 100-200 ms."""
 
 
 class Refused(Exception):
@@ -233,9 +239,10 @@ def _order_in_lane(tenant: Tenant, pending: Pending, wal: WriteAheadLog, metrics
     done: asyncio.Future[None] = loop.create_future()
     box: list[list[FrontierChange] | ChangeBatch] = []
     durable = [False]
+    prepared: list[tuple[str | None, Frontiers]] = []
 
     def publish() -> None:
-        made_durable(tenant, pending, box[0], raw, metrics)
+        made_durable(tenant, pending, box[0], raw, metrics, prepared[0] if prepared else None)
         if not done.done():
             done.set_result(None)
 
@@ -265,10 +272,18 @@ def _order_in_lane(tenant: Tenant, pending: Pending, wal: WriteAheadLog, metrics
         if durable[0]:
             publish()
 
-    def encode(result: Propagated) -> None:
-        changes = result[0]
-        if not isinstance(changes, list) and len(changes) >= PREPARE_JSON_MIN:
+    def encode(result: Propagated) -> None:  # on the lane's thread, the engine at this version
+        changes, native = result[0], tenant.live.native
+        if isinstance(changes, list) or len(changes) < PREPARE_JSON_MIN or tenant.engine_mode == "spark":
+            return
+        publication = tenant.publication
+        if len(changes) < PREPARE_IN_LANE_MIN or native is None or not publication.engine_rows:
             changes.prepare_json()
+            return
+        # Made without the GIL; the text only for subscribers (else when someone reads it): a
+        # 61 MB text cost ~100 ms of a core to make and held the GIL ~5 ms to free.
+        subscribed = bool(publication.subscribers)
+        prepared.append((changes.to_json(compact=True) if subscribed else None, native.frontier_copy()))
 
     wal.enqueue(Batch(tenant.id, pending.version, pending.received, raw), logged).add_done_callback(log_failed)
     wal.prefer_sync_process()  # its publishing is long: the event loop stays free during the sync
@@ -288,9 +303,10 @@ async def _await_both(first: asyncio.Future[None], second: asyncio.Future[None])
 
 
 def made_durable(tenant: Tenant, pending: Pending, changes: list[FrontierChange] | ChangeBatch, raw: bytes,
-                 metrics: Metrics | None) -> None:
+                 metrics: Metrics | None, prepared: tuple[str | None, Frontiers] | None = None) -> None:
     """A batch's log record is durable: advance the durable version, queue the batch for
-    Delta and publish its changes (or, with the Spark engine, queue it for Spark)."""
+    Delta and publish its changes (or, with the Spark engine, queue it for Spark); ``prepared``
+    as :meth:`~api.streams.publish.Publication.publish` takes it."""
     tenant.live.made_durable(pending.version)
     updates = pending.updates
     # The body as received: the Delta flush has Arrow decode it (see api.delta.columns); a nested
@@ -307,6 +323,6 @@ def made_durable(tenant: Tenant, pending: Pending, changes: list[FrontierChange]
     if tenant.engine_mode == "spark":
         tenant.spark.queue.append((pending.version, list(updates)))
         return
-    tenant.publication.publish(pending.version, changes)
+    tenant.publication.publish(pending.version, changes, prepared=prepared)
     if metrics is not None:
         metrics.frontier_changes.inc(len(changes))

@@ -308,7 +308,8 @@ def _prepare(tenant: Tenant, now: float) -> tuple[Estimator, Callable[[], dict[s
     if estimator is None or entries is None:  # new, or the history moved past it: start over
         estimator = _ESTIMATORS[tenant] = Estimator(tenant)
         entries = None
-        window = [(v, at, text) for (v, _, text), at in zip(publication.history, publication.history_at, strict=True)
+        window = [(v, at, publication.text(v, text))
+                  for (v, _, text), at in zip(publication.history, publication.history_at, strict=True)
                   if at >= now - WINDOW_SECONDS]
         if len(window) < len(publication.history):  # the state at the window's start is known
             observed = now - WINDOW_SECONDS

@@ -74,6 +74,11 @@ class FanOut:
         self.selected_encodings = 0
         """How many selection encodings were made (one per distinct selection per version)."""
 
+    @property
+    def busy(self) -> bool:
+        """Whether versions pushed earlier are still being offered."""
+        return self._task is not None
+
     def push(self, version: int, changes: Any, encoded: str) -> None:
         """Hand one published version to every subscriber: inline for a small audience with
         nothing pending, else in slices, after what is pending (so the order holds)."""

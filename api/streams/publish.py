@@ -5,7 +5,8 @@ version that a crash could take back; every subscriber is offered every publishe
 changes exactly once, without the publisher ever waiting for it; the history answers the
 frontier as of any retained version and the changes after it. A version's change list is
 encoded to JSON once (:func:`changes_json`) and that one string is shared by every subscriber,
-the history and the Delta ``frontier_changes`` table (through ``on_published``).
+the history and the Delta ``frontier_changes`` table (through ``on_published``); a big version
+published while nobody subscribed is encoded only if someone reads it (:meth:`Publication.text`).
 
 Long because: the published frontier (the engine's copy or Python sets), its history (three
 deques and a dict kept in step) and the encodings all change together in :meth:`Publication.publish`; split,
@@ -96,7 +97,9 @@ class Publication:
         """The dataflow was deleted: :meth:`end` told every subscriber, and nobody subscribes again."""
         self.on_end: set[Callable[[], None]] = set()
         """Called once by :meth:`end` (a WebSocket that only sends closes itself this way)."""
-        self.history: deque[tuple[int, int, str]] = deque()  # (version, number of changes, JSON)
+        self.history: deque[tuple[int, int, str | None]] = deque()
+        """``(version, number of changes, JSON)``; the JSON is ``None`` for a big version nobody
+        subscribed to when it was published: :meth:`text` encodes it when asked."""
         self._batches: dict[int, ChangeBatch] = {}
         """The compiled engine's batch of each version in the history (the collector does not
         track them): a selection resuming re-encodes from it."""
@@ -189,10 +192,14 @@ class Publication:
             self._on_published(0, encoded, at)
 
     def publish(self, version: int, changes: list[FrontierChange] | ChangeBatch, *, notify: bool = True,
-                at: float | None = None) -> None:
+                at: float | None = None, prepared: tuple[str | None, Frontiers] | None = None) -> None:
         """Publish a durable version's changes: frontier, history, subscribers (if ``notify``;
         not while replaying a recovered log, when there is no event loop); ``at`` (default now)
-        is when the batch was applied, as ``frontier_changes`` will say."""
+        is when the batch was applied, as ``frontier_changes`` will say. ``prepared`` is the
+        changes' :func:`encode` (``None``: not made, as nobody subscribed) and the compiled
+        engine's frontiers copied right after they were applied, made off the event loop for a
+        big batch (in its dataflow's lane): the copy replaces the published one instead of the
+        batch being folded into it."""
         self.frontier_version = version
         if not changes:
             return
@@ -201,7 +208,13 @@ class Publication:
         if self._moved is not None:
             self._moved(changes, stamp)
         folded = False
-        if self._view is not None and not isinstance(changes, list):
+        if prepared is not None:
+            # The engine's frontiers right after this version: nothing to fold, nor anything
+            # left unfolded to keep.
+            self._view, self._view_read = prepared[1], None
+            self._published, self._unfolded, self._unfolded_changes = {}, [], 0
+            folded = True
+        elif self._view is not None and not isinstance(changes, list):
             # Before the encoding: a big version's text may still be in the making by a thread
             # of the engine (``ChangeBatch.prepare_json``), which this gives time to finish.
             self._view.fold(changes)  # in the engine: ~10 ns a change
@@ -210,7 +223,12 @@ class Publication:
         # One string per version rather than a tuple per change keeps the garbage collector's
         # full passes (and so the latency tail) short even with a long history.
         encoding = self.encoding
-        if encoding is None:
+        encoded: str | None
+        if prepared is not None:
+            encoded = prepared[0]
+            if encoded is None and notify and (self.subscribers or self.fanout.busy):  # subscribed meanwhile
+                encoded = encode(changes)
+        elif encoding is None:
             encoded = encode(changes)
         else:
             assert isinstance(changes, list)  # a nested dataflow's engine returns change lists
@@ -233,11 +251,14 @@ class Publication:
         if self._on_published is not None:
             # The streams' JSON names each location's scope, as frontier_changes' rows do; the
             # compiled engine's batch becomes those rows without a JSON round trip (api.delta.columns).
-            self._on_published(version, encoded if isinstance(changes, list) else changes, stamp)
+            payload = encoded if isinstance(changes, list) else changes
+            assert payload is not None  # a change list is always encoded
+            self._on_published(version, payload, stamp)
         if folded:
-            if notify:
+            if notify and encoded is not None:
                 self.fanout.push(version, changes, encoded)
             return
+        assert encoded is not None  # only a prepared version goes without
         self._unfolded.append(changes)
         self._unfolded_changes += len(changes)
         if notify:
@@ -304,7 +325,7 @@ class Publication:
         for changed_version, _, encoded in reversed(self.history):
             if changed_version <= version:
                 break
-            for change in json.loads(encoded):
+            for change in json.loads(self.text(changed_version, encoded)):
                 location = self.location(change["location"])
                 if change["diff"] > 0:
                     view.setdefault(location, set()).discard(tuple(change["time"]))
@@ -318,6 +339,11 @@ class Publication:
         if self.encoding is None:
             return Location(raw["node"], raw["port"], raw["kind"])
         return self.encoding.location(raw)
+
+    def text(self, version: int, encoded: str | None) -> str:
+        """A :attr:`history` entry's change list as JSON: ``encoded``, or if that is ``None``,
+        encoded now from the compiled engine's batch (without the GIL)."""
+        return encoded if encoded is not None else encode(self._batches[version])
 
     def changes_since(self, version: int, selection: Selection | None = None) -> list[tuple[int, str]] | None:
         """Encoded changes after ``version`` up to the published version (at ``selection``'s
@@ -337,10 +363,10 @@ class Publication:
                 continue
             if selection is not None:
                 batch = self._batches.get(v)
-                encoded = encode(batch if batch is not None else decoded(encoded), selection)
+                encoded = encode(batch if batch is not None else decoded(self.text(v, encoded)), selection)
                 if encoded == "[]":
                     continue
-            out.append((v, at, encoded))
+            out.append((v, at, self.text(v, encoded)))
         return out
 
     def snapshot_json(self, selection: Selection | None = None) -> tuple[int, str]:

@@ -91,9 +91,9 @@ async def frontier_as_of(publication: Publication, version: int) -> tuple[int, F
         async with _turn():  # one slice at a time, whoever asks: rewinds share half the loop
             work, began = 0, time.perf_counter()
             while index >= first and work < SLICE_CHANGES and time.perf_counter() - began < SLICE_SECONDS:
-                _, count, encoded = entries[index]
+                changed, count, encoded = entries[index]
                 entries[index] = (0, 0, "")  # let go of what is undone
-                for change in _DECODE(encoded):
+                for change in _DECODE(publication.text(changed, encoded)):
                     location = location_of(change.location)
                     times = view.get(location)
                     if times is None:
@@ -124,7 +124,7 @@ def _turn() -> asyncio.Lock:
     return lock
 
 
-def _oldest(history: Sequence[tuple[int, int, str]], totals: Sequence[int], floor: int) -> int:
+def _oldest(history: Sequence[tuple[int, int, str | None]], totals: Sequence[int], floor: int) -> int:
     """The oldest version whose rewind undoes at most :data:`REWIND_CHANGES` changes:
     ``totals[i]`` is the running total of changes right after ``history[i]``, so the undo back to
     ``history[i]``'s version is ``totals[-1] - totals[i]``, found by bisection (a few index
