@@ -19,7 +19,7 @@ from websockets.sync.client import connect as ws_connect
 from api.config import Settings
 from api.host.ingest import submit
 from api.host.service import Service
-from api.schema.bodies import detail_json
+from api.schema.bodies import detail_json, graph_json
 from api.schema.models import DataflowDetail, RegisterRequest
 from api.schema.spec import registration_record
 from api.streams.rewind import REWIND_CHANGES, _oldest, frontier_as_of
@@ -213,7 +213,8 @@ def test_a_dataflow_is_served_back_in_slices_as_its_response_model_would(drawn: 
               "endpoint": "http://127.0.0.1:8101",
               "status": {"state": "running", "spark_check": "skipped", "workers": {"w": 2}}}
     whole = DataflowDetail.model_validate(detail).model_dump(mode="json", by_alias=True)
-    assert b"".join(detail_json(detail)) == json.dumps(whole, ensure_ascii=False, separators=(",", ":")).encode()
+    graph = graph_json(detail.pop("nodes"), detail.pop("edges"))
+    assert b"".join(detail_json(detail, graph)) == json.dumps(whole, ensure_ascii=False, separators=(",", ":")).encode()
 
 
 def test_accepted_connections_get_the_bounded_send_buffer() -> None:

@@ -212,32 +212,41 @@ def collector_paused() -> Iterator[None]:
                 gc.enable()
 
 
-def detail_json(detail: dict[str, Any]) -> list[bytes]:
+def graph_json(nodes: list[Any], edges: list[Any]) -> list[bytes]:
+    """``nodes`` and ``edges`` (as registered) as ``GET /dataflows/{id}`` writes them, as chunks
+    to put between ``"nodes":[`` and the rest of :func:`detail_json`: validated, dumped in JSON
+    mode and ``json.dumps`` compact, a :data:`SLICE` at a time (in one call a 50,000-node graph
+    held the GIL over a second). Call it in a worker thread; the graph never changes, so keep it."""
+    chunks: list[bytes] = []
+    for key, items in (("nodes", nodes), ("edges", edges)):
+        adapter, _ = _LISTS[key]
+        for i in range(0, len(items), SLICE):
+            part = json.dumps(adapter.dump_python(adapter.validate_python(items[i:i + SLICE]), mode="json",
+                                                  by_alias=True), ensure_ascii=False, allow_nan=False,
+                              separators=(",", ":"))[1:-1]
+            chunks.append(("," + part if i else part).encode())
+        if key == "nodes":
+            chunks.append(b'],"edges":[')
+    return chunks
+
+
+def detail_json(detail: dict[str, Any], graph: list[bytes]) -> list[bytes]:
     """The ``GET /dataflows/{id}`` body of ``detail`` (a :class:`~api.schema.models.DataflowDetail`'s
-    fields, ``nodes`` and ``edges`` as registered), as FastAPI would write it through that
-    response model (validated, dumped in JSON mode, ``json.dumps`` compact and not ASCII-only),
-    the graph a :data:`SLICE` at a time, as chunks to send one after the other: in one call a
-    50,000-node graph held the GIL over a second. Call it in a worker thread.
+    fields but ``nodes`` and ``edges``) and ``graph`` (their :func:`graph_json`), as FastAPI would
+    write it through that response model (validated, dumped in JSON mode, ``json.dumps`` compact
+    and not ASCII-only), as chunks to send one after the other.
 
     >>> detail = {"id": "d", "name": "n", "timestamp_arity": 1, "version": 0, "created_at": "t",
-    ...           "state": "running", "nodes": [{"id": 0, "inputs": 0, "outputs": 1}], "edges": [],
-    ...           "endpoint": "http://127.0.0.1:8000", "status": {"state": "running", "spark_check": "skipped"}}
-    >>> whole = DataflowDetail.model_validate(detail).model_dump(mode="json", by_alias=True)
-    >>> b"".join(detail_json(detail)) == json.dumps(whole, ensure_ascii=False, separators=(",", ":")).encode()
+    ...           "state": "running", "endpoint": "http://127.0.0.1:8000",
+    ...           "status": {"state": "running", "spark_check": "skipped"}}
+    >>> nodes = [{"id": 0, "inputs": 0, "outputs": 1}]
+    >>> model = DataflowDetail.model_validate({**detail, "nodes": nodes, "edges": []})
+    >>> whole = json.dumps(model.model_dump(mode="json", by_alias=True), ensure_ascii=False, separators=(",", ":"))
+    >>> b"".join(detail_json(detail, graph_json(nodes, []))) == whole.encode()
     True
     """
     shell = DataflowDetail.model_validate({**detail, "nodes": [], "edges": []}).model_dump(mode="json", by_alias=True)
     text = json.dumps(shell, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
     # In the shell, '"nodes":[],"edges":[]' cannot occur unescaped inside a string: the first is the fields'.
     before, after = text.split('"nodes":[],"edges":[]', 1)
-    chunks = [f'{before}"nodes":['.encode()]
-    for key in ("nodes", "edges"):
-        adapter, _ = _LISTS[key]
-        items = detail[key]
-        for i in range(0, len(items), SLICE):
-            part = json.dumps(adapter.dump_python(adapter.validate_python(items[i:i + SLICE]), mode="json",
-                                                  by_alias=True), ensure_ascii=False, allow_nan=False,
-                              separators=(",", ":"))[1:-1]
-            chunks.append(("," + part if i else part).encode())
-        chunks.append(b'],"edges":[' if key == "nodes" else f"]{after}".encode())
-    return chunks
+    return [f'{before}"nodes":['.encode(), *graph, f"]{after}".encode()]

@@ -18,7 +18,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from api.background.spark import Unavailable
 from api.durability.wal import LogFailed
 from api.host.ingest import bad_body, gone, submit
-from api.schema.bodies import collector_paused, detail_json, parse_registration_sliced
+from api.schema.bodies import collector_paused, detail_json, graph_json, parse_registration_sliced
 from api.schema.models import (
     DataflowDetail,
     ErrorBody,
@@ -167,10 +167,11 @@ async def get_dataflow(dataflow: DataflowDep, service: ServiceDep) -> Response:
     """The graph, arity, version, its shard's ``endpoint`` and status (Spark check, last audit,
     Delta lag, workers)."""
     registration = dataflow.registration
-    detail = {**dataflow.summary(), "nodes": registration.nodes, "edges": registration.edges,
-              "initial": initial_json(registration), "last_epoch": registration.last_epoch,
+    detail = {**dataflow.summary(), "initial": initial_json(registration), "last_epoch": registration.last_epoch,
               "endpoint": service.settings.endpoint, "status": dataflow.status()}
-    return chunked(await asyncio.to_thread(detail_json, detail))
+    if dataflow.graph_json is None:
+        dataflow.graph_json = await asyncio.to_thread(graph_json, registration.nodes, registration.edges)
+    return chunked(detail_json(detail, dataflow.graph_json))
 
 
 @router.post("/dataflows/{id}/progress", response_model=ProgressResponse, summary="Report a progress batch",
