@@ -147,6 +147,52 @@ def test_payloads_encoded_while_the_log_syncs_are_the_ones_encoded_on_publishing
     assert every == asyncio.run(published(10**9, tmp_path / "none"))
 
 
+def test_versions_published_from_a_lane_answer_as_those_published_on_the_loop(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every batch in its lane, each version prepared there (the engine's frontiers copied, the
+    text made only for a subscriber, :data:`api.host.ingest.PREPARE_IN_LANE_MIN`): the history's
+    texts, a late reader's changes and the frontier equal those of versions published on the loop,
+    and a subscriber gets every version's text as the history has it."""
+    import api.host.ingest
+    import api.live.state
+    from api.config import Settings
+    from api.host.service import Service
+    from api.schema.models import RegisterRequest
+
+    async def published(lane: bool, subscribed: bool, warehouse: Path) -> tuple[list[tuple[int, str]], str, list[Any]]:
+        monkeypatch.setattr(api.host.ingest, "PREPARE_JSON_MIN", 1 if lane else 10**9)
+        monkeypatch.setattr(api.host.ingest, "PREPARE_IN_LANE_MIN", 1 if lane else 10**9)
+        monkeypatch.setattr(api.live.state, "LANE_UNITS", -1.0 if lane else 1e18)
+        service = Service(Settings(warehouse=warehouse, delta=False, spark=False), "admin")
+        service.recover()
+        try:
+            ring = RegisterRequest.model_validate(loop_graph(operators=6, name="ring"))
+            tenant = (await service.register(ring)).tenant
+            subscriber = Subscriber(100)
+            if subscribed:
+                tenant.publication.subscribers.add(subscriber)
+            for seq, updates in enumerate(batches()):
+                body = json.dumps({"worker": "w", "seq": seq, "updates": updates}).encode()
+                await api.host.ingest.submit(tenant, body, service.wal, service.metrics)
+            publication = tenant.publication
+            assert tenant.live.lane_batches == (len(batches()) if lane else 0)
+            texts = [text for _, _, text in publication.history]
+            assert (None in texts) == (lane and not subscribed)  # made only for a subscriber
+            events = [subscriber.queue.get_nowait() for _ in range(subscriber.queue.qsize())]
+            if subscribed:
+                assert events == [(v, publication.text(v, text)) for v, _, text in publication.history]
+            changes = publication.changes_since(0)
+            assert changes is not None
+            return changes, publication.frontier_json(), [publication.frontier_at(v)[1] for v in range(4)]
+        finally:
+            service.wal.close()
+
+    on_the_loop = asyncio.run(published(False, False, tmp_path / "loop"))
+    assert len(on_the_loop[0]) == 5
+    for subscribed in (False, True):
+        assert asyncio.run(published(True, subscribed, tmp_path / f"lane-{subscribed}")) == on_the_loop
+
+
 def test_two_subscribers_with_one_selection_share_one_encoding() -> None:
     graph, initial = core_graph(loop_graph(operators=4, name="ring"))
     tracker = CompiledTracker(graph)
