@@ -314,6 +314,13 @@ class Ages:
             return stamped
         return lambda location: moved.get(location, created)
 
+    def moved_copy(self) -> tuple[MovedAt | None, dict[Location, float]]:
+        """Copies, taken now, of what :meth:`moved_all` reads: the compiled engine's stamps (by
+        location index; ``None`` without the compiled engine) and, for a location without a
+        stamp, its move as of a restart or a reference engine's batch (else :attr:`created`)."""
+        self._fold_moves()
+        return (None if self._stamps is None else self._stamps.copy()), dict(self._moved)
+
     def blame(self, location: Location, time: Timestamp) -> tuple[float, str | None] | None:
         """``(born at, the worker that last reported it)`` of a live pointstamp, else ``None``
         (``None`` worker: recovered from a snapshot, or an initial pointstamp)."""

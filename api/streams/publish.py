@@ -396,6 +396,11 @@ class Publication:
         version, copy = self.frontier_version, self._view.copy()
         return lambda indices: [chunk.encode() for chunk in engine_document(version, copy, indices)]
 
+    def engine_copy(self) -> Frontiers | None:
+        """A copy of the published frontier in the compiled engine (``None`` without one): its
+        columns are read without a Python object per time (``Frontiers.list_columns``)."""
+        return None if self._view is None else self._view.copy()
+
     def frontier_of(self, location: Location) -> tuple[int, list[Timestamp]]:
         """The published frontier's version and ``location``'s sorted frontier in it."""
         if self._view is None:

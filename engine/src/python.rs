@@ -946,6 +946,48 @@ impl Frontiers {
         PyList::new(py, sorted.into_iter().map(|t| time_tuple(py, t)).collect::<PyResult<Vec<_>>>()?)
     }
 
+    /// The frontiers of the locations at `indices`, in that order, as the buffers of an Arrow
+    /// `list<list<int64>>` column: `(offsets, time_offsets, coordinates)`, little-endian, the
+    /// first two `int32` (a location's times, a time's coordinates), the last `int64`; each
+    /// frontier sorted. Built without the GIL or a Python object per time (a SQL view's rows
+    /// built per location held the GIL ~0.1 s per 20,000 locations).
+    fn list_columns<'py>(
+        &self,
+        py: Python<'py>,
+        indices: Vec<u32>,
+    ) -> PyResult<(Bound<'py, PyBytes>, Bound<'py, PyBytes>, Bound<'py, PyBytes>)> {
+        if let Some(&bad) = indices.iter().find(|&&i| i as usize >= self.antichains.len()) {
+            return Err(PyIndexError::new_err(format!("no location {bad}")));
+        }
+        let arity = self.arity.max(1);
+        let too_many = || PyValueError::new_err("too many times for 32-bit offsets");
+        let (offsets, time_offsets, coordinates) = py.detach(|| {
+            let mut offsets: Vec<u8> = Vec::with_capacity(4 * (indices.len() + 1));
+            let mut time_offsets: Vec<u8> = vec![0; 4];
+            let mut coordinates: Vec<u8> = Vec::new();
+            let (mut times, mut coords) = (0i32, 0i32);
+            offsets.extend_from_slice(&0i32.to_le_bytes());
+            let mut sorted: Vec<&[u64]> = Vec::new();
+            for &index in &indices {
+                sorted.clear();
+                sorted.extend(self.antichains[index as usize].chunks_exact(arity));
+                sorted.sort_unstable();
+                for time in &sorted {
+                    for &c in time.iter() {
+                        coordinates.extend_from_slice(&(i64::try_from(c).ok()?).to_le_bytes());
+                    }
+                    coords = coords.checked_add(i32::try_from(time.len()).ok()?)?;
+                    time_offsets.extend_from_slice(&coords.to_le_bytes());
+                }
+                times = times.checked_add(i32::try_from(sorted.len()).ok()?)?;
+                offsets.extend_from_slice(&times.to_le_bytes());
+            }
+            Some((offsets, time_offsets, coordinates))
+        })
+        .ok_or_else(too_many)?;
+        Ok((PyBytes::new(py, &offsets), PyBytes::new(py, &time_offsets), PyBytes::new(py, &coordinates)))
+    }
+
     /// `{label: {time, ...}}` for every location (an empty set where nothing can arrive).
     fn to_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let labels = self.shared.labels.as_ref().ok_or_else(|| PyValueError::new_err("this engine has no labels"))?;
@@ -999,6 +1041,16 @@ impl MovedAt {
     /// The latest stamp of the location at `index`, `None` if it was never stamped.
     fn get(&self, index: usize) -> Option<f64> {
         self.at.get(index).copied().filter(|at| !at.is_nan())
+    }
+
+    /// The stamps of the locations at `indices`, in that order, as the little-endian `float64`
+    /// buffer of an Arrow column (`NaN`: never stamped).
+    fn stamps<'py>(&self, py: Python<'py>, indices: Vec<u32>) -> Bound<'py, PyBytes> {
+        let mut out: Vec<u8> = Vec::with_capacity(8 * indices.len());
+        for index in indices {
+            out.extend_from_slice(&self.at.get(index as usize).copied().unwrap_or(f64::NAN).to_le_bytes());
+        }
+        PyBytes::new(py, &out)
     }
 
     /// An independent copy (later stamps do not show in it).
