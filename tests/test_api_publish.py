@@ -97,13 +97,14 @@ def test_subscribers_get_every_version_once_in_order_after_their_snapshot() -> N
 
 
 def test_a_subscriber_resuming_from_a_version_gets_exactly_the_missed_changes() -> None:
-    async def main() -> list[int]:
+    async def main(after: str) -> list[int]:
         publication, _ = _published(versions=5)
-        _, first = attach(publication, "2", maxsize=100)
+        _, first = attach(publication, after, maxsize=100)
         return [version for event, version, data in first if event == "changes"
                 and json.loads(ws_message(event, version, data))["version"] == version]
 
-    assert asyncio.run(main()) == [3, 4, 5]
+    assert asyncio.run(main("2")) == [3, 4, 5]
+    assert asyncio.run(main("0")) == [1, 2, 3, 4, 5]  # more versions than changes in each
 
 
 def test_a_slow_subscriber_is_resynchronised_without_slowing_the_publisher() -> None:

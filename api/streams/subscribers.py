@@ -180,10 +180,10 @@ def _within(publication: Publication, after: int, count: int, size: int) -> bool
     characters; walks back from the newest and stops at the first bound crossed, so its cost
     is bounded too."""
     total = 0
-    for seen, (version, count, encoded) in enumerate(reversed(publication.history)):
+    for seen, (version, changes, encoded) in enumerate(reversed(publication.history)):
         if version <= after:
             return True
-        total += len(encoded) if encoded is not None else 40 * count  # not encoded yet: at least 40 a change
+        total += len(encoded) if encoded is not None else 40 * changes  # not encoded yet: at least 40 a change
         if seen >= count or total > size:
             return False
     return True
