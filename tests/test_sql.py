@@ -380,10 +380,9 @@ def test_live_lag_from_the_engine_columns_equals_the_rows_read_per_location(tmp_
                 held = moved
             now = time.time()
             columns = live.read_live([tenant], [], {"live_lag"}, now=now)()["live_lag"]
-            live._PLACES.clear()
-            places = live._places_of(tenant)
-            assert places.indices is not None  # the engine's columns were read above
-            places.indices = None
+            # The engine's columns were read above: its stamps and the locations' indices exist.
+            assert live._places_of(tenant).indices is not None and tenant.ages.moved_copy()[0] is not None
+            tenant.publication.engine_copy = lambda: None  # type: ignore[method-assign]  # as without one
             per_location = live.read_live([tenant], [], {"live_lag"}, now=now)()["live_lag"]
             return columns, per_location
         finally:

@@ -121,14 +121,16 @@ def _copy(tenant: Tenant, wanted: set[str], shard: int) -> _Copied:
             "last_frontier_change_at": _micros(tenant.publication.last_change_at),
             "last_batch_at": _micros(tenant.live.last_batch_at), "deleted_at": _micros(tenant.deleted_at)}
     index = index_of(tenant)
-    if wanted & {"live_frontiers", "live_lag"}:
-        _, copied.frontier = tenant.publication.frontier_reader()
-        copied.moved = tenant.ages.moved_all(index)
-        copied.unknown_before = tenant.ages.unknown_before
     if "live_lag" in wanted:
         copied.oldest = tenant.ages.oldest_by_location()
-        copied.engine = tenant.publication.engine_copy()
-        copied.stamps, copied.seeded = tenant.ages.moved_copy()
+        if index is not None and tenant.hosting is None:  # read a column at a time (see _Places.indices)
+            copied.stamps, copied.seeded = tenant.ages.moved_copy()
+            copied.engine = None if copied.stamps is None else tenant.publication.engine_copy()
+    if "live_frontiers" in wanted or ("live_lag" in wanted and copied.engine is None):  # a location at a time
+        _, copied.frontier = tenant.publication.frontier_reader()
+        copied.moved = tenant.ages.moved_all(index)
+    if wanted & {"live_frontiers", "live_lag"}:
+        copied.unknown_before = tenant.ages.unknown_before
     if "live_pointstamps" in wanted:
         copied.counts = tenant.counts()
         copied.born = tenant.ages.copy(index).born
@@ -248,9 +250,10 @@ def _rows(copied: _Copied, rows: dict[str, _Columns], now: float) -> None:
         return list(scoped.scope), scoped.node, scoped.port, scoped.kind
 
     frontiers, lag = rows.get("live_frontiers"), rows.get("live_lag")
-    if copied.frontier is not None and copied.moved is not None:
+    if frontiers is not None or lag is not None:
         places = _places_of(tenant)
         if frontiers is not None:
+            assert copied.frontier is not None and copied.moved is not None
             for location in places.locations:
                 times, moved = copied.frontier(location), copied.moved(location)
                 if times:
@@ -276,13 +279,13 @@ def _lag_slice(copied: _Copied, places: _Places, start: int, now: float, lag: _C
     """The ``live_lag`` rows of the locations from ``start``, :data:`SLICE` of them, as one
     record batch: columns built by comprehensions, each turned into Arrow in one call of at
     most :data:`SLICE` rows (each call holds the GIL)."""
-    assert copied.frontier is not None and copied.moved is not None
     tenant, unknown = copied.tenant, copied.unknown_before
     located = places.locations[start:start + SLICE]
     count = len(located)
     frontier: pa.Array
     if copied.engine is not None and copied.stamps is not None and places.indices is not None:
-        # From the engine's copies a column at a time: no Python object per time.
+        # From the engine's copies a column at a time (taken instead of the per-location readers):
+        # no Python object per time.
         indices = places.indices[start:start + count]
         frontier = _frontier_column(copied.engine, indices)
         times: list[Any] = pc.greater(pc.list_value_length(frontier), 0).to_pylist()
@@ -291,6 +294,7 @@ def _lag_slice(copied: _Copied, places: _Places, start: int, now: float, lag: _C
         moved = [at if at == at else seeded.get(location, created)  # NaN: never stamped
                  for at, location in zip(stamped.to_pylist(), located, strict=True)]
     else:
+        assert copied.frontier is not None and copied.moved is not None
         times = [copied.frontier(location) for location in located]
         moved = [copied.moved(location) for location in located]
         frontier = pa.array(times, pa.list_(_TIME))
