@@ -115,27 +115,41 @@ def test_native_refuses_to_start_without_the_compiled_engine(tmp_path: Path) -> 
     assert len(lines) == 1 and "--engine reference" in lines[0] and "progress_engine" in lines[0], result.stderr
 
 
+async def _ring_in_process(warehouse: Path) -> tuple[Any, Any]:
+    """A service in this process (no Delta, no Spark) over ``warehouse``, and a 6-operator ring
+    registered on it: ``(service, tenant)``; close ``service.wal`` when done."""
+    from api.config import Settings
+    from api.host.service import Service
+    from api.schema.models import RegisterRequest
+
+    service = Service(Settings(warehouse=warehouse, delta=False, spark=False), "admin")
+    service.recover()
+    ring = RegisterRequest.model_validate(loop_graph(operators=6, name="ring"))
+    return service, (await service.register(ring)).tenant
+
+
+async def _submit_batches(service: Any, tenant: Any) -> None:
+    """Each of :func:`batches` from worker ``w``, acknowledged one after the other."""
+    import api.host.ingest
+
+    for seq, updates in enumerate(batches()):
+        body = json.dumps({"worker": "w", "seq": seq, "updates": updates}).encode()
+        await api.host.ingest.submit(tenant, body, service.wal, service.metrics)
+
+
 def test_payloads_encoded_while_the_log_syncs_are_the_ones_encoded_on_publishing(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A big version's payload is encoded by a thread of the engine from when it is applied
     (:data:`api.host.ingest.PREPARE_JSON_MIN`); the history and subscribers get the same text."""
     import api.host.ingest
-    from api.config import Settings
-    from api.host.service import Service
-    from api.schema.models import RegisterRequest
 
     async def published(prepare_from: int, warehouse: Path) -> list[tuple[int, int, str]]:
         monkeypatch.setattr(api.host.ingest, "PREPARE_JSON_MIN", prepare_from)
-        service = Service(Settings(warehouse=warehouse, delta=False, spark=False), "admin")
-        service.recover()
+        service, tenant = await _ring_in_process(warehouse)
         try:
-            ring = RegisterRequest.model_validate(loop_graph(operators=6, name="ring"))
-            tenant = (await service.register(ring)).tenant
             subscriber = Subscriber(100)
             tenant.publication.subscribers.add(subscriber)
-            for seq, updates in enumerate(batches()):
-                body = json.dumps({"worker": "w", "seq": seq, "updates": updates}).encode()
-                await api.host.ingest.submit(tenant, body, service.wal, service.metrics)
+            await _submit_batches(service, tenant)
             events = [subscriber.queue.get_nowait() for _ in range(subscriber.queue.qsize())]
             assert [(v, text) for v, _, text in tenant.publication.history] == events
             return list(tenant.publication.history)
@@ -155,25 +169,17 @@ def test_versions_published_from_a_lane_answer_as_those_published_on_the_loop(
     and a subscriber gets every version's text as the history has it."""
     import api.host.ingest
     import api.live.state
-    from api.config import Settings
-    from api.host.service import Service
-    from api.schema.models import RegisterRequest
 
     async def published(lane: bool, subscribed: bool, warehouse: Path) -> tuple[list[tuple[int, str]], str, list[Any]]:
         monkeypatch.setattr(api.host.ingest, "PREPARE_JSON_MIN", 1 if lane else 10**9)
         monkeypatch.setattr(api.host.ingest, "PREPARE_IN_LANE_MIN", 1 if lane else 10**9)
         monkeypatch.setattr(api.live.state, "LANE_UNITS", -1.0 if lane else 1e18)
-        service = Service(Settings(warehouse=warehouse, delta=False, spark=False), "admin")
-        service.recover()
+        service, tenant = await _ring_in_process(warehouse)
         try:
-            ring = RegisterRequest.model_validate(loop_graph(operators=6, name="ring"))
-            tenant = (await service.register(ring)).tenant
             subscriber = Subscriber(100)
             if subscribed:
                 tenant.publication.subscribers.add(subscriber)
-            for seq, updates in enumerate(batches()):
-                body = json.dumps({"worker": "w", "seq": seq, "updates": updates}).encode()
-                await api.host.ingest.submit(tenant, body, service.wal, service.metrics)
+            await _submit_batches(service, tenant)
             publication = tenant.publication
             assert tenant.live.lane_batches == (len(batches()) if lane else 0)
             texts = [text for _, _, text in publication.history]

@@ -247,18 +247,25 @@ def _counts(batches: list[tuple[float, str | None, list[tuple[Location, tuple[in
     return counts
 
 
-@settings(max_examples=60, deadline=None)
-@given(data=st.data())
-def test_the_engine_writes_the_same_frontier_answers_as_python(data: st.DataObject) -> None:
-    """Frontier answers and subscriber snapshots built by the compiled engine from its copy equal
-    the Python ones (the reference engine's publication), version after version."""
-    graph = data.draw(acyclic_graphs(arity=data.draw(st.integers(1, 2))))
+def _side_by_side(graph: Graph) -> tuple[LiveState, Publication, Tracker, Publication]:
+    """The compiled engine's live state and publication of ``graph`` (publishing from its
+    copy), and the reference tracker and its publication, both at version 0."""
     live = LiveState(CompiledTracker(graph))
     native = Publication(graph, 100, native=live.native, copy_at=live.frontier_copy_at)
     reference_tracker = Tracker(graph)
     reference = Publication(graph, 100)
     native.reset(live.tracker.frontiers, 0)
     reference.reset(reference_tracker.frontiers(), 0)
+    return live, native, reference_tracker, reference
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data())
+def test_the_engine_writes_the_same_frontier_answers_as_python(data: st.DataObject) -> None:
+    """Frontier answers and subscriber snapshots built by the compiled engine from its copy equal
+    the Python ones (the reference engine's publication), version after version."""
+    graph = data.draw(acyclic_graphs(arity=data.draw(st.integers(1, 2))))
+    live, native, reference_tracker, reference = _side_by_side(graph)
     wanted = data.draw(st.sets(st.sampled_from(graph.locations())))
     node = data.draw(st.sampled_from([loc.node for loc in graph.locations()]))
     for version, batch in enumerate(data.draw(update_batches(graph)), start=1):
@@ -281,12 +288,7 @@ def test_versions_prepared_in_a_lane_publish_what_folding_would(data: st.DataObj
     applied, its text made or left for later, as a lane does for a big batch) answers exactly
     as the reference: frontier, history text, rewinds and resumes."""
     graph = data.draw(acyclic_graphs(arity=data.draw(st.integers(1, 2))))
-    live = LiveState(CompiledTracker(graph))
-    native = Publication(graph, 100, native=live.native, copy_at=live.frontier_copy_at)
-    reference_tracker = Tracker(graph)
-    reference = Publication(graph, 100)
-    native.reset(live.tracker.frontiers, 0)
-    reference.reset(reference_tracker.frontiers(), 0)
+    live, native, reference_tracker, reference = _side_by_side(graph)
     for version, batch in enumerate(data.draw(update_batches(graph)), start=1):
         live.version = version
         changes = live.native.apply(batch)
