@@ -152,3 +152,17 @@ def test_a_costly_dataflow_enters_its_lane_once_and_stays_while_a_cheap_one_neve
         late = client.post(f"/v1/dataflows/{dataflow_id}/progress", json={"worker": "w", "seq": 30, "updates": []})
         assert late.status_code == 410
         assert client.get("/healthz").json()["status"] == "ok"
+
+
+def test_a_failed_preparation_leaves_the_propagated_batch_standing() -> None:
+    """What ``then`` prepares on the lane's thread is optional: if it raises, the batch is still
+    propagated and its result returned (the publication then folds it as usual)."""
+    from api.live.lane import Lane
+
+    lane = Lane(lambda updates: (f"changes of {updates}", []), 0)
+
+    def fails(result: object) -> None:
+        raise RuntimeError("preparation failed")
+
+    assert lane.submit(1, "batch 1", fails).result() == ("changes of batch 1", [])
+    assert lane.applied_through == 1 and lane.queued == 0

@@ -30,12 +30,15 @@ reads through it: a busy lane answers ``None``, and the reader uses what was pub
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any
+
+log = logging.getLogger("tracker.lane")
 
 LANE_SECONDS = 0.001
 """A batch that took longer than this to propagate on the event loop sends its dataflow's next
@@ -66,8 +69,8 @@ class Lane:
 
     def submit(self, version: int, updates: Any, then: Callable[[Any], None]) -> Future[Any]:
         """Propagate the validated batch of ``version`` after every batch submitted before it,
-        then call ``then(result)`` on the lane's thread (e.g. to encode the changes); a future
-        of :attr:`propagate`'s result."""
+        then call ``then(result)`` on the lane's thread (e.g. to encode the changes; if it raises,
+        that is logged and the result stands); a future of :attr:`propagate`'s result."""
         def propagate() -> Any:
             try:
                 with self._lock:
@@ -78,7 +81,11 @@ class Lane:
             finally:
                 with self._counting:
                     self.queued -= 1
-            then(result)
+            try:
+                then(result)
+            except Exception:  # what `then` prepares is optional; the batch is applied either way
+                log.exception("preparing a propagated batch failed; it is published without",
+                              extra={"version": version})
             return result
 
         with self._counting:
