@@ -317,6 +317,39 @@ def test_a_frontier_copy_takes_only_its_own_engines_batches_that_follow_it() -> 
     assert copy.to_dict() == {loc: set() for loc in order}
 
 
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 699), st.booleans()), min_size=1, max_size=12))
+def test_frontier_copies_share_their_chunks_yet_stay_independent(moves: list[tuple[int, int, bool]]) -> None:
+    """Copies of a frontier share its chunks of 256 locations until one changes: on a chain of
+    1,400 locations (six chunks), every copy taken between batches still reads what it read
+    when taken, however the original and the other copies were folded since, and the original
+    reads what the engine reads."""
+    nodes = [Node(0, 0, 1)] + [Node(i, 1, 1) for i in range(1, 700)]
+    chain = Graph.build(1, nodes, [Edge(Location.source(i, 0), Location.target(i + 1, 0)) for i in range(699)])
+    engine, order = engine_for(chain)
+    published = engine.frontier_copy()
+    held: dict[int, int] = {}  # operator -> the time its output holds
+    copies = [(published.copy(), published.to_dict())]
+    for time, node, fold_copy in moves:
+        at = order.index(Location.source(node, 0))
+        locations, times, deltas = [at], [time], [1]
+        if node in held:
+            locations, times, deltas = [at, at], [held[node], time], [-1, 1]
+            if held[node] == time:
+                continue
+        held[node] = time
+        batch = engine.apply_indexed(locations, times, deltas)
+        published.fold(batch)
+        if fold_copy:  # a copy folded too: it and the original each own what they change
+            copy, _ = copies[-1]
+            copy.fold(batch)
+            copies[-1] = (copy, published.to_dict())
+        copies.append((published.copy(), published.to_dict()))
+    assert published.to_dict() == engine.frontier_copy().to_dict()
+    for copy, taken in copies:
+        assert copy.to_dict() == taken
+
+
 @pytest.mark.parametrize("width", [3, 40])  # one departure at a time, and through a set
 def test_a_frontier_copy_folds_a_wide_antichain_moved_whole(width: int) -> None:
     chain = Graph.build(2, [Node(0, 0, 1), Node(1, 1, 1), Node(2, 1, 0)],

@@ -410,16 +410,16 @@ impl Engine {
     /// A copy of every location's frontier, to be kept as of a published version by folding
     /// that version's changes into it ([`Frontiers::fold`]).
     fn frontier_copy(&self, py: Python<'_>) -> Frontiers {
-        let antichains = py.detach(|| {
+        let chunks = py.detach(|| {
             let mut antichains: Vec<Vec<u64>> = Vec::with_capacity(self.locations);
             dispatch!(&*self.locked(), tracker => {
                 for location in 0..self.locations {
                     antichains.push(tracker.frontier(location).iter().flat_map(|t| t.coords().to_vec()).collect());
                 }
             });
-            antichains
+            Frontiers::chunked(antichains)
         });
-        Frontiers { arity: self.arity, antichains, shared: self.shared.clone() }
+        Frontiers { arity: self.arity, len: self.locations, chunks, shared: self.shared.clone() }
     }
 
     /// Every non-zero occurrence count as `(location, time, count)`.
@@ -802,18 +802,50 @@ impl ChangeBatch {
 /// set rather than one search each.
 const FOLD_BY_SET: usize = 16;
 
+/// Locations per shared chunk of a [`Frontiers`]: a copy clones one `Arc` per chunk, and a
+/// fold into a copy still shared clones only the chunks it touches.
+const FRONTIER_CHUNK: usize = 256;
+
 #[pyclass(module = "progress_engine", name = "Frontiers")]
 pub struct Frontiers {
     arity: usize,
-    /// Per location, its antichain's times, flat (`arity` coordinates each).
-    antichains: Vec<Vec<u64>>,
+    len: usize,
+    /// Per location, its antichain's times, flat (`arity` coordinates each), in chunks of
+    /// [`FRONTIER_CHUNK`] locations shared between copies until one of them changes (a copy of
+    /// 100,000 locations cloned each location's `Vec`: ~4 ms, taken on the event loop by every
+    /// reader of a whole frontier).
+    chunks: Vec<Arc<Vec<Vec<u64>>>>,
     shared: Arc<Shared>,
+}
+
+impl Frontiers {
+    fn chunked(antichains: Vec<Vec<u64>>) -> Vec<Arc<Vec<Vec<u64>>>> {
+        let mut chunks = Vec::with_capacity(antichains.len().div_ceil(FRONTIER_CHUNK));
+        let mut rest = antichains.into_iter().peekable();
+        while rest.peek().is_some() {
+            chunks.push(Arc::new(rest.by_ref().take(FRONTIER_CHUNK).collect()));
+        }
+        chunks
+    }
+
+    fn times(&self, location: usize) -> &Vec<u64> {
+        &self.chunks[location / FRONTIER_CHUNK][location % FRONTIER_CHUNK]
+    }
+
+    /// The location's times, its chunk made this copy's own first if it is shared.
+    fn times_mut(&mut self, location: usize) -> &mut Vec<u64> {
+        &mut Arc::make_mut(&mut self.chunks[location / FRONTIER_CHUNK])[location % FRONTIER_CHUNK]
+    }
+
+    fn antichains(&self) -> impl Iterator<Item = &Vec<u64>> {
+        self.chunks.iter().flat_map(|chunk| chunk.iter())
+    }
 }
 
 #[pymethods]
 impl Frontiers {
     fn __len__(&self) -> usize {
-        self.antichains.len()
+        self.len
     }
 
     /// Apply one version's changes (`+1`: the time entered the location's frontier, `-1`: it
@@ -832,7 +864,7 @@ impl Frontiers {
         // Departures per location, counted only when the batch is large enough for a location
         // to have many: a batch moving one time at each of 8,000 locations stays one search each.
         let counts: Option<Vec<u32>> = (batch.changes.len() >= FOLD_BY_SET).then(|| {
-            let mut counts = vec![0u32; self.antichains.len()];
+            let mut counts = vec![0u32; self.len];
             for (location, _, diff) in batch.changes.iter() {
                 if diff < 0 {
                     counts[location as usize] += 1;
@@ -849,7 +881,7 @@ impl Frontiers {
                 leaving.entry(location).or_default().push(time);
                 continue;
             }
-            let times = &mut self.antichains[location as usize];
+            let times = self.times_mut(location as usize);
             let Some(at) = times.chunks_exact(arity).position(|t| t == time) else {
                 return Err(PyValueError::new_err(format!(
                     "location {location} has no time {time:?} to retire: the batch does not follow this copy"
@@ -861,7 +893,7 @@ impl Frontiers {
             times.truncate(last);
         }
         for (location, gone) in leaving {
-            let times = &mut self.antichains[location as usize];
+            let times = self.times_mut(location as usize);
             let set: HashSet<&[u64]> = gone.iter().copied().collect();
             let mut found: HashSet<&[u64]> = HashSet::with_capacity(set.len());
             let mut kept = Vec::with_capacity(times.len());
@@ -882,16 +914,16 @@ impl Frontiers {
         }
         for (location, time, diff) in batch.changes.iter() {
             if diff > 0 {
-                self.antichains[location as usize].extend_from_slice(time);
+                self.times_mut(location as usize).extend_from_slice(time);
             }
         }
         Ok(())
     }
 
-    /// An independent copy (later folds into either do not show in the other).
-    fn copy(&self, py: Python<'_>) -> Frontiers {
-        let antichains = py.detach(|| self.antichains.clone());
-        Frontiers { arity: self.arity, antichains, shared: self.shared.clone() }
+    /// An independent copy (later folds into either do not show in the other): O(locations
+    /// / 256), the chunks shared until either changes them.
+    fn copy(&self) -> Frontiers {
+        Frontiers { arity: self.arity, len: self.len, chunks: self.chunks.clone(), shared: self.shared.clone() }
     }
 
     /// The compact JSON rows `{"location":L,"frontier":[[c,...],...]}` of the locations at
@@ -904,7 +936,7 @@ impl Frontiers {
             .fragments
             .as_ref()
             .ok_or_else(|| PyValueError::new_err("this engine has no JSON fragments (pass json= to Engine)"))?;
-        if let Some(&bad) = indices.iter().find(|&&i| i as usize >= self.antichains.len()) {
+        if let Some(&bad) = indices.iter().find(|&&i| i as usize >= self.len) {
             return Err(PyIndexError::new_err(format!("no location {bad}")));
         }
         let arity = self.arity.max(1);
@@ -919,7 +951,7 @@ impl Frontiers {
                 out.push_str(fragments.location_prefix(index as usize));
                 out.push_str("\"frontier\":[");
                 sorted.clear();
-                sorted.extend(self.antichains[index as usize].chunks_exact(arity));
+                sorted.extend(self.times(index as usize).chunks_exact(arity));
                 sorted.sort_unstable();
                 for (t, time) in sorted.iter().enumerate() {
                     out.push_str(if t > 0 { ",[" } else { "[" });
@@ -940,7 +972,10 @@ impl Frontiers {
 
     /// The frontier of the location at `index`, sorted.
     fn frontier<'py>(&self, py: Python<'py>, index: usize) -> PyResult<Bound<'py, PyList>> {
-        let times = self.antichains.get(index).ok_or_else(|| PyIndexError::new_err("no such location"))?;
+        if index >= self.len {
+            return Err(PyIndexError::new_err("no such location"));
+        }
+        let times = self.times(index);
         let mut sorted: Vec<&[u64]> = times.chunks_exact(self.arity.max(1)).collect();
         sorted.sort_unstable();
         PyList::new(py, sorted.into_iter().map(|t| time_tuple(py, t)).collect::<PyResult<Vec<_>>>()?)
@@ -956,7 +991,7 @@ impl Frontiers {
         py: Python<'py>,
         indices: Vec<u32>,
     ) -> PyResult<(Bound<'py, PyBytes>, Bound<'py, PyBytes>, Bound<'py, PyBytes>)> {
-        if let Some(&bad) = indices.iter().find(|&&i| i as usize >= self.antichains.len()) {
+        if let Some(&bad) = indices.iter().find(|&&i| i as usize >= self.len) {
             return Err(PyIndexError::new_err(format!("no location {bad}")));
         }
         let arity = self.arity.max(1);
@@ -970,7 +1005,7 @@ impl Frontiers {
             let mut sorted: Vec<&[u64]> = Vec::new();
             for &index in &indices {
                 sorted.clear();
-                sorted.extend(self.antichains[index as usize].chunks_exact(arity));
+                sorted.extend(self.times(index as usize).chunks_exact(arity));
                 sorted.sort_unstable();
                 for time in &sorted {
                     for &c in time.iter() {
@@ -992,7 +1027,7 @@ impl Frontiers {
     fn to_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let labels = self.shared.labels.as_ref().ok_or_else(|| PyValueError::new_err("this engine has no labels"))?;
         let out = PyDict::new(py);
-        for (label, times) in labels.iter().zip(&self.antichains) {
+        for (label, times) in labels.iter().zip(self.antichains()) {
             let set = PySet::empty(py)?;
             for time in times.chunks_exact(self.arity.max(1)) {
                 set.add(time_tuple(py, time)?)?;
