@@ -347,10 +347,49 @@ def test_a_query_runs_in_a_sql_process_below_the_service_whose_death_fails_that_
     asyncio.run(main())
 
 
+def test_a_sql_process_is_below_the_service_from_its_start() -> None:
+    """A SQL process runs TRACKER_SQL_NICE below the service from the moment it exists, not
+    from its initializer: its start (an interpreter importing DuckDB, delta-rs and the hot
+    path's main module, ~1 s of a core) took a core from the event loop at the service's
+    priority. Read right after the submission that started it, long before it could have
+    imported anything."""
+    import asyncio
+    import json
+    import os
+
+    import pyarrow as pa
+
+    from api.sql.engine import Limits
+    from api.sql.process import Job, LiveFiles, SqlProcesses
+
+    def niceness(pid: int) -> int:
+        return int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[16])
+
+    base = os.getpriority(os.PRIO_PROCESS, 0)
+    job = Job("SELECT sum(x) AS s FROM t", None, "/nonexistent", (), None, Limits())
+
+    async def main() -> None:
+        processes = SqlProcesses(2, nice=7)
+        live = LiveFiles({"t": pa.table({"x": [1, 2]})})
+        try:
+            pool = await processes._executor()
+            futures = [processes._submitted(pool, job, live.paths) for _ in range(2)]
+            pids = processes.pids()
+            assert pids and [niceness(pid) for pid in pids] == [min(19, base + 7)] * len(pids)
+            answers: list[bytes] = [await asyncio.wrap_future(future) for future in futures]
+            assert [json.loads(answer)["rows"] for answer in answers] == [[[3]]] * 2
+        finally:
+            processes.close()
+            live.close()
+
+    asyncio.run(main())
+
+
 def test_live_lag_from_the_engine_columns_equals_the_rows_read_per_location(tmp_path: Any) -> None:
     """``live_lag`` built from the compiled engine's columns (``Frontiers.list_columns``,
-    ``MovedAt.stamps``) equals the same view read a location at a time, on a chain whose
-    frontiers moved, some of them wide (arity 2, incomparable times)."""
+    ``MovedAt.stamps``, Arrow's kernels) equals the same view read a location at a time, on a
+    chain whose frontiers moved, some of them wide (arity 2, incomparable times), with live
+    pointstamps at several locations, and on a chain that never moved (no stamps yet)."""
     import asyncio
     import json
 
@@ -360,7 +399,7 @@ def test_live_lag_from_the_engine_columns_equals_the_rows_read_per_location(tmp_
     from api.host.service import Service
     from api.schema.models import RegisterRequest
 
-    async def tables() -> tuple[Any, Any]:
+    async def tables() -> tuple[Any, Any, Any, Any]:
         service = Service(Settings(warehouse=tmp_path, delta=False, spark=False), "admin")
         service.recover()
         try:
@@ -369,26 +408,35 @@ def test_live_lag_from_the_engine_columns_equals_the_rows_read_per_location(tmp_
             body = {"name": "chain", "timestamp_arity": 2, "nodes": nodes, "edges": edges}
             chain = RegisterRequest.model_validate(body)
             tenant = (await service.register(chain)).tenant
+            still = (await service.register(RegisterRequest.model_validate(body))).tenant
             source = {"node": 0, "port": 0, "kind": "source"}
             held: list[list[int]] = [[0, 0]]
             for seq in range(4):
                 moved = [[seq + i, 5 - i] for i in range(4)]
                 updates = ([{"location": source, "time": t, "delta": -1} for t in held]
-                           + [{"location": source, "time": t, "delta": 1} for t in moved])
-                body = json.dumps({"worker": "w", "seq": seq, "updates": updates}).encode()
-                await api.host.ingest.submit(tenant, body, service.wal, service.metrics)
+                           + [{"location": source, "time": t, "delta": 1} for t in moved]
+                           + [{"location": {"node": 1 + seq, "port": 0, "kind": "target"}, "time": moved[0],
+                               "delta": 1}])
+                batch = json.dumps({"worker": "w", "seq": seq, "updates": updates}).encode()
+                await api.host.ingest.submit(tenant, batch, service.wal, service.metrics)
                 held = moved
             now = time.time()
             columns = live.read_live([tenant], [], {"live_lag"}, now=now)()["live_lag"]
             # The engine's columns were read above: its stamps and the locations' indices exist.
             assert live._places_of(tenant).indices is not None and tenant.ages.moved_copy()[0] is not None
-            tenant.publication.engine_copy = lambda: None  # type: ignore[method-assign]  # as without one
+            unmoved = live.read_live([still], [], {"live_lag"}, now=now)()["live_lag"]
+            assert still.ages.moved_copy()[0] is None and live._places_of(still).indices is not None
+            for dataflow in (tenant, still):
+                dataflow.publication.engine_copy = lambda: None  # type: ignore[method-assign]  # as without one
             per_location = live.read_live([tenant], [], {"live_lag"}, now=now)()["live_lag"]
-            return columns, per_location
+            unmoved_per_location = live.read_live([still], [], {"live_lag"}, now=now)()["live_lag"]
+            return columns, per_location, unmoved, unmoved_per_location
         finally:
             service.wal.close()
 
-    columns, per_location = asyncio.run(tables())
+    columns, per_location, unmoved, unmoved_per_location = asyncio.run(tables())
     assert columns.num_rows == per_location.num_rows > 0
     assert columns.to_pylist() == per_location.to_pylist()
+    assert unmoved.num_rows > 0 and unmoved.to_pylist() == unmoved_per_location.to_pylist()
+    assert sum(row["oldest_time"] is not None for row in columns.to_pylist()) > 2  # pointstamps at several places
     assert any(len(row["frontier"]) > 1 for row in columns.to_pylist())  # wide antichains among them

@@ -1,6 +1,7 @@
 """SQL over the live state and the history: ``POST /v1/sql`` and ``tracker sql`` run one
 read-only SELECT in DuckDB, in a SQL process (:mod:`api.sql.process`), over views of what the
-service holds now (frontiers, pointstamps, lag and blame, states: :mod:`api.sql.live`) and of
+service holds now (frontiers, pointstamps, lag and blame, states: :mod:`api.sql.live`, the lag
+computed from the compiled engine's columns by Arrow's kernels: :mod:`api.sql.columns`) and of
 the Delta tables, read through delta-rs's Arrow datasets (:mod:`api.sql.history`), with a time, row and memory limit
 (:mod:`api.sql.engine`). ``tracker sql`` is the client (:mod:`api.sql.cli`).
 

@@ -25,6 +25,7 @@ read, and only the dataflows the caller may see.
 from __future__ import annotations
 
 import math
+import threading
 import time
 import weakref
 from collections.abc import Callable, Iterable
@@ -39,6 +40,7 @@ from api.durability.recovery import Damaged
 from api.host.tenant import Tenant
 from api.ops.lag import index_of, locations_of, names_of
 from api.schema.bodies import collector_paused
+from api.sql.columns import lag_columns, oldest_columns
 
 if TYPE_CHECKING:
     from progress_engine import Frontiers, MovedAt
@@ -104,7 +106,8 @@ class _Copied:
     engine: Frontiers | None = None
     """The published frontier in the compiled engine, read a column at a time (``live_lag``)."""
     stamps: MovedAt | None = None
-    """When each location last moved, by the compiled engine's index (``live_lag``)."""
+    """When each location last moved, by the compiled engine's index (``live_lag``; ``None``:
+    none moved since the dataflow was registered or recovered)."""
     seeded: dict[Any, float] | None = None
     """A location's last move where it has no stamp (a restart's, or else the registration's)."""
 
@@ -124,8 +127,8 @@ def _copy(tenant: Tenant, wanted: set[str], shard: int) -> _Copied:
     if "live_lag" in wanted:
         copied.oldest = tenant.ages.oldest_by_location()
         if index is not None and tenant.hosting is None:  # read a column at a time (see _Places.indices)
+            copied.engine = tenant.publication.engine_copy()
             copied.stamps, copied.seeded = tenant.ages.moved_copy()
-            copied.engine = None if copied.stamps is None else tenant.publication.engine_copy()
     if "live_frontiers" in wanted or ("live_lag" in wanted and copied.engine is None):  # a location at a time
         _, copied.frontier = tenant.publication.frontier_reader()
         copied.moved = tenant.ages.moved_all(index)
@@ -205,36 +208,61 @@ class _Columns:
 SLICE = 512
 """Rows of a live view built in Python before they are turned into Arrow (one conversion holds
 the GIL, and so the event loop: ~0.25 ms for 512 rows of ``live_lag``, 1.1 ms for 2,048)."""
+COLUMN_SLICE = 16_384
+"""Rows of ``live_lag`` computed at once from the compiled engine's columns (what holds the
+GIL there is a few list and buffer conversions of this many elements, well under 1 ms)."""
 
 
 class _Places:
-    """A dataflow's location columns (``scope``, ``node``, ``port``, ``kind``, ``operator``,
-    ``port_name``) in :func:`~api.ops.lag.locations_of` order, as Arrow arrays: made once per
-    dataflow (its graph never changes), so that a query builds only what changes."""
+    """A dataflow's location columns (``dataflow_id``, ``scope``, ``node``, ``port``, ``kind``,
+    ``operator``, ``port_name``) in :func:`~api.ops.lag.locations_of` order, as Arrow arrays:
+    made once per dataflow (its graph never changes), so that a query builds only what changes.
+    Made :data:`SLICE` locations at a time: one conversion of a 100,000-location column held
+    the GIL, and so the event loop, 10-20 ms."""
 
     def __init__(self, tenant: Tenant) -> None:
         names = names_of(tenant)
         self.locations = locations_of(tenant)
+        count = len(self.locations)
+        self.position = {location: row for row, location in enumerate(self.locations)}
+        """Each location's row."""
         index = index_of(tenant)
-        self.indices = None if index is None or tenant.hosting is not None else list(map(index, self.locations))
+        # A comprehension, not map(): the interpreter can hand the GIL over between its steps.
+        self.indices = None if index is None or tenant.hosting is not None else [
+            index(location) for location in self.locations]
         """The compiled engine's index of each location (``None``: a nested dataflow's stand-ins
         or the reference engine, read a location at a time)."""
-        scoped = [names.scoped(location) for location in self.locations]
-        self.columns = {
-            "scope": pa.array([list(s.scope) for s in scoped], pa.list_(pa.int32())),
-            "node": pa.array([s.node for s in scoped], _INT), "port": pa.array([s.port for s in scoped], _INT),
-            "kind": pa.array([s.kind for s in scoped], _STR),
-            "operator": pa.array([names.operator(location) for location in self.locations], _STR),
-            "port_name": pa.array([names.port(location) for location in self.locations], _STR)}
+        self.rows = pc.subtract(pc.cumulative_sum(pa.repeat(pa.scalar(1, _INT), count)), 1) if count \
+            else pa.array([], _INT)
+        """Each location's row number."""
+        parts: dict[str, list[pa.Array]] = {"scope": [], "node": [], "port": [], "kind": [], "operator": [],
+                                            "port_name": []}
+        for start in range(0, count, SLICE):
+            located = self.locations[start:start + SLICE]
+            scoped = [names.scoped(location) for location in located]
+            parts["scope"].append(pa.array([list(s.scope) for s in scoped], pa.list_(_INT)))
+            parts["node"].append(pa.array([s.node for s in scoped], _INT))
+            parts["port"].append(pa.array([s.port for s in scoped], _INT))
+            parts["kind"].append(pa.array([s.kind for s in scoped], _STR))
+            parts["operator"].append(pa.array([names.operator(location) for location in located], _STR))
+            parts["port_name"].append(pa.array([names.port(location) for location in located], _STR))
+        self.columns = {"dataflow_id": pa.repeat(pa.scalar(tenant.id, _STR), count),
+                        **{name: pa.concat_arrays(arrays) if arrays else pa.array([], LIVE["live_lag"].field(name).type)
+                           for name, arrays in parts.items()}}
 
 
 _PLACES: weakref.WeakKeyDictionary[Tenant, _Places] = weakref.WeakKeyDictionary()
+_MAKING: weakref.WeakKeyDictionary[Tenant, threading.Lock] = weakref.WeakKeyDictionary()
+"""Held while a dataflow's places are made: its first two queries at once make them once."""
 
 
 def _places_of(tenant: Tenant) -> _Places:
     places = _PLACES.get(tenant)
     if places is None:
-        places = _PLACES[tenant] = _Places(tenant)
+        with _MAKING.setdefault(tenant, threading.Lock()):
+            places = _PLACES.get(tenant)
+            if places is None:
+                places = _PLACES[tenant] = _Places(tenant)
     return places
 
 
@@ -263,8 +291,11 @@ def _rows(copied: _Copied, rows: dict[str, _Columns], now: float) -> None:
                         frontiers.append(dataflow_id=tenant.id, scope=scope, node=node, port=port, kind=kind,
                                          operator=operator, time=list(time_), since=_micros(moved))
         if lag is not None:
-            for start in range(0, len(places.locations), SLICE):
-                _lag_slice(copied, places, start, now, lag)
+            oldest = oldest_columns(copied.oldest or {}, places.position.get, places.rows, now,
+                                    copied.unknown_before)
+            start = 0
+            while start < len(places.locations):
+                start += _lag_slice(copied, places, start, now, oldest, lag)
     points = rows.get("live_pointstamps")
     if points is not None and copied.counts is not None and copied.born is not None:
         for (location, time_), count in copied.counts.items():
@@ -275,56 +306,38 @@ def _rows(copied: _Copied, rows: dict[str, _Columns], now: float) -> None:
                           born_at=None if born is None else _micros(born[0]), worker=None if born is None else born[1])
 
 
-def _lag_slice(copied: _Copied, places: _Places, start: int, now: float, lag: _Columns) -> None:
-    """The ``live_lag`` rows of the locations from ``start``, :data:`SLICE` of them, as one
-    record batch: columns built by comprehensions, each turned into Arrow in one call of at
-    most :data:`SLICE` rows (each call holds the GIL)."""
+def _lag_slice(copied: _Copied, places: _Places, start: int, now: float, oldest: dict[str, pa.Array],
+               lag: _Columns) -> int:
+    """The ``live_lag`` rows of the locations from ``start`` as one record batch (how many): from the
+    compiled engine's columns (:func:`~api.sql.columns.lag_columns`, :data:`COLUMN_SLICE`
+    rows), else read a location at a time (:data:`SLICE` rows, each column turned into Arrow
+    in one call holding the GIL)."""
     tenant, unknown = copied.tenant, copied.unknown_before
-    located = places.locations[start:start + SLICE]
+    size = COLUMN_SLICE if copied.engine is not None and places.indices is not None else SLICE
+    located = places.locations[start:start + size]
     count = len(located)
-    frontier: pa.Array
-    if copied.engine is not None and copied.stamps is not None and places.indices is not None:
-        # From the engine's copies a column at a time (taken instead of the per-location readers):
-        # no Python object per time.
-        indices = places.indices[start:start + count]
-        frontier = _frontier_column(copied.engine, indices)
-        times: list[Any] = pc.greater(pc.list_value_length(frontier), 0).to_pylist()
+    computed: dict[str, pa.Array]
+    if copied.engine is not None and places.indices is not None:
         seeded, created = copied.seeded or {}, tenant.ages.created
-        stamped = pa.Array.from_buffers(pa.float64(), count, [None, pa.py_buffer(copied.stamps.stamps(indices))])
-        moved = [at if at == at else seeded.get(location, created)  # NaN: never stamped
-                 for at, location in zip(stamped.to_pylist(), located, strict=True)]
+
+        def fallback() -> float | list[float]:  # the move of a location never stamped
+            return [seeded.get(location, created) for location in located] if seeded else created
+
+        computed = lag_columns(copied.engine, copied.stamps, places.indices[start:start + count], fallback, now,
+                               unknown)
     else:
         assert copied.frontier is not None and copied.moved is not None
         times = [copied.frontier(location) for location in located]
         moved = [copied.moved(location) for location in located]
-        frontier = pa.array(times, pa.list_(_TIME))
-    oldest = copied.oldest or {}
-    firsts = [oldest.get(location) for location in located]
-    static = {name: column.slice(start, count) for name, column in places.columns.items()}
+        computed = {
+            "frontier": pa.array(times, pa.list_(_TIME)),
+            "lag_seconds": pa.array([round(max(now - at, 0.0), 3) if found else None
+                                     for found, at in zip(times, moved, strict=True)], pa.float64()),
+            "lag_at_least": pa.array([bool(found) and unknown is not None and at <= unknown
+                                      for found, at in zip(times, moved, strict=True)], pa.bool_()),
+            "changed_at": pa.array([_micros(at) for at in moved], _TS)}
     columns: dict[str, Any] = {
-        "dataflow_id": pa.array([tenant.id] * count, _STR), **static,
-        "frontier": frontier,
-        "lag_seconds": pa.array([round(max(now - at, 0.0), 3) if found else None for found, at in zip(times, moved,
-                                                                                                        strict=True)],
-                                pa.float64()),
-        "lag_at_least": pa.array([bool(found) and unknown is not None and at <= unknown
-                                  for found, at in zip(times, moved, strict=True)], pa.bool_()),
-        "changed_at": pa.array([_micros(at) for at in moved], _TS),
-        "oldest_time": pa.array([None if first is None else first[0] for first in firsts], _TIME),
-        "oldest_worker": pa.array([None if first is None else first[2] for first in firsts], _STR),
-        "oldest_born_at": pa.array([None if first is None else _micros(first[1]) for first in firsts], _TS),
-        "oldest_age_seconds": pa.array([None if first is None else round(max(now - first[1], 0.0), 3)
-                                        for first in firsts], pa.float64()),
-        "oldest_age_at_least": pa.array([None if first is None else unknown is not None and first[1] <= unknown
-                                         for first in firsts], pa.bool_())}
+        **{name: column.slice(start, count) for name, column in places.columns.items()}, **computed,
+        **{name: column.slice(start, count) for name, column in oldest.items()}}
     lag.add_batch(pa.record_batch([columns[name] for name in lag.schema.names], schema=lag.schema))
-
-
-def _frontier_column(engine: Frontiers, indices: list[int]) -> pa.Array:
-    """The ``frontier`` column (``list<list<int64>>``) of the locations at ``indices``, from the
-    buffers the engine writes."""
-    offsets, time_offsets, coordinates = engine.list_columns(indices)
-    values = pa.Array.from_buffers(_LONG, len(coordinates) // 8, [None, pa.py_buffer(coordinates)])
-    times = pa.ListArray.from_arrays(
-        pa.Array.from_buffers(_INT, len(time_offsets) // 4, [None, pa.py_buffer(time_offsets)]), values)
-    return pa.ListArray.from_arrays(pa.Array.from_buffers(_INT, len(indices) + 1, [None, pa.py_buffer(offsets)]), times)
+    return count
