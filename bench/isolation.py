@@ -25,9 +25,10 @@ limits off (so that the abuses reach what they abuse).
 Targets: the probe's p99 at most twice its baseline p99 (or 5 ms, whichever is larger: the
 baseline p99 on a quiet 2-core machine can be under 3 ms), and the service's RSS below
 :data:`RSS_BOUND_MB` plus :data:`RSS_PER_LOCATION_KB` per location of the dataflows hosted
-(registered graphs live in memory) at all times. Two reference rows are not held to them: the
-probe alone (``baseline``) and alone while a process outside the service keeps one core busy
-(``outside_cpu``); the ``cores`` column is the hot-path process's CPU use during each row (from
+(registered graphs live in memory) at all times. The reference rows are not held to them: the
+probe alone (``baseline``), alone while a process outside the service keeps one core busy
+(``outside_cpu``), and alone while two runaway DuckDB queries run outside it (``outside_sql``,
+with ``sql_heavy``); the ``cores`` column is the hot-path process's CPU use during each row (from
 ``/proc``), what its abuse made the service do.
 
 Long because: one benchmark whose abusers, probe and scenarios share their helpers; each
@@ -73,13 +74,18 @@ abuse that registers graphs is bounded by the registration limits, not by this b
 _hosted = [0]
 """Locations of the dataflows registered so far in this run."""
 PROBE_PERIOD = 0.005
+SQL_NICE = 19
+"""The SQL processes' niceness below the service (``TRACKER_SQL_NICE``'s default)."""
 SCENARIOS = ("old_versions", "far_resumes", "idle_websockets", "sse_subscribers", "huge_batch", "expensive_graph",
              "wide_antichains", "graph_reads", "sql_heavy", "huge_registration")
 """The abuses, in the order they run (``--parts`` picks some; the references always run)."""
-REFERENCES = ("baseline", "outside_cpu")
+REFERENCES = ("baseline", "outside_cpu", "outside_sql")
 """Rows that are not abuses of the service: the probe alone, and alone while a process outside
 the service keeps one of the two cores busy (``outside_cpu``: the floor under any abuse whose
-work takes a core, whichever process does it)."""
+work takes a core, whichever process does it); ``outside_sql`` (run with ``sql_heavy``): while
+two processes outside the service, as far below it as its SQL processes, run DuckDB's cross
+join of as many rows as ``sql_heavy``'s (what two runaway queries cost on this machine,
+whichever process runs them)."""
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -292,6 +298,34 @@ async def _outside_cpu(stop: asyncio.Event, ready: asyncio.Event, counter: list[
         burner.wait()
 
 
+_RUNAWAY_SQL = """
+import os, sys, duckdb
+os.nice(int(sys.argv[2]))
+con = duckdb.connect()
+con.execute("SET threads=1")
+con.execute(f"CREATE TABLE t AS SELECT range::INTEGER AS node FROM range({int(sys.argv[1])})")
+while True:
+    con.execute("SELECT count(*) FROM t a, t b WHERE a.node + b.node = 7").fetchall()
+"""
+
+
+def _outside_sql(rows: int, nice: int) -> Abuse:
+    """Two processes outside the service, ``nice`` below it, each running a cross join of
+    ``rows`` rows in DuckDB (one thread, as a SQL process), and no request."""
+
+    async def abuse(stop: asyncio.Event, ready: asyncio.Event, counter: list[int]) -> None:
+        runners = [subprocess.Popen([sys.executable, "-c", _RUNAWAY_SQL, str(rows), str(nice)]) for _ in range(2)]
+        try:
+            await asyncio.sleep(1.0)  # DuckDB imported, the table made: the joins under way
+            ready.set()
+            await stop.wait()
+        finally:
+            for runner in runners:
+                runner.kill()
+                runner.wait()
+    return abuse
+
+
 def _cpu_seconds(pid: int) -> float:
     """User and system CPU seconds of process ``pid`` so far (all its threads)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -486,6 +520,8 @@ async def _run(service: ServiceProcess, quick: bool, parts: set[str] | None) -> 
             return {"sql_408": statuses.get(408, 0), "sql_429": statuses.get(429, 0), "sql_200": statuses.get(200, 0)}
 
         if wanted("sql_heavy"):
+            lag_rows = 2 * (10_000 if quick else 50_000) - 1  # live_lag's rows of the chain queried
+            results["outside_sql"] = await _scenario(service, probe, seconds, _outside_sql(lag_rows, SQL_NICE))
             results["sql_heavy"] = await _scenario(service, probe, seconds, sql_heavy)
 
         big_body = _chain_body(20_000 if quick else 50_000, "chain-big")
