@@ -372,15 +372,69 @@ def test_a_sql_process_is_below_the_service_from_its_start() -> None:
         processes = SqlProcesses(2, nice=7)
         live = LiveFiles({"t": pa.table({"x": [1, 2]})})
         try:
-            pool = await processes._executor()
-            futures = [processes._submitted(pool, job, live.paths) for _ in range(2)]
+            futures = [await processes._submit(slot, job, live.paths) for slot in processes._slots]
             pids = processes.pids()
-            assert pids and [niceness(pid) for pid in pids] == [min(19, base + 7)] * len(pids)
+            assert len(pids) == 2 and [niceness(pid) for pid in pids] == [min(19, base + 7)] * 2
             answers: list[bytes] = [await asyncio.wrap_future(future) for future in futures]
             assert [json.loads(answer)["rows"] for answer in answers] == [[[3]]] * 2
         finally:
             processes.close()
             live.close()
+
+    asyncio.run(main())
+
+
+def test_a_stopped_sql_process_fails_its_query_alone_and_is_replaced(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A SQL process stopped mid-query (SIGSTOP: its own timer cannot stop the query) fails that
+    query with 503 sql_unavailable once the query's time limit and the grace have passed, and is
+    killed; the query running in the other SQL process meanwhile ends as itself (408 at its own
+    limit), and the next query is answered by a new process."""
+    import asyncio
+    import json
+    import os
+    import signal
+
+    import pyarrow as pa
+
+    import api.sql.process as process
+    from api.sql.engine import Limits, QueryError
+    from api.sql.process import Job, SqlProcesses
+
+    monkeypatch.setattr(process, "ANSWER_GRACE", 2.0)
+    table = pa.table({"x": list(range(3000))})
+    runaway = "SELECT count(*) FROM t a, t b, t c WHERE a.x + b.x + c.x = 7"
+    quick = Job("SELECT sum(x) AS s FROM t", None, "/nonexistent", (), None, Limits())
+
+    def state(pid: int) -> str:
+        try:
+            return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+        except FileNotFoundError:
+            return "gone"
+
+    async def main() -> None:
+        processes = SqlProcesses(2)
+        try:
+            await asyncio.gather(*(processes.run(lambda: {"t": table}, quick) for _ in range(2)))  # both started
+            stuck = asyncio.create_task(processes.run(lambda: {"t": table}, Job(runaway, None, "/x", (), None,
+                                                                                Limits(seconds=2))))
+            await asyncio.sleep(0.5)
+            [busy] = [slot for slot in processes._slots if slot not in processes._idle]
+            [pid] = busy.pids()
+            os.kill(pid, signal.SIGSTOP)
+            other = asyncio.create_task(processes.run(lambda: {"t": table}, Job(runaway, None, "/x", (), None,
+                                                                                Limits(seconds=5))))
+            with pytest.raises(QueryError) as stopped:
+                await asyncio.wait_for(stuck, 30)
+            assert (stopped.value.status, stopped.value.error) == (503, "sql_unavailable")
+            await asyncio.sleep(0.5)
+            assert state(pid) in ("gone", "Z")  # killed, stopped as it was
+            with pytest.raises(QueryError) as limited:
+                await asyncio.wait_for(other, 30)
+            assert (limited.value.status, limited.value.error) == (408, "query_timeout")
+            assert json.loads(await processes.run(lambda: {"t": table}, quick))["rows"] == [[sum(range(3000))]]
+            assert pid not in processes.pids() and processes.running == 0
+        finally:
+            processes.close()
 
     asyncio.run(main())
 

@@ -146,70 +146,107 @@ class LiveFiles:
         self.close()
 
 
+ANSWER_GRACE = 10.0
+"""Seconds a SQL process may take beyond its query's time limit before it is taken for stuck
+(stopped, or in a call DuckDB cannot interrupt), killed, and the query answered 503: its own
+timer stops a query at the limit; the grace covers a process starting (a second or so, more on
+a loaded machine)."""
+
+
+class _Slot:
+    """One SQL process: a pool of one, made at its slot's first query and made again after it
+    dies, so that one process dying or stuck fails its own query alone."""
+
+    def __init__(self) -> None:
+        self.pool: ProcessPoolExecutor | None = None
+
+    def pids(self) -> list[int]:
+        processes = getattr(self.pool, "_processes", None) or {}
+        return [p.pid for p in processes.values() if p.is_alive() and p.pid is not None]
+
+    def kill(self) -> None:
+        """End the process (a stopped one too), whatever it runs; the next query makes another."""
+        pids, pool, self.pool = self.pids(), self.pool, None
+        for pid in pids:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)
+
+
 class SqlProcesses:
     """At most ``size`` queries at once, each in one of ``size`` SQL processes ``nice`` below
-    this one (429 beyond); a process that dies is replaced by the next query."""
+    this one (429 beyond); a process that dies, or does not answer within
+    :data:`ANSWER_GRACE` of its query's time limit, fails that query alone (503) and is
+    replaced by the next query."""
 
     def __init__(self, size: int, nice: int = 0) -> None:
         self.size = max(1, size)
         self.priority = min(19, os.getpriority(os.PRIO_PROCESS, 0) + nice)
         """The SQL processes' niceness: ``nice`` below the thread that made this (the loop's)."""
-        self.running = 0
+        self._slots = [_Slot() for _ in range(self.size)]
+        self._idle = list(self._slots)
         self._lowered: set[int] = set()
-        self._pool: ProcessPoolExecutor | None = None
-        self._making = asyncio.Lock()
 
-    async def _executor(self) -> ProcessPoolExecutor:
-        async with self._making:
-            if self._pool is None:  # made off the loop: it starts multiprocessing's resource tracker (a process)
-                self._pool = await asyncio.to_thread(
-                    ProcessPoolExecutor, self.size, mp_context=multiprocessing.get_context("spawn"),
-                    initializer=_started, initargs=(self.priority,))
-            return self._pool
+    @property
+    def running(self) -> int:
+        """Queries running now (from their live views to their answer)."""
+        return self.size - len(self._idle)
 
     def pids(self) -> list[int]:
         """The SQL processes running now."""
-        processes = getattr(self._pool, "_processes", None) or {}
-        return [p.pid for p in processes.values() if p.is_alive() and p.pid is not None]
+        return [pid for slot in self._slots for pid in slot.pids()]
 
     async def run(self, prepare: Callable[[], dict[str, pa.Table]], job: Job) -> bytes:
         """The answer's JSON body: ``prepare()`` (the live views' tables: Python work, in a
         worker thread at the loop's priority), then the query in a SQL process.
 
         Raises:
-            QueryError: 429 ``too_many_queries``; 503 ``sql_unavailable`` if the process died;
-                the query's own (:func:`api.sql.engine.run`).
+            QueryError: 429 ``too_many_queries``; 503 ``sql_unavailable`` if the process died or
+                did not answer in time; the query's own (:func:`api.sql.engine.run`).
         """
-        if self.running >= self.size:
+        if not self._idle:
             raise QueryError(429, "too_many_queries", f"{self.running} SQL queries are running, the most this "
                                                       "service runs at once (TRACKER_SQL_QUERIES); try again shortly")
-        self.running += 1
+        slot = self._idle.pop()
+        future: Future[bytes] | None = None
         try:
             # In files the SQL process maps (see the module doc), written here: the pool's
             # feeder thread pickles what it sends in one call holding the GIL.
             with await asyncio.to_thread(lambda: LiveFiles(prepare())) as live:
-                future = await self._submit(job, live.paths)
+                future = await self._submit(slot, job, live.paths)
                 try:
-                    return await asyncio.wrap_future(future)
+                    return await asyncio.wait_for(asyncio.wrap_future(future), job.limits.seconds + ANSWER_GRACE)
                 except BrokenProcessPool:
+                    slot.kill()
                     raise QueryError(503, "sql_unavailable", "the SQL process running the query ended (killed, or "
                                                              "out of memory); nothing changed: send the query again"
                                      ) from None
+                except TimeoutError:
+                    slot.kill()
+                    raise QueryError(503, "sql_unavailable", (
+                        f"the SQL process running the query did not answer within {ANSWER_GRACE:.0f} s of the time "
+                        "limit (stopped, or stuck) and was replaced; nothing changed: send the query again")) from None
         finally:
-            self.running -= 1
+            if future is None or future.done():
+                self._idle.append(slot)
+            else:  # the caller went away: the slot is free once its process is
+                loop = asyncio.get_running_loop()
+                future.add_done_callback(lambda _: loop.call_soon_threadsafe(self._idle.append, slot))
 
-    async def _submit(self, job: Job, live: dict[str, str]) -> Future[bytes]:
-        """The query submitted to a SQL process; a pool broken meanwhile (a process that died
-        idle) is replaced first, since nothing of this query ran in it. From a worker thread:
-        a submission may start a SQL process (a fork of this big one, ~10-30 ms)."""
+    async def _submit(self, slot: _Slot, job: Job, live: dict[str, str]) -> Future[bytes]:
+        """The query submitted to the slot's SQL process; a process that died idle is replaced
+        first, since nothing of this query ran in it. From a worker thread: a submission may
+        start a SQL process."""
         for attempt in range(2):
-            pool = await self._executor()
+            if slot.pool is None:  # made off the loop: it starts multiprocessing's resource tracker (a process)
+                slot.pool = await asyncio.to_thread(
+                    ProcessPoolExecutor, 1, mp_context=multiprocessing.get_context("spawn"),
+                    initializer=_started, initargs=(self.priority,))
             try:
-                return await asyncio.to_thread(self._submitted, pool, job, live)
+                return await asyncio.to_thread(self._submitted, slot.pool, job, live)
             except BrokenProcessPool:
-                if self._pool is pool:
-                    self._pool = None
-                    pool.shutdown(wait=False, cancel_futures=True)
+                slot.kill()
                 if attempt:
                     raise QueryError(503, "sql_unavailable", "the SQL processes cannot start; try again") from None
         raise AssertionError("unreachable")
@@ -227,10 +264,5 @@ class SqlProcesses:
 
     def close(self) -> None:
         """Stop the SQL processes (queries running in them are cut short)."""
-        pids = self.pids()
-        pool, self._pool = self._pool, None
-        if pool is not None:
-            for pid in pids:
-                with contextlib.suppress(OSError):
-                    os.kill(pid, signal.SIGKILL)
-            pool.shutdown(wait=False, cancel_futures=True)
+        for slot in self._slots:
+            slot.kill()
