@@ -101,17 +101,10 @@ def oldest_columns(oldest: Mapping[Any, Oldest], position: Callable[[Any], int |
 
 def lag_columns(engine: Frontiers, stamps: MovedAt | None, indices: list[int],
                 fallback: Callable[[], float | list[float]], now: float, unknown: float | None) -> dict[str, pa.Array]:
-    """The ``frontier``, ``lag_seconds``, ``lag_at_least`` and ``changed_at`` columns of the
-    locations at the engine's ``indices``: a location's last move is its stamp, or where it
-    has none (never moved here), what ``fallback()`` gives for it (called only then: one
-    instant for all, or one per location).
-
-    ``lag_seconds`` is ``round(max(now - moved, 0), 3)`` where the frontier is not empty (else
-    null); ``lag_at_least`` says the move may be older than ``unknown`` (what a restart could
-    not tell)."""
+    """:func:`lag_of` the locations at the engine's ``indices``: a location's last move is its
+    stamp, or where it has none (never moved here), what ``fallback()`` gives for it (called
+    only then: one instant for all, or one per location)."""
     count = len(indices)
-    frontier = frontier_column(engine, indices)
-    found = pc.greater(pc.list_value_length(frontier), 0)
     if stamps is None:
         otherwise = fallback()
         moved: pa.Array = (pa.repeat(pa.scalar(otherwise, pa.float64()), count) if isinstance(otherwise, float)
@@ -123,6 +116,23 @@ def lag_columns(engine: Frontiers, stamps: MovedAt | None, indices: list[int],
             otherwise = fallback()
             moved = pc.if_else(never, pa.scalar(otherwise, pa.float64()) if isinstance(otherwise, float)
                                else pa.array(otherwise, pa.float64()), moved)
+    return lag_of(frontier_column(engine, indices), moved, now, unknown)
+
+
+def lag_of(frontier: pa.Array, moved: pa.Array, now: float, unknown: float | None) -> dict[str, pa.Array]:
+    """The ``frontier``, ``lag_seconds``, ``lag_at_least`` and ``changed_at`` columns of
+    locations with these frontiers, last moved at ``moved`` (POSIX seconds, no nulls).
+
+    ``lag_seconds`` is ``round(max(now - moved, 0), 3)`` where the frontier is not empty (else
+    null); ``lag_at_least`` says the move may be older than ``unknown`` (what a restart could
+    not tell).
+
+    >>> row = lag_of(pa.array([[[1]], []], pa.list_(pa.list_(pa.int64()))), pa.array([10.0, 10.0]), 12.0005, 11.0)
+    >>> row["lag_seconds"].to_pylist(), row["lag_at_least"].to_pylist()
+    ([2.001, None], [True, False])
+    """
+    count = len(moved)
+    found = pc.greater(pc.list_value_length(frontier), 0)
     lag = milliseconds(pc.max_element_wise(pc.subtract(now, moved), 0.0))
     at_least = (pc.and_(found, pc.less_equal(moved, unknown)) if unknown is not None
                 else pa.repeat(pa.scalar(False), count))

@@ -40,7 +40,7 @@ from api.durability.recovery import Damaged
 from api.host.tenant import Tenant
 from api.ops.lag import index_of, locations_of, names_of
 from api.schema.bodies import collector_paused
-from api.sql.columns import lag_columns, oldest_columns
+from api.sql.columns import lag_columns, lag_of, oldest_columns
 
 if TYPE_CHECKING:
     from progress_engine import Frontiers, MovedAt
@@ -310,8 +310,8 @@ def _lag_slice(copied: _Copied, places: _Places, start: int, now: float, oldest:
                lag: _Columns) -> int:
     """The ``live_lag`` rows of the locations from ``start`` as one record batch (how many): from the
     compiled engine's columns (:func:`~api.sql.columns.lag_columns`, :data:`COLUMN_SLICE`
-    rows), else read a location at a time (:data:`SLICE` rows, each column turned into Arrow
-    in one call holding the GIL)."""
+    rows), else read a location at a time (:data:`SLICE` rows: the frontiers and moves turned
+    into Arrow in one call each, holding the GIL)."""
     tenant, unknown = copied.tenant, copied.unknown_before
     size = COLUMN_SLICE if copied.engine is not None and places.indices is not None else SLICE
     located = places.locations[start:start + size]
@@ -329,13 +329,7 @@ def _lag_slice(copied: _Copied, places: _Places, start: int, now: float, oldest:
         assert copied.frontier is not None and copied.moved is not None
         times = [copied.frontier(location) for location in located]
         moved = [copied.moved(location) for location in located]
-        computed = {
-            "frontier": pa.array(times, pa.list_(_TIME)),
-            "lag_seconds": pa.array([round(max(now - at, 0.0), 3) if found else None
-                                     for found, at in zip(times, moved, strict=True)], pa.float64()),
-            "lag_at_least": pa.array([bool(found) and unknown is not None and at <= unknown
-                                      for found, at in zip(times, moved, strict=True)], pa.bool_()),
-            "changed_at": pa.array([_micros(at) for at in moved], _TS)}
+        computed = lag_of(pa.array(times, pa.list_(_TIME)), pa.array(moved, pa.float64()), now, unknown)
     columns: dict[str, Any] = {
         **{name: column.slice(start, count) for name, column in places.columns.items()}, **computed,
         **{name: column.slice(start, count) for name, column in oldest.items()}}
