@@ -57,7 +57,8 @@ _ANSWERS: dict[int | str, dict[str, Any]] = {
                                              "(or the body is too large)"},
     421: {"model": ErrorBody, "description": "`misdirected`: the admin's query sent to one shard of several"},
     503: {"model": ErrorBody, "description": "`shard_unavailable`: a shard did not answer (front of several); "
-                                             "`sql_unavailable`: the SQL process running the query died"},
+                                             "`sql_unavailable`: the SQL process running the query died, or gave "
+                                             "no answer 10 s past the time limit (it is replaced)"},
 }
 
 
