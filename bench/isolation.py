@@ -59,6 +59,7 @@ from typing import Any
 import httpx
 from websockets.asyncio.client import ClientConnection, connect
 
+from api.config import Settings
 from api.run.process import ADMIN_TOKEN, ServiceProcess
 from bench.workloads import diamonds_graph, loop_graph
 
@@ -74,7 +75,7 @@ abuse that registers graphs is bounded by the registration limits, not by this b
 _hosted = [0]
 """Locations of the dataflows registered so far in this run."""
 PROBE_PERIOD = 0.005
-SQL_NICE = 19
+SQL_NICE = Settings.sql_nice
 """The SQL processes' niceness below the service (``TRACKER_SQL_NICE``'s default)."""
 SCENARIOS = ("old_versions", "far_resumes", "idle_websockets", "sse_subscribers", "huge_batch", "expensive_graph",
              "wide_antichains", "graph_reads", "sql_heavy", "huge_registration")

@@ -9,8 +9,8 @@ per location, so a query's copy of a 100,000-location dataflow barely touches th
 interpreter.
 
 Guarantees: the rows equal those read a location at a time (:func:`api.sql.live._lag_slice`'s
-other path), including every instant's microsecond and every age's rounding to 1 ms
-(``round(x, 3)``, as the REST answers).
+other path, which computes its columns with :func:`lag_of` too), including every instant's
+microsecond and every age's rounding to 1 ms (``round(x, 3)``, as the REST answers).
 
 May import: pyarrow, progress_engine (types only).
 """
@@ -78,10 +78,10 @@ def frontier_column(engine: Frontiers, indices: list[int]) -> pa.Array:
     return pa.ListArray.from_arrays(pa.Array.from_buffers(_INT, len(indices) + 1, [None, pa.py_buffer(offsets)]), times)
 
 
-def oldest_columns(oldest: Mapping[Any, Oldest], position: Callable[[Any], int | None], rows: pa.Array,
+def oldest_columns(oldest: Mapping[Any, Oldest], position: Callable[[Any], int | None], rows: int,
                    now: float, unknown: float | None) -> dict[str, pa.Array]:
-    """The ``oldest_*`` columns of the locations at ``rows`` (their row numbers, ``0..n-1``;
-    ``position``: a location's row, or ``None`` if it has none), null where a location holds
+    """The ``oldest_*`` columns of ``rows`` locations (``position``: a location's row, or
+    ``None`` if it has none), null where a location holds
     no live pointstamp: built per pointstamp-holding location, then spread by Arrow's kernels
     (no Python object per location)."""
     held = sorted((row, location) for location in oldest if (row := position(location)) is not None)
@@ -89,7 +89,8 @@ def oldest_columns(oldest: Mapping[Any, Oldest], position: Callable[[Any], int |
     born_at = pa.array([oldest[location][1] for _, location in held], pa.float64())
     workers = pa.array([oldest[location][2] for _, location in held], pa.string())
     # Each row's entry (by rank among the rows that hold one), null for the others.
-    take = pc.replace_with_mask(pa.nulls(len(rows), _INT), pc.is_in(rows, pa.array([row for row, _ in held], _INT)),
+    numbers = pc.subtract(pc.cumulative_sum(pa.repeat(pa.scalar(1, _INT), rows)), 1)  # 0..rows-1, in Arrow
+    take = pc.replace_with_mask(pa.nulls(rows, _INT), pc.is_in(numbers, pa.array([row for row, _ in held], _INT)),
                                 pa.array(range(len(held)), _INT))
     age = milliseconds(pc.max_element_wise(pc.subtract(now, born_at), 0.0))
     at_least = (pc.less_equal(born_at, unknown) if unknown is not None

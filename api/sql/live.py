@@ -34,7 +34,6 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from api.durability.recovery import Damaged
 from api.host.tenant import Tenant
@@ -232,9 +231,6 @@ class _Places:
             index(location) for location in self.locations]
         """The compiled engine's index of each location (``None``: a nested dataflow's stand-ins
         or the reference engine, read a location at a time)."""
-        self.rows = pc.subtract(pc.cumulative_sum(pa.repeat(pa.scalar(1, _INT), count)), 1) if count \
-            else pa.array([], _INT)
-        """Each location's row number."""
         parts: dict[str, list[pa.Array]] = {"scope": [], "node": [], "port": [], "kind": [], "operator": [],
                                             "port_name": []}
         for start in range(0, count, SLICE):
@@ -291,7 +287,7 @@ def _rows(copied: _Copied, rows: dict[str, _Columns], now: float) -> None:
                         frontiers.append(dataflow_id=tenant.id, scope=scope, node=node, port=port, kind=kind,
                                          operator=operator, time=list(time_), since=_micros(moved))
         if lag is not None:
-            oldest = oldest_columns(copied.oldest or {}, places.position.get, places.rows, now,
+            oldest = oldest_columns(copied.oldest or {}, places.position.get, len(places.locations), now,
                                     copied.unknown_before)
             start = 0
             while start < len(places.locations):
