@@ -232,7 +232,11 @@ class SqlProcesses:
                 self._idle.append(slot)
             else:  # the caller went away: the slot is free once its process is
                 loop = asyncio.get_running_loop()
-                future.add_done_callback(lambda _: loop.call_soon_threadsafe(self._idle.append, slot))
+
+                def free(_: Future[bytes]) -> None:
+                    with contextlib.suppress(RuntimeError):  # the loop closed meanwhile (the service stopping)
+                        loop.call_soon_threadsafe(self._idle.append, slot)
+                future.add_done_callback(free)
 
     async def _submit(self, slot: _Slot, job: Job, live: dict[str, str]) -> Future[bytes]:
         """The query submitted to the slot's SQL process; a process that died idle is replaced
